@@ -1,0 +1,22 @@
+# Conveniences over the same commands the README gives.
+venv := ".venv/bin/"
+
+# Install into .venv (idempotent).
+install:
+    python3 -m venv .venv && {{venv}}pip install -q -e '.[dev]'
+
+# The embedded default: nats-server + simcluster + every service, with a live status.
+demo *ARGS: install
+    {{venv}}baton up --workload synthetic {{ARGS}}
+
+# The whole suite (what CI runs).
+test *ARGS: install
+    {{venv}}pytest {{ARGS}}
+
+# Benchmarks; results go to docs/benchmarks.md by hand, with the command and machine.
+bench *ARGS: install
+    {{venv}}python -m tests.bench {{ARGS}}
+
+# ruff, mypy (strict on libs and cores), and the import-linter layer contracts.
+lint: install
+    {{venv}}ruff check . && {{venv}}ruff format --check . && {{venv}}mypy libs proto services && {{venv}}lint-imports

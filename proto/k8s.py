@@ -1,0 +1,194 @@
+"""Slim Kubernetes objects as the bridge publishes them.
+
+Only the fields some Baton service reads. Quantities are integers in canonical
+units: ``cpu`` in millicores, ``memory`` and ``ephemeral-storage`` in bytes,
+everything else (``nvidia.com/gpu``, ``rdma/ib``, ``pods``) as a count.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Resources = dict[str, int]
+
+GPU = "nvidia.com/gpu"
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+SCHEDULER_NAME = "baton"
+
+
+class Taint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class Toleration(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+class Condition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+
+
+class Requirement(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One node-selector requirement (``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt``)."""
+
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        value = labels.get(self.key)
+        match self.operator:
+            case "In":
+                return value is not None and value in self.values
+            case "NotIn":
+                return value is None or value not in self.values
+            case "Exists":
+                return value is not None
+            case "DoesNotExist":
+                return value is None
+            case "Gt" | "Lt":
+                if value is None or not self.values:
+                    return False
+                try:
+                    left, right = int(value), int(self.values[0])
+                except ValueError:
+                    return False
+                return left > right if self.operator == "Gt" else left < right
+
+
+class NodeSelectorTerm(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Requirements ANDed; a pod's terms are ORed (requiredDuringScheduling...)."""
+
+    match_expressions: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        return all(r.matches(labels) for r in self.match_expressions)
+
+
+class Node(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    name: str
+    uid: str
+    resource_version: str = ""
+    labels: dict[str, str] = {}
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+    conditions: tuple[Condition, ...] = ()
+    allocatable: Resources = {}
+    created_at: float = 0.0
+
+
+class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str = ""
+    labels: dict[str, str] = {}
+    # Only annotations Baton reads (baton.io/*, sim.baton.io/*, kubernetes.io/*-bandwidth).
+    annotations: dict[str, str] = {}
+    scheduler_name: str = "default-scheduler"
+    node_name: str = ""
+    phase: Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"] = "Pending"
+    priority: int = 0
+    requests: Resources = {}
+    node_selector: dict[str, str] = {}
+    affinity: tuple[NodeSelectorTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    pod_ip: str = ""
+    terminating: bool = False
+    created_at: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def gang(self) -> str:
+        """The PodGroup this pod belongs to ('' for none)."""
+        return self.labels.get(POD_GROUP_LABEL, "")
+
+
+class PodGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """scheduler-plugins ``scheduling.x-k8s.io/v1alpha1`` PodGroup."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    min_member: int = 1
+    schedule_timeout_seconds: int | None = None
+    phase: str = ""
+    created_at: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Endpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    addresses: tuple[str, ...] = ()
+    node_name: str = ""
+    pod: str = ""  # targetRef name when the target is a Pod
+    ready: bool = True
+
+
+class EndpointSlice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str = ""
+    service: str = ""  # label kubernetes.io/service-name
+    endpoints: tuple[Endpoint, ...] = ()
+    ports: tuple[int, ...] = ()
+
+
+Op = Literal["upsert", "delete"]
+
+
+class ObjectEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type"):
+    """Base of the bridge's events: the object's latest state, or its deletion.
+
+    ``at`` is when the bridge saw the change (seconds since the epoch); cores use
+    it as ``now``. A delete carries the last state the bridge knew.
+    """
+
+    op: Op
+    at: float
+
+
+class NodeEvent(ObjectEvent, frozen=True, tag="k8s.node.v1"):
+    node: Node
+
+
+class PodEvent(ObjectEvent, frozen=True, tag="k8s.pod.v1"):
+    pod: Pod
+
+
+class PodGroupEvent(ObjectEvent, frozen=True, tag="k8s.podgroup.v1"):
+    pod_group: PodGroup
+
+
+class EndpointSliceEvent(ObjectEvent, frozen=True, tag="k8s.endpointslice.v1"):
+    endpoint_slice: EndpointSlice
+
+
+K8sEvent = NodeEvent | PodEvent | PodGroupEvent | EndpointSliceEvent
