@@ -1,0 +1,54 @@
+"""``baton``: one command whose subcommands run every service and tool.
+
+Each subcommand is a ``module:function`` taking ``argv``; modules load lazily so
+``baton tail`` does not import the simulator and a service's process holds only its
+own code. This is the composition root: the one place that names every service.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("services.cli.up:run", "run the embedded default: NATS, simcluster and every service"),
+    "tail": ("services.cli.tail:run", "pretty-print events from the bus as they arrive"),
+    "sim": ("services.simcluster.main:run", "serve a simulated GPU cluster's Kubernetes API"),
+    "bridge": ("services.bridge.main:run", "watch the API server once, fan out over NATS"),
+    "gang": ("services.gang.main:run", "all-or-nothing, topology-aware gang placement"),
+    "actuator": ("services.actuator.main:run", "the one rate-limited writer to the API"),
+    "admission": ("services.admission.main:run", "admission webhook, team quotas and taints"),
+    "replay": ("services.cli.replay:run", "replay recorded events into a core, offline"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: baton <command> [options]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "baton <command> --help shows a command's options."]
+    return "\n".join(lines)
+
+
+def resolve(name: str) -> Callable[[list[str]], int | None]:
+    target, _ = COMMANDS[name]
+    module, _, function = target.partition(":")
+    entry: Callable[[list[str]], int | None] = getattr(importlib.import_module(module), function)
+    return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(usage())
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"baton: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    return resolve(name)(rest) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
