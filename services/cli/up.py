@@ -1,0 +1,251 @@
+"""``baton up``: the embedded default, or Baton against a real cluster and NATS.
+
+Starts nats-server (JetStream, temporary store unless --store), simcluster (unless
+--kubeconfig) and every Baton service as separate processes, shows a live status,
+and stops everything in reverse order on Ctrl-C (or after --duration seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import msgspec
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+
+from proto import subjects
+from proto.codec import Undecodable, decode
+from proto.k8s import K8sEvent
+from services.cli.processes import (
+    Child,
+    baton,
+    free_port,
+    nats_server_binary,
+    port_open,
+    wait_until,
+)
+from services.cli.view import ServiceHealth, View, render
+
+SERVICES = ("bridge", "actuator", "admission", "gang")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="baton up", description=__doc__)
+    p.add_argument("--nodes", type=int, default=64, help="simulated GPU nodes (default 64)")
+    p.add_argument(
+        "--workload",
+        default="synthetic",
+        help="none | synthetic | a Philly-format trace CSV (default synthetic)",
+    )
+    p.add_argument("--speed", type=float, default=60.0, help="trace time compression (default 60)")
+    p.add_argument("--cluster", default="c1", help="cluster token in subjects (default c1)")
+    p.add_argument("--endpoints-file", type=Path, help="write BATON_NATS_URL and KUBECONFIG here")
+    p.add_argument("--kubeconfig", type=Path, help="use this cluster instead of simcluster")
+    p.add_argument("--nats", help="use this NATS server instead of starting one")
+    p.add_argument("--store", type=Path, help="JetStream store directory (default: temporary)")
+    p.add_argument("--teams", type=Path, help="team config for admission (default: one team)")
+    p.add_argument("--services", default=",".join(SERVICES), help="which services to run")
+    p.add_argument("--dry-run", action="store_true", help="services decide; the actuator only logs")
+    p.add_argument("--duration", type=float, help="stop by itself after this many seconds")
+    args = p.parse_args(argv)
+    if args.nodes < 1:
+        p.error("--nodes must be at least 1")
+    if args.workload not in {"none", "synthetic"} and not Path(args.workload).is_file():
+        p.error(f"--workload {args.workload!r}: not 'none', 'synthetic' or a readable trace file")
+    return args
+
+
+def available(service: str) -> bool:
+    return importlib.util.find_spec(f"services.{service}.main") is not None
+
+
+def start_children(
+    args: argparse.Namespace, run_dir: Path
+) -> tuple[list[Child], str, Path, dict[str, int]]:
+    children: list[Child] = []
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+
+    nats_url = args.nats
+    if not nats_url:
+        port = free_port()
+        store = args.store or run_dir / "jetstream"
+        argv = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
+        child = Child("nats", argv, logs / "nats.log")
+        child.start()
+        children.append(child)
+        wait_until(lambda: port_open(port), child=child, timeout=20)
+        nats_url = f"nats://127.0.0.1:{port}"
+
+    kubeconfig = args.kubeconfig
+    if kubeconfig is None:
+        kubeconfig = run_dir / "kubeconfig"
+        argv = baton("sim", "--nodes", str(args.nodes), "--listen", f"127.0.0.1:{free_port()}")
+        argv += ["--kubeconfig", str(kubeconfig)]
+        if args.workload != "none":
+            argv += ["--trace", args.workload, "--speed", str(args.speed)]
+        child = Child("simcluster", argv, logs / "simcluster.log")
+        child.start()
+        children.append(child)
+        wait_until(kubeconfig.exists, child=child, timeout=120)
+
+    env = {"BATON_NATS_URL": nats_url, "BATON_CLUSTER": args.cluster, "KUBECONFIG": str(kubeconfig)}
+    if args.dry_run:
+        env["BATON_DRY_RUN"] = "1"
+    if args.teams:
+        env["BATON_ADMISSION_TEAMS_FILE"] = str(args.teams)
+    ops_ports: dict[str, int] = {}
+    wanted = [s for s in args.services.split(",") if s]
+    for name in wanted:
+        if not available(name):
+            print(
+                f"baton up: service {name!r} is not part of this build; skipping", file=sys.stderr
+            )
+            continue
+        ops_ports[name] = free_port()
+        child = Child(
+            name, baton(name), logs / f"{name}.log", {**env, "BATON_OPS_PORT": str(ops_ports[name])}
+        )
+        child.start()
+        children.append(child)
+    return children, nats_url, kubeconfig, ops_ports
+
+
+def write_endpoints(path: Path, *, nats_url: str, kubeconfig: Path, cluster: str) -> None:
+    path.write_text(
+        f"BATON_NATS_URL={nats_url}\nKUBECONFIG={kubeconfig}\nBATON_CLUSTER={cluster}\n"
+    )
+
+
+def run(argv: list[str]) -> int:
+    args = parse_args(argv)
+    run_dir = Path(tempfile.mkdtemp(prefix="baton-up-"))
+    children: list[Child] = []
+    try:
+        children, nats_url, kubeconfig, ops = start_children(args, run_dir)
+        if args.endpoints_file:
+            write_endpoints(
+                args.endpoints_file, nats_url=nats_url, kubeconfig=kubeconfig, cluster=args.cluster
+            )
+        print(
+            f"baton up: NATS {nats_url}  KUBECONFIG={kubeconfig}  logs in {run_dir / 'logs'}",
+            flush=True,
+        )
+        return asyncio.run(watch(args, nats_url=nats_url, children=children, ops=ops))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for child in reversed(children):
+            child.stop()
+        print("baton up: stopped", flush=True)
+
+
+async def watch(
+    args: argparse.Namespace, *, nats_url: str, children: list[Child], ops: dict[str, int]
+) -> int:
+    """Follow the bus and redraw the status until Ctrl-C, SIGTERM or --duration."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    view = View()
+    nc = await nats.connect(nats_url, name="baton-up", max_reconnect_attempts=-1)
+    tty = sys.stdout.isatty()
+    started = time.monotonic()
+    try:
+        await follow(nc, view, cluster=args.cluster)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as http:
+            last_print = 0.0
+            while not stop.is_set():
+                elapsed = time.monotonic() - started
+                update_rates(view, interval=1.0)
+                health = [await probe(http, c, ops.get(c.name)) for c in children]
+                if tty:
+                    print("\x1b[H\x1b[2J" + render(view, health, elapsed=elapsed), flush=True)
+                elif elapsed - last_print >= 5:
+                    last_print = elapsed
+                    print(render(view, health, elapsed=elapsed) + "\n", flush=True)
+                if args.duration and elapsed >= args.duration:
+                    break
+                if dead := [c for c in children if not c.alive]:
+                    print(f"baton up: {dead[0].name} exited:\n{dead[0].tail()}", file=sys.stderr)
+                    return 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+    finally:
+        await nc.close()
+    return 0
+
+
+async def follow(nc: NATS, view: View, *, cluster: str) -> None:
+    """Current state of every object from the K8S stream, then live; every message counted."""
+    js = nc.jetstream()
+
+    async def on_object(msg: Msg) -> None:
+        with contextlib.suppress(Undecodable):
+            view.apply(decode(msg.data, K8sEvent))
+
+    async def on_any(msg: Msg) -> None:
+        domain = msg.subject.split(".")[2]
+        view.counts[domain] += 1
+        if domain not in {subjects.K8S, subjects.TELEMETRY}:
+            view.note(describe(msg.subject, msg.data))
+
+    for attempt in range(100):  # the bridge creates the stream; wait for it
+        try:
+            await js.subscribe(
+                subjects.wildcard(cluster, subjects.K8S, ">"),
+                cb=on_object,
+                ordered_consumer=True,
+                deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            )
+            break
+        except nats.js.errors.NotFoundError:
+            await asyncio.sleep(min(0.1 * (attempt + 1), 1.0))
+    await nc.subscribe(subjects.wildcard(cluster), cb=on_any)
+
+
+_last_counts: dict[str, int] = {}
+
+
+def update_rates(view: View, *, interval: float) -> None:
+    for domain, count in view.counts.items():
+        view.rates[domain] = (count - _last_counts.get(domain, 0)) / interval
+        _last_counts[domain] = count
+
+
+def describe(subject: str, data: bytes) -> str:
+    """One line for a decision, action or result: its type and what it is about."""
+    try:
+        payload = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return f"{subject} (not JSON)"
+    kind = payload.get("type", "?") if isinstance(payload, dict) else "?"
+    about = ".".join(subject.split(".")[4:]).replace(".", "/")
+    extra = ""
+    if isinstance(payload, dict):
+        for key in ("outcome", "reason", "error"):
+            if payload.get(key):
+                extra += f" {key}={str(payload[key])[:60]}"
+    return f"{time.strftime('%H:%M:%S')} {kind:<28} {about}{extra}"
+
+
+async def probe(http: aiohttp.ClientSession, child: Child, port: int | None) -> ServiceHealth:
+    if port is None or not child.alive:
+        return ServiceHealth(child.name, alive=child.alive, ready=child.alive)
+    try:
+        async with http.get(f"http://127.0.0.1:{port}/readyz") as response:
+            return ServiceHealth(child.name, alive=True, ready=response.status == 200)
+    except (aiohttp.ClientError, TimeoutError):
+        return ServiceHealth(child.name, alive=True, ready=False)

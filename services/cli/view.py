@@ -1,0 +1,102 @@
+"""What ``baton up`` shows: a view of the cluster and the services, built from bus events.
+
+Pure: events go in (``apply``), text comes out (``render``). The view reads the
+bridge's events, so the status display costs the API server nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from proto.k8s import GPU, K8sEvent, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
+
+TERMINAL = {"Succeeded", "Failed"}
+T = TypeVar("T")
+
+
+@dataclass
+class ServiceHealth:
+    name: str
+    alive: bool
+    ready: bool
+    detail: str = ""
+
+
+@dataclass
+class View:
+    nodes: dict[str, Node] = field(default_factory=dict)
+    pods: dict[str, Pod] = field(default_factory=dict)
+    groups: dict[str, PodGroup] = field(default_factory=dict)
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=8))
+    counts: Counter[str] = field(default_factory=Counter)  # bus messages by domain
+    rates: dict[str, float] = field(default_factory=dict)  # messages/s by domain
+
+    def apply(self, event: K8sEvent) -> None:
+        match event:
+            case NodeEvent(node=node):
+                _put(self.nodes, node.name, node, event.op)
+            case PodEvent(pod=pod):
+                _put(self.pods, pod.key, pod, event.op)
+            case PodGroupEvent(pod_group=group):
+                _put(self.groups, group.key, group, event.op)
+
+    def note(self, line: str) -> None:
+        self.recent.append(line)
+
+
+def _put(table: dict[str, T], key: str, value: T, op: str) -> None:
+    if op == "delete":
+        table.pop(key, None)
+    else:
+        table[key] = value
+
+
+def gpu_usage(view: View) -> tuple[int, int]:
+    total = sum(n.allocatable.get(GPU, 0) for n in view.nodes.values())
+    used = sum(
+        p.requests.get(GPU, 0)
+        for p in view.pods.values()
+        if p.node_name and p.phase not in TERMINAL and not p.terminating
+    )
+    return used, total
+
+
+def render(view: View, services: list[ServiceHealth], *, elapsed: float) -> str:
+    ready = sum(1 for n in view.nodes.values() if n.ready and not n.unschedulable)
+    tainted = sum(1 for n in view.nodes.values() if n.taints)
+    used, total = gpu_usage(view)
+    phases: Counter[str] = Counter(p.phase for p in view.pods.values())
+    pending = [p for p in view.pods.values() if p.phase == "Pending"]
+    unbound = sum(1 for p in pending if not p.node_name)
+    share = f"{100 * used / total:.0f}%" if total else "-"
+    lines = [
+        f"baton up  {elapsed:6.0f}s",
+        f"nodes     {len(view.nodes)} ({ready} ready, {tainted} tainted)",
+        f"gpus      {used}/{total} allocated ({share})",
+        "pods      " + _phases(phases) + f"  (unbound {unbound})",
+        f"gangs     {len(view.groups)} podgroups",
+        "bus       " + _rates(view.rates),
+        "services  " + "  ".join(_health(s) for s in services),
+        "recent:",
+        *(f"  {line}" for line in view.recent),
+    ]
+    return "\n".join(lines)
+
+
+def _phases(phases: Counter[str]) -> str:
+    order = ["Pending", "Running", "Succeeded", "Failed"]
+    return "  ".join(f"{phase.lower()} {phases.get(phase, 0)}" for phase in order)
+
+
+def _rates(rates: dict[str, float]) -> str:
+    if not rates:
+        return "quiet"
+    busiest = sorted(rates.items(), key=lambda kv: -kv[1])
+    return "  ".join(f"{domain} {rate:.0f}/s" for domain, rate in busiest)
+
+
+def _health(service: ServiceHealth) -> str:
+    mark = "ok" if service.alive and service.ready else ("starting" if service.alive else "DOWN")
+    return f"{service.name}:{mark}"
