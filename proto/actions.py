@@ -73,6 +73,19 @@ class SetLabels(Action, frozen=True, tag="action.label.v1"):
     labels: dict[str, str | None]
 
 
+class Annotate(Action, frozen=True, tag="action.annotate.v1"):
+    """Set (value) or remove (None) annotations on a namespaced object in one merge patch.
+
+    ``kind`` is ``PodGroup`` (scheduling.x-k8s.io/v1alpha1) or ``Pod``. Admission uses it
+    to mark a gang ``baton.io/admitted: "true"`` (and to take that mark back).
+    """
+
+    kind: Literal["Pod", "PodGroup"]
+    namespace: str
+    name: str
+    annotations: dict[str, str | None]
+
+
 class Cordon(Action, frozen=True, tag="action.cordon.v1"):
     node: str
     unschedulable: bool = True
@@ -120,6 +133,7 @@ AnyAction = (
     | EvictGang
     | SetTaint
     | SetLabels
+    | Annotate
     | Cordon
     | CreatePod
     | DeletePod
