@@ -75,8 +75,8 @@ class PodRejected(AdmissionEvent, frozen=True, tag="admission.rejected.v1"):
     kind: Kind
     namespace: str
     name: str
-    team: str = ""
     message: str
+    team: str = ""
 
 
 class NodeTeamChanged(AdmissionEvent, frozen=True, tag="admission.node-team.v1"):
