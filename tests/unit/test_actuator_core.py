@@ -1,0 +1,181 @@
+"""The actuator's pure core: priorities, token bucket, dedup, backoff, retries."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from proto.actions import BindGang, Binding, Cordon, CreatePod, PodTemplate, SetTaint
+from proto.k8s import Taint
+from services.actuator import core
+from services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle, Tick, WakeAt
+
+pytestmark = pytest.mark.unit
+
+
+def cordon(id_: str, priority: str = "placement") -> Cordon:
+    return Cordon(id=id_, by="test", at=0.0, node="n1", priority=priority)  # type: ignore[arg-type]
+
+
+def gang(id_: str, size: int) -> BindGang:
+    bindings = tuple(Binding(namespace="a", pod=f"p{i}", node=f"n{i}") for i in range(size))
+    return BindGang(id=id_, by="gang", at=0.0, gang="a/g", bindings=bindings)
+
+
+def applied(outputs: tuple[core.Output, ...]) -> list[str]:
+    return [o.action.id for o in outputs if isinstance(o, Apply)]
+
+
+def of(outputs: tuple[core.Output, ...], kind: type) -> list:
+    return [o for o in outputs if isinstance(o, kind)]
+
+
+def test_highest_priority_goes_first_when_slots_are_full() -> None:
+    state = core.initial(Limits(qps=0, concurrency=1), now=0.0)
+    state, out = core.step(state, Arrived(action=cordon("first", "balloon"), ticket=1), 0.0)
+    assert applied(out) == ["first"]
+    for i, prio in enumerate(["balloon", "scaling", "placement", "health", "admission"]):
+        state, out = core.step(state, Arrived(action=cordon(prio, prio), ticket=10 + i), 0.0)
+        assert applied(out) == []
+    order = []
+    action_id = "first"
+    for _ in range(5):
+        state, out = core.step(state, Finished(action_id=action_id, outcome="applied"), 1.0)
+        (action_id,) = applied(out)
+        order.append(action_id)
+    assert order == ["health", "placement", "admission", "scaling", "balloon"]
+    assert sum(state.depth().values()) == 0
+
+
+@pytest.mark.parametrize(
+    ("priority", "tokens_left", "granted"),
+    [
+        ("health", 1.0, True),  # health may take the last token
+        ("placement", 1.0, True),
+        ("balloon", 1.0, False),  # balloons must leave half the burst for the others
+        ("balloon", 6.0, True),
+        ("scaling", 3.5, True),  # a quarter of the burst stays back, plus this one
+        ("scaling", 3.0, False),
+    ],
+)
+def test_bucket_keeps_a_reserve_for_higher_priorities(
+    priority: str, tokens_left: float, granted: bool
+) -> None:
+    bucket = core.Bucket(qps=10, burst=10, now=0.0)
+    bucket.tokens = tokens_left
+    wait = bucket.take(priority=priority, cost=1, now=0.0)
+    assert (wait == 0.0) is granted
+    if not granted:
+        assert bucket.take(priority=priority, cost=1, now=wait) == 0.0
+
+
+def test_bucket_refills_at_qps_and_charges_gang_size() -> None:
+    bucket = core.Bucket(qps=100, burst=50, now=0.0)
+    assert bucket.take(priority="placement", cost=50, now=0.0) == 0.0
+    wait = bucket.take(priority="placement", cost=10, now=0.0)
+    assert wait == pytest.approx(0.1)
+    assert bucket.take(priority="placement", cost=10, now=0.05) == pytest.approx(0.05)
+    assert bucket.take(priority="placement", cost=10, now=0.1) == 0.0
+
+
+def test_a_gang_larger_than_the_burst_runs_and_leaves_a_debt() -> None:
+    bucket = core.Bucket(qps=100, burst=50, now=0.0)
+    assert bucket.take(priority="placement", cost=200, now=0.0) == 0.0
+    # 150 tokens of debt plus one token for the next action, at 100 per second.
+    assert bucket.take(priority="placement", cost=1, now=0.0) == pytest.approx(1.51)
+
+
+def test_rate_limited_head_asks_to_wake_and_counts_limited_time() -> None:
+    state = core.initial(Limits(qps=10, burst=2), now=0.0)
+    state, out = core.step(state, Arrived(action=gang("big", 2), ticket=1), 0.0)
+    assert applied(out) == ["big"]
+    state, out = core.step(state, Arrived(action=cordon("next"), ticket=2), 0.0)
+    (wake,) = of(out, WakeAt)
+    assert wake.at == pytest.approx(0.1)
+    assert state.depth()["placement"] == 1
+    state, out = core.step(state, Tick(), wake.at)
+    assert applied(out) == ["next"]
+    assert state.limited_seconds == pytest.approx(0.1)
+
+
+def test_duplicate_id_is_applied_once() -> None:
+    state = core.initial(Limits(qps=0), now=0.0)
+    state, out = core.step(state, Arrived(action=cordon("x"), ticket=1), 0.0)
+    assert applied(out) == ["x"]
+    state, out = core.step(state, Arrived(action=cordon("x"), ticket=2), 0.0)  # redelivered
+    assert out == ()
+    state, out = core.step(state, Finished(action_id="x", outcome="applied"), 1.0)
+    assert of(out, Settle) == [Settle(tickets=(1, 2), verdict="ack")]
+    state, out = core.step(state, Arrived(action=cordon("x"), ticket=3), 2.0)  # published again
+    assert applied(out) == []
+    (report,) = of(out, Report)
+    assert report.result.outcome == "already"
+    assert of(out, Settle) == [Settle(tickets=(3,), verdict="ack")]
+
+
+def test_seen_ids_are_bounded_by_count_and_age() -> None:
+    state = core.initial(Limits(qps=0, seen_limit=2, seen_ttl=10.0), now=0.0)
+    for i, at in enumerate([0.0, 1.0, 2.0]):
+        state, _ = core.step(state, Arrived(action=cordon(f"a{i}"), ticket=i), at)
+        state, _ = core.step(state, Finished(action_id=f"a{i}", outcome="applied"), at)
+    assert list(state.seen) == ["a1", "a2"]
+    state, _ = core.step(state, Tick(), 11.5)
+    assert list(state.seen) == ["a2"]
+    state, out = core.step(state, Arrived(action=cordon("a0"), ticket=9), 11.5)
+    assert applied(out) == ["a0"]  # forgotten, so applied again (the API state says "already")
+
+
+def test_retry_naks_with_growing_backoff_then_terms() -> None:
+    limits = Limits(qps=0, max_attempts=3, backoff_base=1.0, backoff_cap=100.0)
+    state = core.initial(limits, now=0.0)
+    delays = []
+    for attempt in (1, 2, 3):
+        state, out = core.step(state, Arrived(action=cordon("r"), ticket=attempt), 0.0)
+        (apply,) = of(out, Apply)
+        assert apply.attempt == attempt
+        state, out = core.step(state, Finished(action_id="r", outcome="retry", error="503"), 0.0)
+        (settle,) = of(out, Settle)
+        delays.append(settle.delay)
+    assert 0.5 <= delays[0] <= 1.0 and 1.0 <= delays[1] <= 2.0
+    assert settle.verdict == "term"
+    (report,) = of(out, Report)
+    assert report.result.outcome == "failed"
+    assert report.result.attempts == 3
+    assert "gave up after 3 attempts: 503" in report.result.error
+
+
+def test_full_queue_naks_instead_of_holding() -> None:
+    state = core.initial(Limits(qps=10, burst=1, concurrency=1, queue_limit=2), now=0.0)
+    for i in range(3):
+        state, out = core.step(state, Arrived(action=cordon(f"q{i}"), ticket=i), 0.0)
+    state, out = core.step(state, Arrived(action=cordon("q3"), ticket=3), 0.0)
+    (settle,) = of(out, Settle)
+    assert settle.verdict == "nak"
+    assert settle.delay > 0
+
+
+@pytest.mark.parametrize(
+    ("status", "policy"),
+    [(0, "backoff"), (429, "backoff"), (500, "backoff"), (507, "backoff"),
+     (409, "reread"), (404, "gone"), (400, "fail"), (403, "fail"), (422, "fail")],
+)  # fmt: skip
+def test_retry_policy_table(status: int, policy: str) -> None:
+    assert core.policy_for(status) == policy
+
+
+def test_backoff_is_exponential_capped_and_seeded() -> None:
+    first = [core.backoff(a, base=0.5, cap=4.0, rng=random.Random(7)) for a in range(1, 7)]
+    again = [core.backoff(a, base=0.5, cap=4.0, rng=random.Random(7)) for a in range(1, 7)]
+    assert first == again
+    for attempt, delay in enumerate(first, start=1):
+        ceiling = min(4.0, 0.5 * 2 ** (attempt - 1))
+        assert ceiling / 2 <= delay <= ceiling
+
+
+def test_results_name_the_action_type() -> None:
+    action = SetTaint(id="t", by="health", at=0.0, node="n1", taint=Taint(key="k"))
+    create = CreatePod(id="c", by="balloon", at=0.0, pod=PodTemplate(namespace="a", name="b"))
+    assert core.action_type(action) == "action.taint.v1"
+    assert core.cost_of(create) == 1
+    assert core.cost_of(gang("g", 7)) == 7
