@@ -1,0 +1,1 @@
+"""simcluster: a simulated GPU cluster behind a Kubernetes-style HTTP API."""

@@ -1,0 +1,35 @@
+"""Simulated time: delays in simulated seconds, run ``speed`` times faster than real.
+
+Object timestamps stay real wall-clock time (UTC, RFC 3339, second precision as the
+API server writes them), so they compare with the ``creationTimestamp`` the store
+sets; only waiting is compressed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+
+class Clock:
+    def __init__(self, speed: float = 1.0) -> None:
+        if speed <= 0:
+            raise ValueError(f"speed: expected > 0, got {speed}")
+        self.speed = speed
+        self._start = time.monotonic()
+
+    def now(self) -> float:
+        """Simulated seconds since this clock started."""
+        return (time.monotonic() - self._start) * self.speed
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of simulated time."""
+        await asyncio.sleep(max(0.0, seconds) / self.speed)
+
+    async def sleep_until(self, at: float) -> None:
+        await self.sleep(at - self.now())
+
+
+def timestamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,125 @@
+"""The simulated cluster's shape: node pools, topology, delays.
+
+A spec comes from flags (``--nodes N``: one pool of N HGX-like nodes) or from a YAML
+file. It is validated once, at start-up; a bad value raises :class:`SpecError` that
+names the key, e.g. ``pools[1].count: expected >= 0``.
+
+Example file::
+
+    topology: {nodes_per_rack: 32, racks_per_block: 8}
+    delays: {pod_start_s: 2, provisioning_s: 60}
+    pools:
+      - {name: h100, count: 512, gpu_product: NVIDIA-H100-80GB-HBM3}
+      - {name: a100, count: 64, gpus: 8, gpu_product: NVIDIA-A100-SXM4-80GB, zone: zone-b}
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import yaml
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"
+
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+Name = Annotated[str, msgspec.Meta(pattern=_DNS_LABEL, max_length=40)]
+LabelKey = Annotated[str, msgspec.Meta(pattern=_LABEL_KEY, max_length=253)]
+Quantity = Annotated[str, msgspec.Meta(pattern=_QUANTITY)]
+
+
+class SpecError(ValueError):
+    """The cluster spec is invalid; the message names the key."""
+
+
+class Pool(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A group of identical nodes, one Cluster API MachineDeployment."""
+
+    name: Name = "gpu"
+    count: Count = 8
+    gpus: Count = 8
+    cpu: Quantity = "192"
+    memory: Quantity = "2048Gi"
+    rdma: Count = 8  # rdma/ib: one InfiniBand NIC per GPU, as on an HGX H100
+    pods: Positive = 110
+    gpu_product: str = "NVIDIA-H100-80GB-HBM3"
+    instance_type: str = "hgx-h100-8"
+    zone: Name = "zone-a"
+
+
+class Topology(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """zone -> block -> rack -> node, written as node labels under these keys."""
+
+    zone_key: LabelKey = "topology.kubernetes.io/zone"
+    block_key: LabelKey = "baton.io/block"
+    rack_key: LabelKey = "baton.io/rack"
+    nodes_per_rack: Positive = 32
+    racks_per_block: Positive = 8
+
+
+class Delays(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Simulated seconds (see ``Clock.speed``)."""
+
+    pod_start_s: Seconds = 1.0
+    termination_s: Seconds = 1.0
+    provisioning_s: Seconds = 30.0
+
+
+class ClusterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pools: tuple[Pool, ...] = (Pool(),)
+    topology: Topology = Topology()
+    delays: Delays = Delays()
+    cluster_name: Name = "sim"
+    node_prefix: Name = "gpu"
+
+
+def default_spec(nodes: int, **pool: Any) -> ClusterSpec:
+    """One pool of ``nodes`` HGX-like nodes (8 GPUs each unless ``pool`` says otherwise)."""
+    return from_dict({"pools": [{"name": "gpu", "count": nodes, **pool}]})
+
+
+def from_dict(raw: Any) -> ClusterSpec:
+    try:
+        spec = msgspec.convert(raw, ClusterSpec)
+    except msgspec.ValidationError as exc:
+        raise SpecError(_readable(str(exc))) from None
+    _check(spec)
+    return spec
+
+
+def load(path: Path) -> ClusterSpec:
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(f"{path}: {exc}") from None
+    try:
+        return from_dict(raw)
+    except SpecError as exc:
+        raise SpecError(f"{path}: {exc}") from None
+
+
+def _check(spec: ClusterSpec) -> None:
+    if not spec.pools:
+        raise SpecError("pools: expected at least one pool")
+    seen: set[str] = set()
+    for i, pool in enumerate(spec.pools):
+        if pool.name in seen:
+            raise SpecError(f"pools[{i}].name: duplicate pool {pool.name!r}")
+        seen.add(pool.name)
+    keys = (spec.topology.zone_key, spec.topology.block_key, spec.topology.rack_key)
+    if len(set(keys)) != len(keys):
+        raise SpecError("topology: zone_key, block_key and rack_key must differ")
+
+
+def _readable(message: str) -> str:
+    """msgspec says ``Expected `int` >= 0 - at `$.pools[0].count```; put the key first."""
+    match = re.search(r" - at `\$\.?(.*)`$", message)
+    if match is None:
+        return message
+    return f"{match.group(1) or '<root>'}: {message[: match.start()]}"

@@ -1,0 +1,77 @@
+"""Reading a Philly-format job trace.
+
+Columns: ``job_id,submit_time,submit_s,num_gpus,duration_s,vc,user,status`` (the
+condensed form of the Microsoft Philly trace kept by the Pollux artifact; see
+``data/README.md``). Only ``job_id``, ``submit_s``, ``num_gpus``, ``duration_s`` and
+``vc`` are used. A bad row raises :class:`TraceError` naming the line and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterable, Iterator
+from importlib import resources
+from pathlib import Path
+
+from services.simcluster.workload import Job
+
+COLUMNS = ("job_id", "submit_s", "num_gpus", "duration_s", "vc")
+_TOKEN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class TraceError(ValueError):
+    """The trace file is malformed; the message names the line and column."""
+
+
+def sample_path() -> Path:
+    """The bundled sample: the first 2,000 jobs of the Philly trace."""
+    return Path(str(resources.files("services.simcluster") / "data" / "philly-sample.csv"))
+
+
+def read(path: Path, *, limit: int | None = None) -> list[Job]:
+    try:
+        with path.open(newline="") as f:
+            return list(parse(f, limit=limit, source=str(path)))
+    except OSError as exc:
+        raise TraceError(f"{path}: {exc}") from None
+
+
+def parse(
+    lines: Iterable[str], *, limit: int | None = None, source: str = "trace"
+) -> Iterator[Job]:
+    reader = csv.DictReader(lines)
+    missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+    if missing:
+        raise TraceError(f"{source}: line 1: missing columns {', '.join(missing)}")
+    for count, row in enumerate(reader):
+        if limit is not None and count >= limit:
+            return
+        yield _job(row, where=f"{source}: line {reader.line_num}")
+
+
+def _job(row: dict[str, str], *, where: str) -> Job:
+    def number(column: str) -> float:
+        try:
+            value = float(row[column])
+        except (TypeError, ValueError):
+            raise TraceError(f"{where}: {column}: not a number: {row[column]!r}") from None
+        if value < 0:
+            raise TraceError(f"{where}: {column}: negative: {row[column]!r}")
+        return value
+
+    job_id = (row["job_id"] or "").strip().lower()
+    team = (row["vc"] or "").strip().lower()
+    for column, value in (("job_id", job_id), ("vc", team)):
+        if not _TOKEN.match(value) or len(value) > 40:
+            raise TraceError(f"{where}: {column}: not usable in a name: {value!r}")
+    gpus = number("num_gpus")
+    if gpus < 1 or gpus != int(gpus):
+        raise TraceError(f"{where}: num_gpus: expected a whole number >= 1: {row['num_gpus']!r}")
+    return Job(
+        job_id=job_id,
+        submit_s=number("submit_s"),
+        gpus=int(gpus),
+        duration_s=number("duration_s"),
+        team=team,
+    )

@@ -1,0 +1,91 @@
+"""Trace parsing, jobs to PodGroups and pods, synthetic determinism."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from services.simcluster import trace, workload
+from services.simcluster.workload import Job
+
+pytestmark = pytest.mark.unit
+
+HEADER = "job_id,submit_time,submit_s,num_gpus,duration_s,vc,user,status\n"
+
+
+def test_trace_rows_become_jobs() -> None:
+    text = HEADER + "0,2017-09-04 10:30:41,0,8,2240194,7f04ca,,\n1,x,235696,16,3600,6214E9,,\n"
+    jobs = list(trace.parse(io.StringIO(text)))
+    assert jobs == [
+        Job(job_id="0", submit_s=0, gpus=8, duration_s=2240194, team="7f04ca"),
+        Job(job_id="1", submit_s=235696, gpus=16, duration_s=3600, team="6214e9"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("row", "where"),
+    [
+        ("0,x,0,zero,10,vc1,,", "line 2: num_gpus"),
+        ("0,x,0,0,10,vc1,,", "line 2: num_gpus"),
+        ("0,x,-5,1,10,vc1,,", "line 2: submit_s"),
+        ("0,x,0,1,10,bad vc,,", "line 2: vc"),
+    ],
+)
+def test_bad_trace_rows_name_line_and_column(row: str, where: str) -> None:
+    with pytest.raises(trace.TraceError, match=where):
+        list(trace.parse(io.StringIO(HEADER + row + "\n")))
+
+
+def test_missing_columns_are_named() -> None:
+    with pytest.raises(trace.TraceError, match="missing columns num_gpus"):
+        list(trace.parse(io.StringIO("job_id,submit_s,duration_s,vc\n")))
+
+
+def test_bundled_sample_reads_whole() -> None:
+    jobs = trace.read(trace.sample_path())
+    assert len(jobs) == 2000
+    assert jobs == sorted(jobs, key=lambda j: j.submit_s)
+    assert trace.read(Path(trace.sample_path()), limit=10) == jobs[:10]
+
+
+def test_multi_node_job_becomes_whole_node_pods() -> None:
+    job = Job(job_id="7", submit_s=0, gpus=20, duration_s=600, team="vc1")
+    group, pods = workload.job_objects(job, speed=60, gpus_per_node=8)
+    assert group["metadata"] == {
+        "name": "job-7",
+        "namespace": "team-vc1",
+        "labels": {"sim.baton.io/job": "7", "baton.io/team": "vc1"},
+    }
+    assert group["spec"]["minMember"] == 3
+    assert [p["metadata"]["name"] for p in pods] == ["job-7-0", "job-7-1", "job-7-2"]
+    for pod in pods:
+        requests = pod["spec"]["containers"][0]["resources"]["requests"]
+        assert requests["nvidia.com/gpu"] == "8"
+        assert requests["rdma/ib"] == "8"
+        assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "job-7"
+        assert pod["spec"]["schedulerName"] == "baton"
+        assert pod["metadata"]["annotations"]["sim.baton.io/duration-seconds"] == "10.000"
+
+
+def test_small_job_is_one_pod_with_its_gpus() -> None:
+    job = Job(job_id="8", submit_s=0, gpus=3, duration_s=10, team="vc1")
+    group, pods = workload.job_objects(job)
+    assert group["spec"]["minMember"] == 1
+    (pod,) = pods
+    requests = pod["spec"]["containers"][0]["resources"]["requests"]
+    assert requests["nvidia.com/gpu"] == "3"
+    assert "rdma/ib" not in requests
+
+
+def test_synthetic_is_deterministic_per_seed() -> None:
+    a = list(workload.synthetic_jobs(seed=7, count=200))
+    b = list(workload.synthetic_jobs(seed=7, count=200))
+    c = list(workload.synthetic_jobs(seed=8, count=200))
+    assert a == b
+    assert a != c
+    assert [j.submit_s for j in a] == sorted(j.submit_s for j in a)
+    assert {j.team for j in a} == {"a", "b", "c"}
+    assert any(j.gpus > 8 for j in a)
+    assert any(j.gpus == 1 for j in a)
