@@ -1,0 +1,30 @@
+"""Kubernetes list+watch with slim decoding: what the bridge (the one watcher) uses.
+
+``Reflector(api, PODS).events()`` yields ``proto.k8s`` object events; ``kinds`` has the
+table of watched kinds and pure decoders; ``diffing`` the cache and relist diff;
+``quantities`` canonical resource quantities.
+"""
+
+from libs.kube.kinds import ENDPOINT_SLICES, KINDS, NODES, POD_GROUPS, PODS, Kind, obj_of
+from libs.kube.quantities import InvalidQuantity, canonical, canonical_resources, parse_quantity
+from libs.kube.watching import ApiError, Expired, NullObserver, Observer, Options, Reflector
+
+__all__ = [
+    "ENDPOINT_SLICES",
+    "KINDS",
+    "NODES",
+    "PODS",
+    "POD_GROUPS",
+    "ApiError",
+    "Expired",
+    "InvalidQuantity",
+    "Kind",
+    "NullObserver",
+    "Observer",
+    "Options",
+    "Reflector",
+    "canonical",
+    "canonical_resources",
+    "obj_of",
+    "parse_quantity",
+]

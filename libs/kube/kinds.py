@@ -1,0 +1,165 @@
+"""The kinds Baton watches, as a table, and decoding of their list pages and watch lines.
+
+Each ``Kind`` names its collection path (all namespaces), its wire struct, how to
+slim it into ``proto.k8s`` and how to wrap it in an object event. Decoding is pure:
+bytes in, typed values out; ``Undecodable`` for bytes that are not what the API
+promised (the API's fault, not ours).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+import msgspec
+
+from libs.kube import slimming, wire
+from proto import k8s
+from proto.codec import Undecodable
+
+Obj = k8s.Node | k8s.Pod | k8s.PodGroup | k8s.EndpointSlice
+ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class Change(msgspec.Struct, frozen=True, kw_only=True):
+    """An object added, modified or deleted, as one watch line said."""
+
+    type: ChangeType
+    obj: Obj
+
+
+class Bookmark(msgspec.Struct, frozen=True, kw_only=True):
+    resource_version: str
+
+
+class Failure(msgspec.Struct, frozen=True, kw_only=True):
+    """A watch ERROR event or an error response: a ``Status`` body."""
+
+    code: int
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def expired(self) -> bool:
+        """410 Gone / Expired: the resourceVersion left the server's window; relist."""
+        return self.code == 410 or self.reason in {"Expired", "Gone"}
+
+
+WatchItem = Change | Bookmark | Failure
+
+
+class Page(msgspec.Struct, frozen=True, kw_only=True):
+    items: list[Obj]
+    resource_version: str
+    continue_token: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kind:
+    name: str  # the subject token: node, pod, podgroup, endpointslice
+    path: str  # collection path across all namespaces
+    namespaced: bool
+    wire_type: type[Any]
+    slim: Callable[[Any], Obj]
+    event: Callable[[k8s.Op, Any, float], k8s.K8sEvent]
+    _list: msgspec.json.Decoder[Any] = field(init=False, repr=False, compare=False)
+    _object: msgspec.json.Decoder[Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_list", msgspec.json.Decoder(wire.ListEnvelope[self.wire_type]))  # type: ignore[name-defined]
+        object.__setattr__(self, "_object", msgspec.json.Decoder(self.wire_type))
+
+    def key(self, obj: Obj) -> str:
+        """Cache key: ``name`` for cluster-scoped kinds, ``namespace/name`` otherwise."""
+        return f"{obj.namespace}/{obj.name}" if not isinstance(obj, k8s.Node) else obj.name
+
+    def decode_page(self, body: bytes) -> Page:
+        try:
+            envelope = self._list.decode(body)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise Undecodable(f"{self.name} list: {exc}") from exc
+        return Page(
+            items=[self.slim(item) for item in envelope.items or ()],
+            resource_version=envelope.metadata.resource_version,
+            continue_token=envelope.metadata.continue_,
+        )
+
+    def decode_watch_line(self, line: bytes) -> WatchItem:
+        try:
+            event = _watch_event.decode(line)
+            if event.type == "BOOKMARK":
+                marker = _bookmark.decode(event.object)
+                return Bookmark(resource_version=marker.metadata.resource_version)
+            if event.type == "ERROR":
+                status = _status.decode(event.object)
+                return Failure(code=status.code, reason=status.reason, message=status.message)
+            if event.type not in ("ADDED", "MODIFIED", "DELETED"):
+                raise Undecodable(f"{self.name} watch: unknown event type {event.type!r}")
+            obj = self.slim(self._object.decode(event.object))
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise Undecodable(f"{self.name} watch: {exc}") from exc
+        return Change(type=cast(ChangeType, event.type), obj=obj)
+
+
+_watch_event = msgspec.json.Decoder(wire.WatchEvent)
+_bookmark = msgspec.json.Decoder(wire.BookmarkObject)
+_status = msgspec.json.Decoder(wire.Status)
+
+
+def decode_status(body: bytes, *, http_status: int) -> Failure:
+    """An error response's ``Status`` body (or whatever came back) as a Failure."""
+    try:
+        status = _status.decode(body)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return Failure(code=http_status, message=body[:200].decode(errors="replace"))
+    return Failure(code=status.code or http_status, reason=status.reason, message=status.message)
+
+
+NODES = Kind(
+    name="node",
+    path="/api/v1/nodes",
+    namespaced=False,
+    wire_type=wire.WireNode,
+    slim=slimming.node,
+    event=lambda op, obj, at: k8s.NodeEvent(op=op, at=at, node=obj),
+)
+PODS = Kind(
+    name="pod",
+    path="/api/v1/pods",
+    namespaced=True,
+    wire_type=wire.WirePod,
+    slim=slimming.pod,
+    event=lambda op, obj, at: k8s.PodEvent(op=op, at=at, pod=obj),
+)
+ENDPOINT_SLICES = Kind(
+    name="endpointslice",
+    path="/apis/discovery.k8s.io/v1/endpointslices",
+    namespaced=True,
+    wire_type=wire.WireEndpointSlice,
+    slim=slimming.endpoint_slice,
+    event=lambda op, obj, at: k8s.EndpointSliceEvent(op=op, at=at, endpoint_slice=obj),
+)
+POD_GROUPS = Kind(
+    name="podgroup",
+    path="/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
+    namespaced=True,
+    wire_type=wire.WirePodGroup,
+    slim=slimming.pod_group,
+    event=lambda op, obj, at: k8s.PodGroupEvent(op=op, at=at, pod_group=obj),
+)
+KINDS: dict[str, Kind] = {k.name: k for k in (NODES, PODS, ENDPOINT_SLICES, POD_GROUPS)}
+
+
+def obj_of(event: k8s.K8sEvent) -> Obj:
+    """The object an event carries, whatever its kind."""
+    match event:
+        case k8s.NodeEvent():
+            return event.node
+        case k8s.PodEvent():
+            return event.pod
+        case k8s.PodGroupEvent():
+            return event.pod_group
+        case k8s.EndpointSliceEvent():
+            return event.endpoint_slice
+    raise TypeError(f"not an object event: {event!r}")

@@ -1,0 +1,188 @@
+"""Wire structs (``libs.kube.wire``) -> the slim ``proto.k8s`` objects Baton publishes.
+
+Pure functions: no I/O, no clock. Quantities become canonical ints, annotations are
+cut to the ones Baton reads, values outside an enum fall back to a safe member.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal, cast
+
+from libs.kube import wire
+from libs.kube.quantities import canonical, canonical_resources
+from proto import k8s
+
+_KEPT_ANNOTATION_DOMAINS = ("baton.io",)
+_KEPT_ANNOTATIONS = frozenset({"kubernetes.io/egress-bandwidth", "kubernetes.io/ingress-bandwidth"})
+_PHASES = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
+_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
+_CONDITION_STATUSES = frozenset({"True", "False", "Unknown"})
+_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+
+
+def kept_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
+    """Only ``*baton.io/*`` and the bandwidth annotations travel on the bus."""
+    if not annotations:
+        return {}
+    return {
+        key: value
+        for key, value in annotations.items()
+        if key in _KEPT_ANNOTATIONS or key.partition("/")[0].endswith(_KEPT_ANNOTATION_DOMAINS)
+    }
+
+
+def _quantities(raw: wire.Quantities | None) -> dict[str, int]:
+    if not raw:
+        return {}
+    return canonical_resources({name: str(value) for name, value in raw.items()})
+
+
+def _created(meta: wire.ObjectMeta) -> float:
+    return meta.creation_timestamp.timestamp() if meta.creation_timestamp else 0.0
+
+
+def node(raw: wire.WireNode) -> k8s.Node:
+    meta, status = raw.metadata, raw.status
+    conditions = tuple(
+        k8s.Condition(
+            type=c.type,
+            status=cast(Literal["True", "False", "Unknown"], c.status)
+            if c.status in _CONDITION_STATUSES
+            else "Unknown",
+            reason=c.reason,
+            message=c.message,
+        )
+        for c in status.conditions or ()
+    )
+    return k8s.Node(
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        taints=tuple(_taint(t) for t in raw.spec.taints or () if t.effect in _EFFECTS),
+        unschedulable=raw.spec.unschedulable,
+        ready=any(c.type == "Ready" and c.status == "True" for c in conditions),
+        conditions=conditions,
+        allocatable=_quantities(status.allocatable),
+        created_at=_created(meta),
+    )
+
+
+def _taint(raw: wire.WireTaint) -> k8s.Taint:
+    effect = cast(Literal["NoSchedule", "PreferNoSchedule", "NoExecute"], raw.effect)
+    return k8s.Taint(key=raw.key, value=raw.value, effect=effect)
+
+
+def pod_requests(spec: wire.PodSpec) -> dict[str, int]:
+    """Effective requests: max(sum of containers, largest init container) + overhead."""
+    total: dict[str, int] = {}
+    for container in spec.containers or ():
+        for name, value in _container_requests(container).items():
+            total[name] = total.get(name, 0) + value
+    for container in spec.init_containers or ():
+        for name, value in _container_requests(container).items():
+            total[name] = max(total.get(name, 0), value)
+    for name, value in _quantities(spec.overhead).items():
+        total[name] = total.get(name, 0) + value
+    return total
+
+
+def _container_requests(container: wire.Container) -> dict[str, int]:
+    if container.resources is None or not container.resources.requests:
+        return {}
+    return {n: canonical(n, str(v)) for n, v in container.resources.requests.items()}
+
+
+def pod(raw: wire.WirePod) -> k8s.Pod:
+    meta, spec = raw.metadata, raw.spec
+    phase = raw.status.phase if raw.status.phase in _PHASES else "Unknown"
+    return k8s.Pod(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        annotations=kept_annotations(meta.annotations),
+        scheduler_name=spec.scheduler_name,
+        node_name=spec.node_name,
+        phase=cast(Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"], phase),
+        priority=spec.priority or 0,
+        requests=pod_requests(spec),
+        node_selector=spec.node_selector or {},
+        affinity=_affinity(spec.affinity),
+        tolerations=tuple(_toleration(t) for t in spec.tolerations or ()),
+        pod_ip=raw.status.pod_ip,
+        terminating=meta.deletion_timestamp is not None,
+        created_at=_created(meta),
+    )
+
+
+def _affinity(raw: wire.Affinity | None) -> tuple[k8s.NodeSelectorTerm, ...]:
+    if raw is None or raw.node_affinity is None:
+        return ()
+    required = raw.node_affinity.required_during_scheduling_ignored_during_execution
+    if required is None:
+        return ()
+    return tuple(
+        k8s.NodeSelectorTerm(match_expressions=_requirements(term.match_expressions or ()))
+        for term in required.node_selector_terms or ()
+    )
+
+
+def _requirements(raw: Iterable[wire.WireRequirement]) -> tuple[k8s.Requirement, ...]:
+    Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    return tuple(
+        k8s.Requirement(
+            key=r.key, operator=cast(Operator, r.operator), values=tuple(r.values or ())
+        )
+        for r in raw
+        if r.operator in _OPERATORS
+    )
+
+
+def _toleration(raw: wire.WireToleration) -> k8s.Toleration:
+    operator: Literal["Equal", "Exists"] = "Exists" if raw.operator == "Exists" else "Equal"
+    return k8s.Toleration(
+        key=raw.key or "", operator=operator, value=raw.value or "", effect=raw.effect or ""
+    )
+
+
+def pod_group(raw: wire.WirePodGroup) -> k8s.PodGroup:
+    meta = raw.metadata
+    return k8s.PodGroup(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        annotations=kept_annotations(meta.annotations),
+        min_member=raw.spec.min_member,
+        schedule_timeout_seconds=raw.spec.schedule_timeout_seconds,
+        phase=raw.status.phase,
+        created_at=_created(meta),
+    )
+
+
+def endpoint_slice(raw: wire.WireEndpointSlice) -> k8s.EndpointSlice:
+    meta = raw.metadata
+    return k8s.EndpointSlice(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resource_version,
+        service=(meta.labels or {}).get("kubernetes.io/service-name", ""),
+        endpoints=tuple(_endpoint(e) for e in raw.endpoints or ()),
+        ports=tuple(p.port for p in raw.ports or () if p.port is not None),
+    )
+
+
+def _endpoint(raw: wire.WireEndpoint) -> k8s.Endpoint:
+    target = raw.target_ref
+    ready = raw.conditions.ready if raw.conditions and raw.conditions.ready is not None else True
+    return k8s.Endpoint(
+        addresses=tuple(raw.addresses or ()),
+        node_name=raw.node_name,
+        pod=target.name if target is not None and target.kind == "Pod" else "",
+        ready=ready,
+    )

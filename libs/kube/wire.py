@@ -1,0 +1,215 @@
+"""The subset of Kubernetes' JSON that Baton reads, as msgspec Structs.
+
+Decoding the API server's bytes straight into these (unknown fields skipped, no
+intermediate dicts) is what makes lists and watches of 100k pods cheap; the
+generated kubernetes-asyncio models build a Python object per nested field.
+Field names follow the JSON (camelCase) via ``rename="camel"``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Generic, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+Quantities = dict[str, str | int | float]
+
+
+class _Wire(msgspec.Struct, rename="camel", kw_only=True):
+    pass
+
+
+class OwnerReference(_Wire):
+    kind: str = ""
+    name: str = ""
+
+
+class ObjectMeta(_Wire):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+
+
+class ListMeta(_Wire):
+    resource_version: str = ""
+    # "continue" is a Python keyword: renamed explicitly.
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+# --- Node -------------------------------------------------------------------
+
+
+class WireTaint(_Wire):
+    key: str = ""
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+class NodeSpec(_Wire):
+    unschedulable: bool = False
+    taints: list[WireTaint] | None = None
+
+
+class NodeCondition(_Wire):
+    type: str = ""
+    status: str = "Unknown"
+    reason: str = ""
+    message: str = ""
+
+
+class NodeStatus(_Wire):
+    allocatable: Quantities | None = None
+    conditions: list[NodeCondition] | None = None
+
+
+class WireNode(_Wire):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
+    status: NodeStatus = msgspec.field(default_factory=NodeStatus)
+
+
+# --- Pod --------------------------------------------------------------------
+
+
+class ResourceRequirements(_Wire):
+    requests: Quantities | None = None
+
+
+class Container(_Wire):
+    resources: ResourceRequirements | None = None
+
+
+class WireRequirement(_Wire):
+    key: str = ""
+    operator: str = "In"
+    values: list[str] | None = None
+
+
+class WireSelectorTerm(_Wire):
+    match_expressions: list[WireRequirement] | None = None
+
+
+class NodeSelector(_Wire):
+    node_selector_terms: list[WireSelectorTerm] | None = None
+
+
+class NodeAffinity(_Wire):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+
+
+class Affinity(_Wire):
+    node_affinity: NodeAffinity | None = None
+
+
+class WireToleration(_Wire):
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+
+
+class PodSpec(_Wire):
+    scheduler_name: str = "default-scheduler"
+    node_name: str = ""
+    priority: int | None = None
+    node_selector: dict[str, str] | None = None
+    affinity: Affinity | None = None
+    tolerations: list[WireToleration] | None = None
+    containers: list[Container] | None = None
+    init_containers: list[Container] | None = None
+    overhead: Quantities | None = None
+
+
+class PodStatus(_Wire):
+    phase: str = "Pending"
+    pod_ip: str = msgspec.field(default="", name="podIP")
+
+
+class WirePod(_Wire):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus = msgspec.field(default_factory=PodStatus)
+
+
+# --- PodGroup (scheduling.x-k8s.io/v1alpha1) ----------------------------------
+
+
+class PodGroupSpec(_Wire):
+    min_member: int = 1
+    schedule_timeout_seconds: int | None = None
+
+
+class PodGroupStatus(_Wire):
+    phase: str = ""
+
+
+class WirePodGroup(_Wire):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodGroupSpec = msgspec.field(default_factory=PodGroupSpec)
+    status: PodGroupStatus = msgspec.field(default_factory=PodGroupStatus)
+
+
+# --- EndpointSlice (discovery.k8s.io/v1) --------------------------------------
+
+
+class EndpointConditions(_Wire):
+    ready: bool | None = None
+
+
+class ObjectReference(_Wire):
+    kind: str = ""
+    name: str = ""
+
+
+class WireEndpoint(_Wire):
+    addresses: list[str] | None = None
+    conditions: EndpointConditions | None = None
+    node_name: str = ""
+    target_ref: ObjectReference | None = None
+
+
+class EndpointPort(_Wire):
+    port: int | None = None
+
+
+class WireEndpointSlice(_Wire):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    endpoints: list[WireEndpoint] | None = None
+    ports: list[EndpointPort] | None = None
+
+
+# --- envelopes ----------------------------------------------------------------
+
+
+class Status(_Wire):
+    """The API server's error body (also the object of a watch ERROR event)."""
+
+    code: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+class WatchEvent(_Wire):
+    """One line of a watch stream; ``object`` is decoded once the type is known."""
+
+    type: str
+    object: msgspec.Raw
+
+
+class ListEnvelope(_Wire, Generic[T]):
+    """A list response, its items decoded in the same pass as the envelope."""
+
+    metadata: ListMeta = msgspec.field(default_factory=ListMeta)
+    items: list[T] | None = None
+
+
+class BookmarkObject(_Wire):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
