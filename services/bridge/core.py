@@ -1,0 +1,125 @@
+"""What the bridge publishes for each object event: ``(state, event, now) -> (state, outputs)``.
+
+Subjects: ``baton.<c>.k8s.node.<name>`` and ``baton.<c>.k8s.<kind>.<ns>.<name>``.
+Each publish carries ``Nats-Msg-Id`` ``<uid>:<resourceVersion>`` (``:del`` appended for a
+deletion), so a relist or a restart inside the stream's duplicate window stores
+nothing twice. Beyond the window, ``State.held`` (what the K8S stream holds per
+subject, read back when the bridge starts) skips what is already there. Deletions
+are tombstones with a TTL, so they reach consumers and then go.
+
+``State`` is owned by the core and updated in place (100k subjects; copying it per
+event would cost more than the event); no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from proto import k8s, subjects
+
+DEFAULT_TOMBSTONE_TTL = "1h"
+
+
+class Publish(msgspec.Struct, frozen=True, kw_only=True, tag="bridge.publish.v1"):
+    subject: str
+    event: k8s.K8sEvent
+    msg_id: str
+    ttl: str | None = None  # set on deletions: the tombstone expires
+
+
+class Rejected(msgspec.Struct, frozen=True, kw_only=True, tag="bridge.rejected.v1"):
+    """An object whose name cannot be carried in a subject (bad input, logged and skipped)."""
+
+    kind: str
+    key: str
+    reason: str
+
+
+Output = Publish | Rejected
+Obj = k8s.Node | k8s.Pod | k8s.PodGroup | k8s.EndpointSlice
+
+
+class State(msgspec.Struct, kw_only=True):
+    cluster: str
+    tombstone_ttl: str = DEFAULT_TOMBSTONE_TTL
+    held: dict[str, str] = {}  # subject -> msg id of what the K8S stream holds there
+
+
+def kind_of(event: k8s.K8sEvent) -> str:
+    """The subject's kind token for an event."""
+    match event:
+        case k8s.NodeEvent():
+            return "node"
+        case k8s.PodEvent():
+            return "pod"
+        case k8s.PodGroupEvent():
+            return "podgroup"
+        case k8s.EndpointSliceEvent():
+            return "endpointslice"
+    raise TypeError(f"not an object event: {event!r}")
+
+
+def object_of(event: k8s.K8sEvent) -> Obj:
+    match event:
+        case k8s.NodeEvent():
+            return event.node
+        case k8s.PodEvent():
+            return event.pod
+        case k8s.PodGroupEvent():
+            return event.pod_group
+        case k8s.EndpointSliceEvent():
+            return event.endpoint_slice
+    raise TypeError(f"not an object event: {event!r}")
+
+
+def subject_of(cluster: str, event: k8s.K8sEvent) -> str:
+    """Raises ``subjects.InvalidName`` for a name that cannot be a subject token."""
+    obj = object_of(event)
+    if isinstance(obj, k8s.Node):
+        return subjects.subject(cluster, subjects.K8S, "node", obj.name)
+    return subjects.subject(cluster, subjects.K8S, kind_of(event), obj.namespace, obj.name)
+
+
+def msg_id_of(event: k8s.K8sEvent) -> str:
+    obj = object_of(event)
+    suffix = ":del" if event.op == "delete" else ""
+    return f"{obj.uid}:{obj.resource_version}{suffix}"
+
+
+def initial(
+    *, cluster: str, held: Iterable[k8s.K8sEvent] = (), tombstone_ttl: str = DEFAULT_TOMBSTONE_TTL
+) -> State:
+    """A state that knows what the K8S stream already holds (its last event per subject)."""
+    state = State(cluster=subjects.check_cluster(cluster), tombstone_ttl=tombstone_ttl)
+    for event in held:
+        try:
+            state.held[subject_of(cluster, event)] = msg_id_of(event)
+        except subjects.InvalidName:
+            continue
+    return state
+
+
+def step(state: State, event: k8s.K8sEvent, now: float) -> tuple[State, tuple[Output, ...]]:
+    """One object event -> at most one publish (or a rejection)."""
+    del now  # the event's own ``at`` (receive time) is what travels
+    try:
+        subject = subject_of(state.cluster, event)
+    except subjects.InvalidName as exc:
+        obj = object_of(event)
+        key = obj.name if isinstance(obj, k8s.Node) else f"{obj.namespace}/{obj.name}"
+        return state, (Rejected(kind=kind_of(event), key=key, reason=str(exc)),)
+    msg_id = msg_id_of(event)
+    if state.held.get(subject) == msg_id:
+        return state, ()
+    state.held[subject] = msg_id
+    ttl = state.tombstone_ttl if event.op == "delete" else None
+    return state, (Publish(subject=subject, event=event, msg_id=msg_id, ttl=ttl),)
+
+
+def seeds(
+    held: Iterable[k8s.K8sEvent], kind: str
+) -> list[k8s.Node | k8s.Pod | k8s.PodGroup | k8s.EndpointSlice]:
+    """Objects of one kind that consumers currently have (upserts; tombstones excluded)."""
+    return [object_of(e) for e in held if e.op == "upsert" and kind_of(e) == kind]
