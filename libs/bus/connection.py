@@ -1,0 +1,138 @@
+"""``Bus``: one NATS connection per service, its JetStream context, and the verbs.
+
+Connects with reconnects forever (a service never gives up on NATS: it waits,
+logs, and carries on where it was), declares the cluster's streams, publishes
+with dedup ids and consumes typed messages. ``bus.nc`` and ``bus.js`` are the
+plain nats-py objects for anything special.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+import nats
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import StreamConfig
+
+from libs.bus import publishing, snapshotting, streams
+from libs.bus.consuming import Delivery, Subscription, consumer_config
+from proto import subjects
+
+log = structlog.get_logger("baton.bus")
+
+
+class Bus:
+    def __init__(self, nc: Client, *, cluster: str, name: str) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.cluster = subjects.check_cluster(cluster)
+        self.name = name
+        self._subscriptions: set[Subscription[Any]] = set()
+
+    @classmethod
+    async def connect(cls, url: str, *, cluster: str, name: str) -> Bus:
+        """Connect (waiting for NATS if it is not up yet) and reconnect forever."""
+        subjects.check_cluster(cluster)
+
+        async def disconnected() -> None:
+            if not nc.is_closed:  # not our own close()
+                log.warning("nats disconnected", url=url)
+
+        async def reconnected() -> None:
+            log.info("nats reconnected", url=nc.connected_url.netloc if nc.connected_url else url)
+
+        async def error(exc: Exception) -> None:
+            log.warning("nats error", error=repr(exc))
+
+        nc = await nats.connect(
+            url,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            allow_reconnect=True,
+            connect_timeout=5,
+            disconnected_cb=disconnected,
+            reconnected_cb=reconnected,
+            error_cb=error,
+        )
+        log.info("nats connected", url=url, cluster=cluster)
+        return cls(nc, cluster=cluster, name=name)
+
+    async def ensure_streams(self, configs: Iterable[StreamConfig] | None = None) -> None:
+        """Create or update every Baton stream of this cluster (idempotent)."""
+        for config in configs if configs is not None else streams.stream_configs(self.cluster):
+            try:
+                await self.js.add_stream(config)
+            except nats.js.errors.BadRequestError:
+                await self.js.update_stream(config)  # exists with another config
+
+    async def publish(
+        self,
+        subject: str,
+        event: msgspec.Struct,
+        *,
+        msg_id: str | None = None,
+        ttl: str | None = None,
+    ) -> int:
+        return await publishing.publish(self.js, subject, event, msg_id=msg_id, ttl=ttl)
+
+    async def publish_many(
+        self, items: Sequence[tuple[str, msgspec.Struct, str | None] | publishing.Outgoing]
+    ) -> None:
+        await publishing.publish_many(self.js, items)
+
+    def consume(
+        self,
+        filter_subject: str,
+        *,
+        type_: Any,
+        durable: str | None = None,
+        deliver: Delivery = "all",
+        batch: int = 256,
+        max_deliver: int = 5,
+        ack_wait: float = 30.0,
+        stream: str | None = None,
+    ) -> Subscription[Any]:
+        """A pull consumer on ``filter_subject``; iterate it for ``Message``s."""
+        config = consumer_config(
+            filter_subject,
+            durable=durable,
+            deliver=deliver,
+            batch=batch,
+            max_deliver=max_deliver,
+            ack_wait=ack_wait,
+        )
+        sub: Subscription[Any] = Subscription(
+            self, filter_subject, type_=type_, config=config, batch=batch, stream=stream
+        )
+        self._subscriptions.add(sub)
+        return sub
+
+    def forget(self, sub: Subscription[Any]) -> None:
+        self._subscriptions.discard(sub)
+
+    async def snapshot(
+        self, filter_subject: str, type_: Any, *, stream: str | None = None
+    ) -> list[Any]:
+        """The latest decoded event of every subject under ``filter_subject``."""
+        return await snapshotting.snapshot(
+            self.nc, self.js, filter_subject, type_=type_, stream=stream
+        )
+
+    async def close(self) -> None:
+        """Close subscriptions, flush pending acks and publishes, disconnect."""
+        for sub in list(self._subscriptions):
+            await sub.close()
+        if self.nc.is_closed:
+            return
+        with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+            await self.nc.flush(timeout=5)
+        await self.nc.close()

@@ -1,0 +1,75 @@
+"""Dead-lettering: give up on a message, loudly and with the reason, never crash-loop.
+
+The bus terms the message (JetStream stops redelivering it) and publishes a
+``proto.deadletter.DeadLetter`` to ``baton.<cluster>.deadletter.<domain>``. The
+publish is deduplicated on ``dl:<stream>:<seq>`` so a redelivered poison message
+is dead-lettered once.
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from prometheus_client import Counter
+
+from libs.bus.publishing import publish
+from proto import subjects
+from proto.deadletter import DeadLetter, ErrorClass
+
+log = structlog.get_logger("baton.bus")
+
+DEAD_LETTERS = Counter(
+    "baton_bus_dead_letters_total",
+    "Messages given up on and published to the dead-letter subject",
+    ["domain", "error_class"],
+)
+
+
+def dead_letter_subject(subject: str, *, cluster: str) -> str:
+    """``baton.<c>.deadletter.<domain>`` for the domain of ``subject``."""
+    parts = subject.split(".")
+    if len(parts) >= 3 and parts[0] == subjects.PREFIX:
+        cluster, domain = parts[1], parts[2]
+    else:
+        domain = "unknown"
+    return subjects.wildcard(cluster, subjects.DEADLETTER, domain)
+
+
+def letter_for(raw: Msg, *, reason: str, error_class: ErrorClass) -> DeadLetter:
+    meta = raw.metadata
+    headers = {k: str(v) for k, v in (raw.headers or {}).items()}
+    return DeadLetter(
+        subject=raw.subject,
+        stream=meta.stream,
+        seq=meta.sequence.stream,
+        reason=reason,
+        error_class=error_class,
+        payload=raw.data.decode("utf-8", errors="backslashreplace"),
+        headers=headers,
+        consumer=meta.consumer,
+        deliveries=meta.num_delivered,
+        at=time.time(),
+    )
+
+
+async def dead_letter(
+    js: JetStreamContext, raw: Msg, *, cluster: str, reason: str, error_class: ErrorClass
+) -> None:
+    """Publish the dead letter, then term the message (in that order: never lose it)."""
+    letter = letter_for(raw, reason=reason, error_class=error_class)
+    target = dead_letter_subject(raw.subject, cluster=cluster)
+    await publish(js, target, letter, msg_id=f"dl:{letter.stream}:{letter.seq}")
+    await raw.term()
+    DEAD_LETTERS.labels(domain=target.rsplit(".", 1)[-1], error_class=error_class).inc()
+    log.warning(
+        "dead-lettered",
+        subject=raw.subject,
+        seq=letter.seq,
+        reason=reason,
+        error_class=error_class,
+        deliveries=letter.deliveries,
+        to=target,
+    )

@@ -1,0 +1,64 @@
+"""Read the current state: the latest event of every subject under a filter, then stop.
+
+For a quick look or a bootstrap that does not need to follow live changes. A
+service that must follow on without a gap consumes with
+``deliver="last_per_subject"`` instead (same first part, then live).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from libs.bus.pulling import Puller
+from proto.codec import Undecodable, decode
+
+log = structlog.get_logger("baton.bus")
+
+
+async def snapshot(
+    nc: Client,
+    js: JetStreamContext,
+    filter_subject: str,
+    *,
+    type_: Any,
+    stream: str | None = None,
+    batch: int = 1024,
+) -> list[Any]:
+    """Decoded latest event per subject, in stream order; poison is skipped (and logged)."""
+    if stream is None:
+        stream = await js.find_stream_name_by_subject(filter_subject)
+    info = await js.add_consumer(
+        stream,
+        config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            ack_policy=AckPolicy.NONE,
+            filter_subject=filter_subject,
+            mem_storage=True,
+            inactive_threshold=30.0,
+        ),
+    )
+    events: list[Any] = []
+    pending = info.num_pending or 0
+    puller = Puller(nc, stream=stream, consumer=info.name, batch=min(batch, max(pending, 1)))
+    await puller.start()
+    try:
+        while pending > 0:
+            raw = await puller.next()
+            pending = int(raw.metadata.num_pending)
+            try:
+                events.append(decode(raw.data, type_))
+            except Undecodable as exc:
+                log.warning("snapshot skipped poison", subject=raw.subject, reason=str(exc))
+    finally:
+        await puller.stop()
+        with contextlib.suppress(nats.js.errors.Error, nats.errors.Error):
+            await js.delete_consumer(stream, info.name)
+    return events
