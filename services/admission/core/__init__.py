@@ -1,0 +1,174 @@
+"""The admission core (pure): ``step(state, event, now) -> (state, outputs)``.
+
+Inputs are the bridge's object events (nodes, pods, PodGroups) and ``TeamsLoaded``
+when the team config is read or changes. Outputs are actions for the actuator
+(labels and taints for team nodes, ``Annotate`` to admit a gang, ``EvictGang`` to
+reclaim borrowed GPUs) and admission events saying what was decided and why.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from proto.actions import AnyAction
+from proto.admission import AnyAdmissionEvent, GangQueued, GangReleased
+from proto.k8s import GPU, EndpointSliceEvent, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
+from services.admission.core import nodes, queueing
+from services.admission.core.state import (
+    ADMITTED,
+    BORROWING,
+    GPUS_PER_POD,
+    Gang,
+    Member,
+    State,
+)
+from services.admission.teams import DEFAULT, TeamConfig
+
+__all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step"]
+
+
+class TeamsLoaded(msgspec.Struct, frozen=True, kw_only=True, tag_field="type",
+                  tag="admission.teams-loaded.v1"):
+    """The team config was (re)read and validated by the shell."""
+
+    config: TeamConfig
+    at: float
+
+
+Input = NodeEvent | PodEvent | PodGroupEvent | EndpointSliceEvent | TeamsLoaded
+Output = AnyAction | AnyAdmissionEvent
+
+
+def initial(config: TeamConfig = DEFAULT) -> State:
+    state = State()
+    _load(state, config)
+    return state
+
+
+def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, ...]]:
+    outputs: list[Output] = []
+    match event:
+        case NodeEvent(op="upsert", node=node):
+            outputs += nodes.upsert(state, node, now)
+        case NodeEvent(op="delete", node=node):
+            outputs += nodes.delete(state, node.name, now)
+        case PodGroupEvent(op=op, pod_group=group):
+            outputs += _pod_group(state, group, now, deleted=op == "delete")
+        case PodEvent(op=op, pod=pod) if pod.gang:
+            outputs += _pod(state, pod, now, deleted=op == "delete")
+        case TeamsLoaded(config=config):
+            _load(state, config)
+            outputs += nodes.reassign_all(state, now)
+            _rehome_gangs(state)
+        case _:
+            return state, ()
+    outputs += queueing.admit(state, now)
+    return state, tuple(outputs)
+
+
+def _load(state: State, config: TeamConfig) -> None:
+    state.config = config
+    state.ns_team = {ns: t.name for t in config.teams for ns in t.namespaces}
+    state.pool_team = {p: t.name for t in config.teams for p in t.pools}
+
+
+def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> list[Output]:
+    gang = state.gangs.get(group.key)
+    if deleted:
+        return _forget(state, gang, now) if gang is not None else []
+    per_pod = _int_annotation(group.annotations.get(GPUS_PER_POD))
+    if gang is not None:
+        gang.min_member, gang.gpus_per_pod = max(1, group.min_member), per_pod
+        return _changed(state, gang, now)
+    gang = Gang(key=group.key, team=state.team_of(group.namespace),
+                min_member=max(1, group.min_member), created_at=group.created_at or now,
+                gpus_per_pod=per_pod, members=state.pending_pods.pop(group.key, {}))
+    state.gangs[gang.key] = gang
+    if not gang.team:
+        gang.reason = f"namespace {group.namespace!r} belongs to no team in the team config"
+        return [GangQueued(at=now, gang=gang.key, team="", reason=gang.reason,
+                                    position=0, gpus=gang.gpus)]
+    if group.annotations.get(ADMITTED) == "true":  # admitted before a restart: adopt
+        gang.admitted = True
+        state.hold(gang, gang.gpus)
+        gang.borrowed = gang.gpus if group.annotations.get(BORROWING) == "true" else 0
+        queueing.rebalance(state, gang.team)
+        return []
+    state.enqueue(gang)
+    return [queueing.queued(state, gang, now)]
+
+
+def _pod(state: State, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
+    key = f"{pod.namespace}/{pod.gang}"
+    gang = state.gangs.get(key)
+    members = gang.members if gang is not None else state.pending_pods.setdefault(key, {})
+    if deleted:
+        members.pop(pod.name, None)
+    else:
+        members[pod.name] = Member(gpus=pod.requests.get(GPU, 0), priority=pod.priority,
+                                   phase=pod.phase, uid=pod.uid, node=pod.node_name)
+    if gang is None:
+        if not members:
+            state.pending_pods.pop(key, None)
+        return []
+    return _changed(state, gang, now)
+
+
+def _changed(state: State, gang: Gang, now: float) -> list[Output]:
+    """A gang's demand, priority or members changed: re-account, finish, or re-queue it."""
+    if gang.admitted:
+        if gang.held != gang.gpus:
+            state.hold(gang, gang.gpus)
+            queueing.rebalance(state, gang.team)
+        members = gang.members.values()
+        if len(gang.members) >= gang.min_member and all(
+            m.phase in ("Succeeded", "Failed") for m in members
+        ):
+            return _release(state, gang, now, finished=True)
+        return []
+    if gang.team and not gang.finished:
+        state.dequeue(gang)
+        state.enqueue(gang)
+    return []
+
+
+def _forget(state: State, gang: Gang, now: float) -> list[Output]:
+    outputs = _release(state, gang, now, finished=True) if gang.admitted else []
+    state.dequeue(gang)
+    del state.gangs[gang.key]
+    return outputs
+
+
+def _release(state: State, gang: Gang, now: float, *, finished: bool) -> list[Output]:
+    gpus = gang.held
+    state.hold(gang, 0)
+    gang.admitted, gang.borrowed, gang.finished = False, 0, finished
+    queueing.rebalance(state, gang.team)
+    return [GangReleased(at=now, gang=gang.key, team=gang.team, gpus=gpus)]
+
+
+def _rehome_gangs(state: State) -> None:
+    """Namespaces may have moved between teams: move gangs (admitted ones keep running)."""
+    for gang in sorted(state.gangs.values(), key=lambda g: g.key):
+        team = state.team_of(gang.namespace)
+        if team == gang.team:
+            continue
+        if gang.admitted:
+            held = gang.held
+            state.hold(gang, 0)
+            old, gang.team = gang.team, team
+            state.hold(gang, held)
+            queueing.rebalance(state, old)
+        else:
+            state.dequeue(gang)
+            gang.team, gang.reason = team, ""
+            if team and not gang.finished:
+                state.enqueue(gang)
+    for team in {g.team for g in state.gangs.values() if g.admitted}:
+        queueing.rebalance(state, team)
+
+
+def _int_annotation(value: str | None) -> int | None:
+    if value is None or not value.isdigit():
+        return None
+    return int(value)

@@ -1,0 +1,187 @@
+"""Gang admission: quota, borrowing, reclaim, and each team's queue in order.
+
+One cycle (``admit``), per team in order of team priority:
+
+1. snapshot: the head of the team's queue and what the team uses;
+2. decide: in quota (and free capacity, reclaiming borrowed GPUs from other teams'
+   borrowing gangs if the cluster is short), or borrowing within the team's limit
+   and what lenders have idle, or wait with a reason;
+3. assume: count the gang's GPUs against its team at once;
+4. commit: an ``Annotate`` action marks the PodGroup admitted (``EvictGang`` and
+   un-annotate for a preempted borrower).
+
+Borrowed capacity is reclaimed whole-gang only, lowest team priority first, then
+lowest gang priority, then newest.
+"""
+
+from __future__ import annotations
+
+from proto.actions import Annotate, AnyAction, Binding, EvictGang
+from proto.admission import GangAdmitted, GangPreempted, GangQueued
+from services.admission.core.state import ADMITTED, BORROWING, Gang, State
+
+Output = AnyAction | GangAdmitted | GangQueued | GangPreempted
+
+
+def admit(state: State, now: float) -> list[Output]:
+    """Admit every queue head that fits, team by team, until nothing changes."""
+    outputs: list[Output] = []
+    teams = sorted(state.config.teams, key=lambda t: (-t.priority, t.name))
+    changed = True
+    while changed:
+        changed = False
+        for team in teams:
+            while state.queues.get(team.name):
+                gang = state.gangs[state.queues[team.name][0][1]]
+                step = _try(state, gang, now)
+                outputs.extend(step)
+                if not gang.admitted:
+                    break
+                changed = True
+    return outputs
+
+
+def _try(state: State, gang: Gang, now: float) -> list[Output]:
+    if not gang.known:
+        return _wait(state, gang, now, reason=(
+            "waiting for a member pod (or the PodGroup annotation baton.io/gpus-per-pod) "
+            "to learn the gang's GPU demand"
+        ))
+    need, team = gang.gpus, gang.team
+    used, quota = state.used.get(team, 0), state.quota(team)
+    if need > state.ceiling(team):
+        return _wait(state, gang, now, reason=(
+            f"needs {need} GPUs but team {team!r} can never hold more than "
+            f"{state.ceiling(team)} (quota {quota} + borrow {state.borrow_limit(team)})"
+        ))
+    if used + need <= quota:
+        return _in_quota(state, gang, now)
+    over = used + need - quota
+    if state.borrow_limit(team) == 0:
+        return _wait(state, gang, now, reason=(
+            f"team {team!r} uses {used} of its {quota} GPU quota; the gang needs {need} "
+            "and the team may not borrow"
+        ))
+    if over > state.borrow_limit(team):
+        return _wait(state, gang, now, reason=(
+            f"team {team!r} uses {used} of its {quota} GPU quota; the gang needs {need}, "
+            f"which would borrow {over} of at most {state.borrow_limit(team)}"
+        ))
+    extra = over - state.borrowed(team)
+    if extra > state.lendable(team) or need > state.free():
+        return _wait(state, gang, now, reason=(
+            f"team {team!r} is at quota ({used}/{quota} GPUs) and other teams lend only "
+            f"{min(state.lendable(team), state.free())} idle GPUs; the gang needs {need}"
+        ))
+    return _commit(state, gang, now, borrowed=extra)
+
+
+def _in_quota(state: State, gang: Gang, now: float) -> list[Output]:
+    need, free = gang.gpus, state.free()
+    outputs: list[Output] = []
+    if need > free:
+        victims = reclaim_plan(state, team=gang.team, short=need - free)
+        if not victims:
+            return _wait(state, gang, now, reason=(
+                f"within team {gang.team!r} quota, waiting for capacity: needs {need} GPUs, "
+                f"{free} free in the cluster"
+            ))
+        for victim in victims:
+            outputs.extend(preempt(state, victim, now, for_gang=gang))
+    return outputs + _commit(state, gang, now, borrowed=0)
+
+
+def reclaim_plan(state: State, *, team: str, short: int) -> list[Gang]:
+    """Borrowing gangs of other teams to preempt whole, freeing ``short`` GPUs ([]: cannot)."""
+    priority = {t.name: t.priority for t in state.config.teams}
+    candidates = sorted(
+        (g for g in state.gangs.values() if g.admitted and g.borrowed > 0 and g.team != team),
+        key=lambda g: (priority.get(g.team, 0), g.priority, -g.created_at, g.key),
+    )
+    victims: list[Gang] = []
+    freed = 0
+    for gang in candidates:
+        if freed >= short:
+            break
+        victims.append(gang)
+        freed += gang.held
+    return victims if freed >= short else []
+
+
+def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Output]:
+    """Evict the whole gang, take back its admission and put it back in its queue."""
+    pods = tuple(
+        Binding(namespace=gang.namespace, pod=name, uid=m.uid, node=m.node)
+        for name, m in sorted(gang.members.items())
+        if m.phase in ("Pending", "Running", "Unknown")
+    )
+    gpus = gang.held
+    state.hold(gang, 0)
+    gang.admitted, gang.borrowed, gang.reason = False, 0, ""
+    state.enqueue(gang)
+    rebalance(state, gang.team)
+    reason = f"reclaimed by team {for_gang.team!r} for {for_gang.key}"
+    action_id = f"admission-preempt-{gang.key}-{now:.6f}"
+    return [
+        Annotate(
+            id=f"{action_id}-unadmit", by="admission", at=now, priority="admission",
+            reason=reason, kind="PodGroup", namespace=gang.namespace, name=gang.name,
+            annotations={ADMITTED: None, BORROWING: None},
+        ),
+        EvictGang(
+            id=action_id, by="admission", at=now, priority="admission", reason=reason,
+            gang=gang.key, pods=pods,
+        ),
+        GangPreempted(
+            at=now, gang=gang.key, team=gang.team, for_team=for_gang.team,
+            for_gang=for_gang.key, gpus=gpus,
+        ),
+    ]
+
+
+def _commit(state: State, gang: Gang, now: float, *, borrowed: int) -> list[Output]:
+    state.dequeue(gang)
+    gang.admitted, gang.borrowed, gang.reason = True, borrowed, ""
+    state.hold(gang, gang.gpus)
+    annotations: dict[str, str | None] = {ADMITTED: "true", BORROWING: "true" if borrowed else None}
+    return [
+        Annotate(
+            id=f"admission-admit-{gang.key}-{now:.6f}", by="admission", at=now,
+            priority="admission", reason="borrowing" if borrowed else "within quota",
+            kind="PodGroup", namespace=gang.namespace, name=gang.name, annotations=annotations,
+        ),
+        GangAdmitted(at=now, gang=gang.key, team=gang.team, gpus=gang.gpus, borrowed=borrowed),
+    ]
+
+
+def _wait(state: State, gang: Gang, now: float, *, reason: str) -> list[Output]:
+    if reason == gang.reason:
+        return []
+    gang.reason = reason
+    return [GangQueued(at=now, gang=gang.key, team=gang.team, reason=reason, position=0,
+                       gpus=gang.gpus)]
+
+
+def queued(state: State, gang: Gang, now: float) -> GangQueued:
+    """The event for a gang entering its queue behind others."""
+    queue = state.queues.get(gang.team, [])
+    position = next((i for i, (_, k) in enumerate(queue) if k == gang.key), len(queue))
+    gang.reason = f"waiting behind {position} earlier gangs of team {gang.team!r}"
+    return GangQueued(at=now, gang=gang.key, team=gang.team, reason=gang.reason,
+                      position=position, gpus=gang.gpus)
+
+
+def rebalance(state: State, team: str) -> None:
+    """Keep the sum of a team's gangs' ``borrowed`` equal to what it uses beyond quota.
+
+    When an in-quota gang finishes, a borrowing gang of the same team is no longer
+    borrowing (and can no longer be reclaimed) for the GPUs that freed up.
+    """
+    over = state.borrowed(team)
+    priority_order = sorted(
+        (g for g in state.gangs.values() if g.team == team and g.admitted and g.borrowed > 0),
+        key=lambda g: (g.priority, -g.created_at, g.key),
+    )
+    for gang in priority_order:
+        gang.borrowed = min(gang.held, over)
+        over -= gang.borrowed
