@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 
 class Clock:
@@ -26,6 +28,12 @@ class Clock:
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` of simulated time."""
         await asyncio.sleep(max(0.0, seconds) / self.speed)
+
+    def call_later(
+        self, seconds: float, fn: Callable[..., None], *args: Any
+    ) -> asyncio.TimerHandle:
+        """Call ``fn(*args)`` after ``seconds`` of simulated time (a loop callback, no task)."""
+        return asyncio.get_running_loop().call_later(max(0.0, seconds) / self.speed, fn, *args)
 
     async def sleep_until(self, at: float) -> None:
         await self.sleep(at - self.now())

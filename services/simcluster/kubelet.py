@@ -1,0 +1,314 @@
+"""Every node's kubelet: bound pods start, run for their duration, finish, terminate.
+
+Follows the store's changes (a listener). When a pod is first seen bound
+(``spec.nodeName``) the node's kubelet admits it against its allocatable resources,
+as the kubelet does: if it does not fit, the pod fails with reason ``OutOf<resource>``
+(``OutOfnvidia.com/gpu``); otherwise it goes Running after ``pod_start_s``, and
+Succeeded after the ``sim.baton.io/duration-seconds`` annotation (none: runs until
+deleted). A pod with a ``deletionTimestamp`` is removed after ``termination_s`` (or its
+grace period, if shorter). Pods of a node that is deleted are removed, as the pod
+garbage collector does; pods of a NotReady node keep running until someone evicts them.
+Timers are event-loop callbacks, not tasks, so 100k pods cost little.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from services.simcluster import quantities
+from services.simcluster.clock import Clock, timestamp
+from services.simcluster.spec import Delays
+from services.simcluster.store import ApiError, Store
+from services.simcluster.workload import DURATION_ANNOTATION
+
+log = structlog.get_logger("simcluster.kubelet")
+TERMINAL = ("Succeeded", "Failed")
+Obj = dict[str, Any]
+
+
+@dataclass(slots=True)
+class NodeBook:
+    allocatable: dict[str, int]
+    ip: str = ""
+    used: dict[str, int] = field(default_factory=dict)
+    pods: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class PodTrack:
+    node: str
+    requests: dict[str, int]
+    timer: asyncio.TimerHandle | None = None
+    done: bool = False
+    terminating: bool = False
+
+
+class Kubelets:
+    def __init__(self, store: Store, *, clock: Clock, delays: Delays) -> None:
+        self._store = store
+        self._clock = clock
+        self._delays = delays
+        self.nodes: dict[str, NodeBook] = {}
+        self._pods: dict[str, PodTrack] = {}
+        self._ips = 0
+
+    # following the store
+
+    def on_change(self, event: str, res: str, obj: Obj) -> None:
+        if res == "pods":
+            self._on_pod(event, obj)
+        elif res == "nodes":
+            self._on_node(event, obj)
+
+    def _on_node(self, event: str, node: Obj) -> None:
+        name = node["metadata"]["name"]
+        if event == "DELETED":
+            book = self.nodes.pop(name, None)
+            for key in sorted(book.pods if book else ()):
+                namespace, _, pod = key.partition("/")
+                self._remove(namespace, pod)  # pod GC: orphaned pods go
+            return
+        status = node.get("status") or {}
+        allocatable = quantities.parse_all(status.get("allocatable"))
+        book = self.nodes.get(name)
+        if book is None:
+            ip = next(
+                (
+                    a["address"]
+                    for a in status.get("addresses") or ()
+                    if a.get("type") == "InternalIP"
+                ),
+                "",
+            )
+            self.nodes[name] = NodeBook(allocatable=allocatable, ip=ip)
+        else:
+            book.allocatable = allocatable
+
+    def _on_pod(self, event: str, pod: Obj) -> None:
+        meta = pod["metadata"]
+        key = f"{meta.get('namespace', '')}/{meta['name']}"
+        track = self._pods.get(key)
+        if event == "DELETED":
+            if track is not None:
+                self._forget(key, track)
+            return
+        if meta.get("deletionTimestamp"):
+            self._terminate(key, pod, track)
+            return
+        node = (pod.get("spec") or {}).get("nodeName")
+        if track is None and node:
+            self._admit(key, pod, node)
+
+    # the pod lifecycle
+
+    def _admit(self, key: str, pod: Obj, node: str) -> None:
+        book = self.nodes.get(node)
+        phase = (pod.get("status") or {}).get("phase")
+        if book is None or phase in TERMINAL:
+            return  # no kubelet there (yet): the pod stays as it is
+        requests = quantities.pod_requests(pod)
+        short = _shortfall(book, requests)
+        if short is not None:
+            self._pods[key] = PodTrack(node=node, requests={}, done=True)
+            self._reject(pod, short, node)
+            return
+        track = PodTrack(node=node, requests=requests)
+        self._pods[key] = track
+        for name, amount in requests.items():
+            book.used[name] = book.used.get(name, 0) + amount
+        book.pods.add(key)
+        track.timer = self._clock.call_later(self._delays.pod_start_s, self._start, key)
+
+    def _start(self, key: str) -> None:
+        track = self._pods.get(key)
+        if track is None or track.done or track.terminating:
+            return
+        track.timer = None
+        book = self.nodes.get(track.node)
+        self._ips += 1
+        ip, host_ip = _pod_ip(self._ips), book.ip if book else ""
+        namespace, _, name = key.partition("/")
+        try:
+            pod = self._store.mutate("pods", namespace, name, lambda p: _running(p, ip, host_ip))
+        except ApiError:
+            return
+        duration = (pod["metadata"].get("annotations") or {}).get(DURATION_ANNOTATION)
+        if duration is None:
+            return
+        try:
+            seconds = float(duration)
+        except ValueError:
+            log.warning("bad duration annotation", pod=key, value=duration)
+            return
+        track.timer = self._clock.call_later(seconds, self._finish, key)
+
+    def _finish(self, key: str) -> None:
+        track = self._pods.get(key)
+        if track is None or track.terminating:
+            return
+        track.timer = None
+        self._release(key, track)
+        namespace, _, name = key.partition("/")
+        try:
+            self._store.mutate("pods", namespace, name, _succeeded)
+        except ApiError:
+            return
+
+    def _reject(self, pod: Obj, short: tuple[str, int, int, int], node: str) -> None:
+        resource, requested, used, capacity = short
+        message = (
+            f"Pod was rejected: Node didn't have enough resource: {resource}, "
+            f"requested: {requested}, used: {used}, capacity: {capacity}"
+        )
+        meta = pod["metadata"]
+        log.info("pod rejected", pod=meta["name"], reason=f"OutOf{resource}", node=node)
+
+        def failed(p: Obj) -> None:
+            status = p.setdefault("status", {})
+            status.update(phase="Failed", reason=f"OutOf{resource}", message=message)
+
+        try:
+            self._store.mutate("pods", meta.get("namespace"), meta["name"], failed)
+        except ApiError:
+            return
+
+    def _terminate(self, key: str, pod: Obj, track: PodTrack | None) -> None:
+        if track is not None and track.terminating:
+            return
+        if track is None:
+            track = PodTrack(node=(pod.get("spec") or {}).get("nodeName") or "", requests={})
+            self._pods[key] = track
+        if track.timer is not None:
+            track.timer.cancel()
+        track.terminating = True
+        grace = pod["metadata"].get("deletionGracePeriodSeconds")
+        delay = (
+            self._delays.termination_s if grace is None else min(grace, self._delays.termination_s)
+        )
+        namespace, _, name = key.partition("/")
+        track.timer = self._clock.call_later(delay, self._remove, namespace, name)
+
+    def _remove(self, namespace: str, name: str) -> None:
+        try:
+            self._store.delete("pods", namespace, name, grace_seconds=0)
+        except ApiError:
+            return
+
+    def _release(self, key: str, track: PodTrack) -> None:
+        if track.done:
+            return
+        track.done = True
+        book = self.nodes.get(track.node)
+        if book is None:
+            return
+        for name, amount in track.requests.items():
+            book.used[name] = book.used.get(name, 0) - amount
+        book.pods.discard(key)
+
+    def _forget(self, key: str, track: PodTrack) -> None:
+        if track.timer is not None:
+            track.timer.cancel()
+        self._release(key, track)
+        del self._pods[key]
+
+    # inspection
+
+    def pod_count(self, node: str) -> int:
+        book = self.nodes.get(node)
+        return len(book.pods) if book else 0
+
+    def used(self, node: str) -> dict[str, int]:
+        book = self.nodes.get(node)
+        return {k: v for k, v in (book.used if book else {}).items() if v}
+
+    def close(self) -> None:
+        for track in self._pods.values():
+            if track.timer is not None:
+                track.timer.cancel()
+
+
+def _shortfall(book: NodeBook, requests: dict[str, int]) -> tuple[str, int, int, int] | None:
+    """The first resource the node lacks: (name, requested, used, allocatable)."""
+    wanted = {**requests, "pods": 1}
+    for name, amount in wanted.items():
+        if amount <= 0:
+            continue
+        capacity = book.allocatable.get(name, 0)
+        used = len(book.pods) if name == "pods" else book.used.get(name, 0)
+        if used + amount > capacity:
+            return name, amount, used, capacity
+    return None
+
+
+def _pod_ip(n: int) -> str:
+    return f"10.{128 + ((n >> 16) & 127)}.{(n >> 8) & 255}.{n & 255}"
+
+
+def _running(pod: Obj, ip: str, host_ip: str) -> None:
+    now = timestamp()
+    status = pod.setdefault("status", {})
+    status.update(
+        phase="Running",
+        startTime=status.get("startTime", now),
+        podIP=ip,
+        podIPs=[{"ip": ip}],
+        hostIP=host_ip,
+    )
+    _conditions(status, now, ready="True", reason="")
+    status["containerStatuses"] = [
+        {
+            "name": c.get("name", ""),
+            "image": c.get("image", ""),
+            "imageID": c.get("image", ""),
+            "containerID": f"containerd://sim-{pod['metadata'].get('uid', '')[:8]}-{i}",
+            "ready": True,
+            "started": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": now}},
+        }
+        for i, c in enumerate(pod.get("spec", {}).get("containers") or ())
+    ]
+
+
+def _succeeded(pod: Obj) -> None:
+    now = timestamp()
+    status = pod.setdefault("status", {})
+    status["phase"] = "Succeeded"
+    _conditions(status, now, ready="False", reason="PodCompleted")
+    for c in status.get("containerStatuses") or ():
+        started = (c.get("state") or {}).get("running", {}).get("startedAt", now)
+        c.update(
+            ready=False,
+            started=False,
+            state={
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": started,
+                    "finishedAt": now,
+                }
+            },
+        )
+
+
+def _conditions(status: Obj, now: str, *, ready: str, reason: str) -> None:
+    wanted = {
+        "PodScheduled": "True",
+        "Initialized": "True",
+        "ContainersReady": ready,
+        "Ready": ready,
+    }
+    current = {c.get("type"): c for c in status.get("conditions") or ()}
+    conditions = [c for t, c in current.items() if t not in wanted]
+    for type_, value in wanted.items():
+        old = current.get(type_) or {}
+        since = old.get("lastTransitionTime", now) if old.get("status") == value else now
+        entry = {"type": type_, "status": value, "lastProbeTime": None, "lastTransitionTime": since}
+        if reason and value == "False":
+            entry["reason"] = reason
+        conditions.append(entry)
+    status["conditions"] = conditions
