@@ -1,0 +1,190 @@
+"""Applying each action kind to the API, idempotently: the API state decides "already".
+
+``apply(session, action)`` returns the outcome and error, or raises ``ApiError`` (the
+shell maps its policy: ``backoff``/``reread`` -> retry later, ``gone``/``fail`` ->
+failed). Patches carry the resourceVersion they were computed from; a 409 means
+someone changed the object in between, so it is read again and recomputed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from proto.actions import (
+    Annotate,
+    AnyAction,
+    BindGang,
+    Cordon,
+    CreatePod,
+    DeletePod,
+    Evict,
+    EvictGang,
+    Outcome,
+    ScaleMachineDeployment,
+    SetLabels,
+    SetTaint,
+)
+from services.actuator import binding, podspec
+from services.actuator.calling import MERGE, ApiError, Obj, Session
+
+REREADS = 5
+CAPI = ("cluster.x-k8s.io", "v1beta1")
+PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1")
+Applied = tuple[Outcome, str]
+
+
+async def apply(s: Session, action: AnyAction, *, bind_concurrency: int = 64) -> Applied:
+    match action:
+        case BindGang():
+            return await binding.bind_gang(s, action, concurrency=bind_concurrency)
+        case EvictGang():
+            pods = [(p.namespace, p.pod, p.uid) for p in action.pods]
+            return await binding.evict_all(s, pods, concurrency=bind_concurrency)
+        case Evict():
+            return await binding.evict_all(s, [(action.namespace, action.pod, action.uid)])
+        case SetTaint():
+            return await _on_node(s, action.node, _taints(action))
+        case SetLabels():
+            return await _on_node(s, action.node, _meta("labels", action.labels))
+        case Cordon():
+            return await _on_node(s, action.node, _cordon(action))
+        case Annotate():
+            return await _annotate(s, action)
+        case CreatePod():
+            return await _create_pod(s, action)
+        case DeletePod():
+            return await _delete_pod(s, action)
+        case ScaleMachineDeployment():
+            return await _scale(s, action)
+    raise TypeError(f"no applier for {type(action).__name__}")  # a bug: the union grew
+
+
+Compute = Callable[[Obj], Obj | None]
+
+
+async def _converge(
+    s: Session, read: Callable[[], Awaitable[Obj]], compute: Compute,
+    patch: Callable[[Obj], Awaitable[Obj]],
+) -> Applied:  # fmt: skip
+    """Read, compute the patch (None: already so), patch with the read resourceVersion."""
+    for _ in range(REREADS):
+        obj = await read()
+        body = compute(obj)
+        if body is None:
+            return "already", ""
+        meta = body.setdefault("metadata", {})
+        meta["resourceVersion"] = obj.get("metadata", {}).get("resourceVersion", "")
+        try:
+            await patch(body)
+        except ApiError as exc:
+            if exc.status == 409:
+                continue
+            raise
+        return "applied", ""
+    raise ApiError(409, f"still conflicting after {REREADS} re-reads", reason="Conflict")
+
+
+async def _on_node(s: Session, node: str, compute: Compute) -> Applied:
+    core = s.api.core
+    return await _converge(
+        s, lambda: s.call("get", core.read_node, node), compute,
+        lambda body: s.call("patch", core.patch_node, node, body, _content_type=MERGE),
+    )  # fmt: skip
+
+
+def _taints(action: SetTaint) -> Compute:
+    t = action.taint
+    mine = {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
+
+    def compute(node: Obj) -> Obj | None:
+        taints: list[dict[str, Any]] = node.get("spec", {}).get("taints") or []
+        same = [x for x in taints if x.get("key") == t.key and x.get("effect") == t.effect]
+        others = [x for x in taints if x not in same]
+        if action.present:
+            if len(same) == 1 and same[0].get("value", "") == t.value:
+                return None
+            return {"spec": {"taints": [*others, mine]}}
+        return {"spec": {"taints": others}} if same else None
+
+    return compute
+
+
+def _cordon(action: Cordon) -> Compute:
+    def compute(node: Obj) -> Obj | None:
+        if bool(node.get("spec", {}).get("unschedulable")) == action.unschedulable:
+            return None
+        return {"spec": {"unschedulable": action.unschedulable}}
+
+    return compute
+
+
+def _meta(field: str, want: dict[str, str | None]) -> Compute:
+    """Set (value) or remove (None) keys of metadata.labels / metadata.annotations."""
+
+    def compute(obj: Obj) -> Obj | None:
+        have: dict[str, str] = obj.get("metadata", {}).get(field) or {}
+        if all(have.get(k) == v for k, v in want.items()):
+            return None
+        return {"metadata": {field: dict(want)}}
+
+    return compute
+
+
+async def _annotate(s: Session, action: Annotate) -> Applied:
+    ns, name, compute = action.namespace, action.name, _meta("annotations", action.annotations)
+    if action.kind == "Pod":
+        core = s.api.core
+        return await _converge(
+            s, lambda: s.call("get", core.read_namespaced_pod, name, ns), compute,
+            lambda b: s.call("patch", core.patch_namespaced_pod, name, ns, b, _content_type=MERGE),
+        )  # fmt: skip
+    custom = s.api.custom
+    where = (*PODGROUPS, ns, "podgroups", name)
+    get, patch = custom.get_namespaced_custom_object, custom.patch_namespaced_custom_object
+    return await _converge(
+        s, lambda: s.call("get", get, *where), compute,
+        lambda b: s.call("patch", patch, *where, b, _content_type=MERGE),
+    )  # fmt: skip
+
+
+async def _create_pod(s: Session, action: CreatePod) -> Applied:
+    body = podspec.from_template(action.pod)
+    try:
+        await s.call("create", s.api.core.create_namespaced_pod, action.pod.namespace, body)
+    except ApiError as exc:
+        if exc.status == 409 and action.pod.name:
+            return "already", ""
+        raise
+    return "applied", ""
+
+
+async def _delete_pod(s: Session, action: DeletePod) -> Applied:
+    options: Obj = {}
+    if action.grace_seconds is not None:
+        options["gracePeriodSeconds"] = action.grace_seconds
+    try:
+        await s.call(
+            "delete", s.api.core.delete_namespaced_pod, action.pod, action.namespace, body=options
+        )
+    except ApiError as exc:
+        if exc.status == 404:
+            return "already", ""
+        raise
+    return "applied", ""
+
+
+async def _scale(s: Session, action: ScaleMachineDeployment) -> Applied:
+    custom = s.api.custom
+    where = (*CAPI, action.namespace, "machinedeployments", action.name)
+
+    def compute(scale: Obj) -> Obj | None:
+        current = scale.get("spec", {}).get("replicas")
+        return None if current == action.replicas else {"spec": {"replicas": action.replicas}}
+
+    get = custom.get_namespaced_custom_object_scale
+    patch = custom.patch_namespaced_custom_object_scale
+    return await _converge(
+        s, lambda: s.call("get", get, *where), compute,
+        lambda b: s.call("patch", patch, *where, b, _content_type=MERGE),
+    )  # fmt: skip

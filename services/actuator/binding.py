@@ -1,0 +1,177 @@
+"""Binding a gang all-or-nothing, rolling back a partial one, and evicting gangs.
+
+1. check every target node exists (a short cache; reads are not rate limited), so a
+   gang aimed at a vanished node binds nothing at all;
+2. bind members concurrently (bounded) through ``pods/binding``; stop starting new
+   binds at the first failure;
+3. on any failure, undo every member this gang bound (see ``gangs``): the gang is
+   reported ``rolled-back`` and the gang service decides again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from proto.actions import BindGang, Binding, Outcome
+from services.actuator import podspec
+from services.actuator.calling import ApiError, Obj, Session, node_exists
+from services.actuator.gangs import Member, Undo, gang_error, gang_outcome, plan_rollback, to_undo
+
+Applied = tuple[Outcome, str]
+T = TypeVar("T")
+U = TypeVar("U")
+RECREATE_TRIES = 20
+
+
+async def bounded(items: Sequence[T], fn: Callable[[T], Awaitable[U]], *, limit: int) -> list[U]:
+    gate = asyncio.Semaphore(max(limit, 1))
+
+    async def one(item: T) -> U:
+        async with gate:
+            return await fn(item)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(i)) for i in items]
+    except BaseExceptionGroup as failed:  # the others were cancelled; report the first
+        raise failed.exceptions[0] from None
+    return [t.result() for t in tasks]
+
+
+async def bind_gang(s: Session, action: BindGang, *, concurrency: int) -> Applied:
+    nodes = sorted({b.node for b in action.bindings})
+    present = dict(
+        zip(
+            nodes, await bounded(nodes, lambda n: node_exists(s, n), limit=concurrency), strict=True
+        )
+    )
+    failed = asyncio.Event()
+
+    async def one(b: Binding) -> Member:
+        if not present[b.node]:
+            failed.set()
+            return Member(binding=b, state="failed", error=f"node {b.node} not found")
+        if failed.is_set():
+            return Member(binding=b, state="skipped")
+        try:
+            member = await bind_one(s, b)
+        except Exception as exc:  # our bug or a broken connection: still roll back
+            member = Member(binding=b, state="failed", error=f"{type(exc).__name__}: {exc}")
+        if member.state == "failed":
+            failed.set()
+        return member
+
+    members = tuple(await bounded(action.bindings, one, limit=concurrency))
+    outcome = gang_outcome(members)
+    if outcome != "rolled-back":
+        return outcome, ""
+    await roll_back(s, members, concurrency=concurrency)
+    return outcome, gang_error(members)
+
+
+async def bind_one(s: Session, b: Binding) -> Member:
+    meta: Obj = {"name": b.pod, "namespace": b.namespace, **({"uid": b.uid} if b.uid else {})}
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": b.node}}  # fmt: skip
+    try:
+        await s.call("create", s.api.core.create_namespaced_pod_binding, b.pod, b.namespace, body)
+    except ApiError as exc:
+        if exc.status == 409:
+            return await _why_conflict(s, b, exc)
+        if exc.status == 404:
+            return Member(binding=b, state="failed", error=f"pod {b.namespace}/{b.pod} not found")
+        return Member(binding=b, state="failed", error=str(exc))
+    return Member(binding=b, state="bound")
+
+
+async def _why_conflict(s: Session, b: Binding, exc: ApiError) -> Member:
+    """A 409 on a binding: already bound (here: fine; elsewhere: failed) or replaced."""
+    try:
+        pod = await s.call("get", s.api.core.read_namespaced_pod, b.pod, b.namespace)
+    except ApiError as again:
+        return Member(binding=b, state="failed", error=f"{exc}; then {again}")
+    node = pod.get("spec", {}).get("nodeName", "")
+    uid = pod.get("metadata", {}).get("uid", "")
+    if b.uid and uid != b.uid:
+        return Member(binding=b, state="failed", error=f"pod was replaced (uid {uid}, not {b.uid})")
+    if node == b.node:
+        return Member(binding=b, state="already")
+    return Member(
+        binding=b, state="failed", error=f"pod already bound to {node or '?'}: {exc.message}"
+    )
+
+
+async def roll_back(s: Session, members: tuple[Member, ...], *, concurrency: int) -> None:
+    """Undo every bound member. Raises ApiError if one cannot be undone (retry later)."""
+    undo = to_undo(members)
+    pods = await bounded(undo, lambda m: _read_or_none(s, m.binding), limit=concurrency)
+    found = {
+        f"{m.binding.namespace}/{m.binding.pod}": p for m, p in zip(undo, pods, strict=True) if p
+    }
+    controlled = {key: podspec.has_controller(pod) for key, pod in found.items()}
+    steps = plan_rollback(members, controlled=controlled)
+    await bounded(
+        steps, lambda step: _undo(s, step, found[f"{step.namespace}/{step.pod}"]), limit=concurrency
+    )
+
+
+async def _read_or_none(s: Session, b: Binding) -> Obj | None:
+    try:
+        return await s.call("get", s.api.core.read_namespaced_pod, b.pod, b.namespace)
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+async def _undo(s: Session, step: Undo, pod: Obj) -> None:
+    uid = step.uid or pod.get("metadata", {}).get("uid", "")
+    await _delete(s, step.namespace, step.pod, uid=uid)
+    if step.how == "delete":
+        return
+    body = podspec.unbound_copy(pod)
+    core = s.api.core
+    for attempt in range(1, RECREATE_TRIES + 1):
+        try:
+            await s.call("create", core.create_namespaced_pod, step.namespace, body)
+            return
+        except ApiError as exc:  # 409: the old pod is still terminating
+            if exc.status != 409 or attempt == RECREATE_TRIES:
+                raise
+            await asyncio.sleep(min(0.05 * attempt, 1.0))
+
+
+async def _delete(s: Session, namespace: str, pod: str, *, uid: str) -> None:
+    options: Obj = {"gracePeriodSeconds": 0, **({"preconditions": {"uid": uid}} if uid else {})}
+    try:
+        await s.call("delete", s.api.core.delete_namespaced_pod, pod, namespace, body=options)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
+async def evict_all(
+    s: Session, pods: Sequence[tuple[str, str, str]], *, concurrency: int = 64
+) -> Applied:
+    """Evict each (namespace, pod, uid) through ``pods/eviction``; a pod already gone is fine."""
+
+    async def one(target: tuple[str, str, str]) -> bool:
+        namespace, pod, uid = target
+        body: Obj = {"apiVersion": "policy/v1", "kind": "Eviction",
+                     "metadata": {"name": pod, "namespace": namespace}}  # fmt: skip
+        if uid:
+            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        try:
+            await s.call("create", s.api.core.create_namespaced_pod_eviction, pod, namespace, body)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            if exc.status == 409 and uid:  # the uid precondition: that pod is gone
+                return False
+            raise
+        return True
+
+    evicted = await bounded(pods, one, limit=concurrency)
+    return ("applied" if any(evicted) else "already"), ""

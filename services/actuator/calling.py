@@ -1,0 +1,131 @@
+"""One API call, with the retry table applied: the only place the actuator meets HTTP.
+
+Calls go through kubernetes-asyncio's typed methods with ``_preload_content=False``:
+the actuator reads a handful of fields, so the JSON is decoded with msgspec into
+plain dicts instead of building the generated model objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import msgspec
+from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.actuator import core, metrics
+
+MERGE = "application/merge-patch+json"
+Obj = dict[str, Any]
+
+
+class ApiError(Exception):
+    """The API refused a call, or it failed after every in-process retry."""
+
+    def __init__(self, status: int, message: str, *, reason: str = "") -> None:
+        super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+    @property
+    def policy(self) -> core.Policy:
+        return core.policy_for(self.status)
+
+
+class Api:
+    """Shared clients plus the retry settings; one per process."""
+
+    def __init__(
+        self, client: ApiClient, *, tries: int = 4, base: float = 0.1, cap: float = 5.0,
+        timeout: float = 30.0, seed: int = 0, node_cache_seconds: float = 2.0,
+    ) -> None:  # fmt: skip
+        self.client = client
+        self.core = CoreV1Api(client)
+        self.custom = CustomObjectsApi(client)
+        self.tries, self.base, self.cap, self.timeout = tries, base, cap, timeout
+        self.rng = random.Random(seed)
+        self.node_cache_seconds = node_cache_seconds
+        self.nodes_seen: dict[str, float] = {}  # node -> monotonic time it was last seen
+
+    def session(self) -> Session:
+        return Session(self)
+
+
+class Session:
+    """The calls made for one action: counts its writes for the rate limiter."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.writes = 0
+
+    async def call(
+        self, verb: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kw: Any
+    ) -> Obj:
+        """Call ``fn``; back off and retry on 429/5xx/timeouts; raise ApiError otherwise."""
+        api = self.api
+        for attempt in range(1, api.tries + 1):
+            status, message, reason, retry_after = await self._once(verb, fn, *args, **kw)
+            if status < 300:
+                return msgspec.json.decode(message) if message else {}
+            error = ApiError(status, _message(message), reason=reason)
+            if error.policy != "backoff" or attempt == api.tries:
+                raise error
+            delay = core.backoff(attempt, base=api.base, cap=api.cap, rng=api.rng)
+            await asyncio.sleep(max(delay, min(retry_after, api.cap)))
+        raise AssertionError("unreachable")
+
+    async def _once(
+        self, verb: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kw: Any
+    ) -> tuple[int, bytes, str, float]:
+        if verb != "get":
+            self.writes += 1
+        started = time.perf_counter()
+        try:
+            response = await fn(
+                *args, _preload_content=False, _request_timeout=self.api.timeout, **kw
+            )
+            async with response:
+                body = await response.read()
+                status = response.status
+                retry_after = float(response.headers.get("Retry-After", 0) or 0)
+            return status, body, "", retry_after
+        except ApiException as exc:
+            body = exc.body.encode() if isinstance(exc.body, str) else bytes(exc.body or b"")
+            return exc.status or 0, body, str(exc.reason or ""), 0.0
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return 0, str(exc).encode(), type(exc).__name__, 0.0
+        finally:
+            metrics.API_SECONDS.labels(verb=verb).observe(time.perf_counter() - started)
+
+
+def _message(body: bytes) -> str:
+    """The ``message`` of a Kubernetes ``Status`` body, or the body itself."""
+    try:
+        status = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return body.decode(errors="replace")[:500]
+    message = status.get("message") if isinstance(status, dict) else None
+    if isinstance(message, str):
+        return message
+    return body.decode(errors="replace")[:500]
+
+
+async def node_exists(session: Session, name: str) -> bool:
+    """Whether the node exists, from a short cache or a GET (reads are not rate limited)."""
+    api = session.api
+    seen = api.nodes_seen.get(name)
+    if seen is not None and time.monotonic() - seen < api.node_cache_seconds:
+        return True
+    try:
+        await session.call("get", api.core.read_node, name)
+    except ApiError as exc:
+        if exc.status == 404:
+            api.nodes_seen.pop(name, None)
+            return False
+        raise
+    api.nodes_seen[name] = time.monotonic()
+    return True
