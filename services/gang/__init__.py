@@ -1,0 +1,1 @@
+"""gang: all-or-nothing, topology-aware placement of PodGroups (see docs/gang.md)."""

@@ -1,0 +1,83 @@
+"""Why a gang does not fit, and what would make it fit ("12 more 8-GPU nodes in one block")."""
+
+from __future__ import annotations
+
+from proto.placement import GangUnschedulable, Need
+from services.gang.cluster import Cluster
+from services.gang.fitting import Shape, eligible_counts
+from services.gang.topology import Search
+
+_COMMON = frozenset({"cpu", "memory", "ephemeral-storage"})
+
+
+def verdict(
+    cluster: Cluster,
+    members: dict[Shape, list[str]],
+    found: Search,
+    *,
+    gang: str,
+    required: str,
+    blocked_by: str,
+    now: float,
+) -> GangUnschedulable:
+    """All members are counted as the biggest shape (the autoscaler's unit is a node)."""
+    shape = next(iter(members))
+    total = sum(len(k) for k in members.values())
+    within = required if required in cluster.levels else ""
+    fits_now = found.best.get(within, 0) if within else found.best.get("", 0)
+    empty = eligible_counts(cluster, shape, empty=True)
+    if not empty:
+        request = _shape(dict(shape.requests))
+        return GangUnschedulable(
+            gang=gang,
+            at=now,
+            reason="no ready node matches the members' requests, selector, affinity, tolerations",
+            need=Need(nodes=total, shape=request, within=within),
+            members=total,
+        )
+    best_node, per_node = max(empty, key=lambda c: (c[1], c[0].node.name))
+    node_shape = _shape({r: best_node.node.allocatable.get(r, 0) for r, _ in shape.requests})
+    if within:
+        level = cluster.levels.index(within)
+        sums: dict[str, int] = {}
+        for state, n in empty:
+            path = state.paths[level]
+            if path is not None:
+                sums[path] = sums.get(path, 0) + n
+        when_free = max(sums.values(), default=0)
+    else:
+        when_free = sum(n for _, n in empty)
+    missing = max(total - fits_now, 0)
+    where = f" in one {within}" if within else ""
+    if blocked_by:
+        reason = f"{fits_now} of {total} members fit outside the nodes reserved for {blocked_by}"
+    else:
+        reason = f"{fits_now} of {total} members fit{where}"
+    return GangUnschedulable(
+        gang=gang,
+        at=now,
+        reason=reason,
+        need=Need(nodes=-(-missing // per_node), shape=node_shape, within=within),
+        members=total,
+        fits_when_free=when_free >= total,
+        blocked_by=blocked_by,
+    )
+
+
+def _shape(resources: dict[str, int]) -> dict[str, int]:
+    """The resources that name a node type (GPUs, RDMA...), or cpu/memory if only those."""
+    special = {r: n for r, n in resources.items() if r not in _COMMON}
+    return special or resources
+
+
+def identity(event: GangUnschedulable) -> tuple[object, ...]:
+    """What must change for the verdict to be published again."""
+    need = event.need
+    return (
+        event.reason,
+        need.nodes,
+        tuple(sorted(need.shape.items())),
+        need.within,
+        event.fits_when_free,
+        event.blocked_by,
+    )

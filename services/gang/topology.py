@@ -1,0 +1,233 @@
+"""Topology-aware, all-or-nothing search: which domain, and which nodes in it.
+
+Levels are node label keys from broad to narrow (zone -> block -> rack). One pass
+over the eligible nodes sums, per domain at every level, how many members of each
+shape it can take now; those aggregates pick the domain (narrowest level first,
+then best fit: least capacity left over, so large free domains stay whole), and
+only the nodes of the chosen domain are looked at again to assign members.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+from services.gang.cluster import Cluster, NodeState
+from services.gang.fitting import Shape, count_fits, eligible_counts
+
+Counts = list[tuple[NodeState, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    nodes: dict[str, str]  # pod key -> node name
+    level: str  # label key of the one domain holding the gang ('' spans domains)
+    domain: str  # that domain's label value
+    domains: int  # narrowest-level domains used
+    min_domains: int  # fewest narrowest-level domains that could hold it now
+
+
+@dataclass(slots=True)
+class Search:
+    plan: Plan | None
+    best: dict[str, int] = field(
+        default_factory=dict
+    )  # level ('' cluster) -> most members one domain takes
+    eligible_nodes: int = 0
+
+
+def level_order(
+    levels: tuple[str, ...], *, required: str, preferred: str
+) -> tuple[list[int], bool]:
+    """Level indexes to try, narrowest first, and whether spanning the cluster is allowed."""
+    if required in levels:
+        return list(range(len(levels) - 1, levels.index(required) - 1, -1)), False
+    start = levels.index(preferred) if preferred in levels else len(levels) - 1
+    return list(range(start, -1, -1)), True
+
+
+def search(
+    cluster: Cluster,
+    members: dict[Shape, list[str]],
+    *,
+    required: str = "",
+    preferred: str = "",
+    excluded: frozenset[str] = frozenset(),
+) -> Search:
+    shapes = list(members)
+    counts = {s: eligible_counts(cluster, s, excluded=excluded) for s in shapes}
+    dominant = shapes[0]
+    levels = cluster.levels
+    order, may_span = level_order(levels, required=required, preferred=preferred)
+    result = Search(plan=None, eligible_nodes=len(counts[dominant]))
+    sums = {s: _sums(counts[s], len(levels)) for s in shapes}
+    min_domains = _min_domains(
+        sums[dominant][-1] if levels else {}, counts[dominant], len(members[dominant])
+    )
+    for i in order:
+        dom_sums = sums[dominant][i]
+        result.best[levels[i]] = max(dom_sums.values(), default=0)
+        need = len(members[dominant])
+        fitting = [
+            p for p in dom_sums if all(sums[s][i].get(p, 0) >= len(members[s]) for s in shapes)
+        ]
+        for path in sorted(fitting, key=lambda p: (dom_sums[p] - need, p)):
+            inside = {s: [c for c in counts[s] if c[0].paths[i] == path] for s in shapes}
+            nodes = _assign(members, inside, best_fit=True)
+            if nodes is not None:
+                value = path.rsplit("/", 1)[-1]
+                result.plan = _plan(
+                    cluster, nodes, level=levels[i], domain=value, min_domains=min_domains
+                )
+                return result
+    result.best[""] = sum(c for _, c in counts[dominant])
+    if may_span and all(sum(c for _, c in counts[s]) >= len(members[s]) for s in shapes):
+        ordered = {s: _hierarchical(counts[s], sums[s]) for s in shapes}
+        nodes = _assign(members, ordered, best_fit=False)
+        if nodes is not None:
+            result.plan = _plan(cluster, nodes, level="", domain="", min_domains=min_domains)
+    return result
+
+
+def _sums(counts: Counts, depth: int) -> list[dict[str, int]]:
+    sums: list[dict[str, int]] = [{} for _ in range(depth)]
+    for state, n in counts:
+        for i, path in enumerate(state.paths):
+            if path is not None:
+                level = sums[i]
+                level[path] = level.get(path, 0) + n
+    return sums
+
+
+def _min_domains(narrow: dict[str, int], counts: Counts, need: int) -> int:
+    """Fewest narrowest-level domains (unlabelled nodes count alone) holding ``need``."""
+    sizes = list(narrow.values()) + [n for s, n in counts if not s.paths or s.paths[-1] is None]
+    total = 0
+    for used, size in enumerate(sorted(sizes, reverse=True), start=1):
+        total += size
+        if total >= need:
+            return used
+    return 0
+
+
+def _hierarchical(counts: Counts, sums: list[dict[str, int]]) -> Counts:
+    """Nodes grouped by domain, biggest domains first at every level: spans few domains."""
+
+    def key(item: tuple[NodeState, int]) -> tuple[object, ...]:
+        state, n = item
+        parts: list[object] = []
+        for i, path in enumerate(state.paths):
+            parts += [-(sums[i].get(path, 0) if path else 0), path or ""]
+        return (*parts, -n, state.node.name)
+
+    return sorted(counts, key=key)
+
+
+def _assign(
+    members: dict[Shape, list[str]], counts: dict[Shape, Counts], *, best_fit: bool
+) -> dict[str, str] | None:
+    """Every member gets a node or None. Later shapes see what earlier ones took."""
+    taken: dict[str, dict[str, int]] = {}
+    out: dict[str, str] = {}
+    for shape, keys in members.items():
+        items = counts[shape]
+        if taken:
+            items = [(s, _count_after(s, shape, taken)) for s, _ in items]
+            items = [(s, n) for s, n in items if n > 0]
+        picks = _best_fit(items, len(keys)) if best_fit else _in_order(items, len(keys))
+        if picks is None:
+            return None
+        it = iter(keys)
+        for state, n in picks:
+            use = taken.setdefault(state.node.name, {})
+            for res, amount in shape.requests:
+                use[res] = use.get(res, 0) + amount * n
+            for _ in range(n):
+                out[next(it)] = state.node.name
+    return out
+
+
+def _count_after(state: NodeState, shape: Shape, taken: dict[str, dict[str, int]]) -> int:
+    use = taken.get(state.node.name)
+    if not use:
+        return count_fits(state.free, shape.requests)
+    free = {r: state.free.get(r, 0) - use.get(r, 0) for r, _ in shape.requests}
+    return count_fits(free, shape.requests)
+
+
+def _best_fit(items: Counts, need: int) -> list[tuple[NodeState, int]] | None:
+    """Smallest node that holds the rest, else the largest and repeat: few nodes, tight fit."""
+    ordered = sorted(items, key=lambda c: (c[1], c[0].node.name))
+    sizes = [n for _, n in ordered]
+    picks: list[tuple[NodeState, int]] = []
+    while need > 0 and ordered:
+        i = bisect_left(sizes, need)
+        if i < len(sizes):
+            picks.append((ordered[i][0], need))
+            return picks
+        state, n = ordered.pop()
+        sizes.pop()
+        picks.append((state, n))
+        need -= n
+    return picks if need <= 0 else None
+
+
+def _in_order(items: Counts, need: int) -> list[tuple[NodeState, int]] | None:
+    picks: list[tuple[NodeState, int]] = []
+    for state, n in items:
+        if need <= 0:
+            break
+        picks.append((state, min(n, need)))
+        need -= n
+    return picks if need <= 0 else None
+
+
+def _plan(
+    cluster: Cluster, nodes: dict[str, str], *, level: str, domain: str, min_domains: int
+) -> Plan:
+    narrow: set[str] = set()
+    for name in set(nodes.values()):
+        paths = cluster.nodes[name].paths
+        narrow.add(paths[-1] if paths and paths[-1] is not None else f"node:{name}")
+    return Plan(
+        nodes=nodes, level=level, domain=domain, domains=len(narrow), min_domains=min_domains
+    )
+
+
+def reserve(
+    cluster: Cluster, members: dict[Shape, list[str]], *, required: str = "", preferred: str = ""
+) -> frozenset[str]:
+    """Nodes the head gang will take once they are free: the domain (narrowest level
+    first) that could hold it when empty and has the most room now, and in it the
+    nodes with the most room now. Empty if it could never fit. All members are
+    counted as the biggest shape (a safe over-estimate)."""
+    shape = next(iter(members))
+    need = sum(len(k) for k in members.values())
+    empty = eligible_counts(cluster, shape, empty=True)
+    now = {s.node.name: count_fits(s.free, shape.requests) for s, _ in empty}
+    order, may_span = level_order(cluster.levels, required=required, preferred=preferred)
+    for i in order:
+        total: dict[str, int] = {}
+        free: dict[str, int] = {}
+        for s, n in empty:
+            path = s.paths[i]
+            if path is not None:
+                total[path] = total.get(path, 0) + n
+                free[path] = free.get(path, 0) + now[s.node.name]
+        fitting = [p for p, n in total.items() if n >= need]
+        if fitting:
+            path = min(fitting, key=lambda p: (-free[p], total[p], p))
+            return _soonest([c for c in empty if c[0].paths[i] == path], now, need)
+    if may_span and sum(n for _, n in empty) >= need:
+        return _soonest(empty, now, need)
+    return frozenset()
+
+
+def _soonest(items: Counts, now: dict[str, int], need: int) -> frozenset[str]:
+    out: list[str] = []
+    for state, n in sorted(items, key=lambda c: (-now[c[0].node.name], -c[1], c[0].node.name)):
+        if need <= 0:
+            break
+        out.append(state.node.name)
+        need -= n
+    return frozenset(out)
