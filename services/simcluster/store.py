@@ -106,6 +106,9 @@ class Store:
             self._sorted[res] = keys
         return keys
 
+    def counts(self) -> dict[str, int]:
+        return {res: sum(map(len, by_ns.values())) for res, by_ns in self._objs.items()}
+
     def lookup(self, res: str, key: tuple[str, str]) -> Entry | None:
         return self._objs.get(res, {}).get(key[0], {}).get(key[1])
 

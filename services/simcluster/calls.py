@@ -1,0 +1,82 @@
+"""One API request as the handlers see it, the server's settings, and JSON answers."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from aiohttp import web
+
+from services.simcluster.objects import ApiError
+from services.simcluster.resources import Resource
+
+if TYPE_CHECKING:
+    from services.simcluster.server import ApiServer
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+# An admission hook: (operation "CREATE"|"UPDATE", resource, new object, old object or
+# None) -> the object to store (possibly mutated); raise ApiError to reject.
+Admission = Callable[[str, Resource, dict[str, Any], dict[str, Any] | None],
+                     Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Settings:
+    bookmark_seconds: float = 5.0  # how often a watch that asked for bookmarks gets one
+    watch_queue: int = 100_000  # events a watcher may fall behind before it is closed
+    max_watch_seconds: float = 1800.0  # a watch without timeoutSeconds ends after this
+
+
+@dataclass
+class Call:
+    server: ApiServer
+    request: web.Request
+    res: Resource
+    namespace: str | None
+    name: str | None
+    sub: str | None
+    watch: bool
+
+    @property
+    def verb(self) -> str:
+        method = self.request.method
+        if method == "GET" and self.name is None:
+            return "WATCH" if self.watch else "LIST"
+        if method == "DELETE" and self.name is None:
+            return "DELETECOLLECTION"
+        return method
+
+    def query(self, key: str, default: str = "") -> str:
+        return self.request.query.get(key, default)
+
+    def int_query(self, key: str) -> int | None:
+        text = self.query(key)
+        if not text:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise ApiError(400, "BadRequest", f"invalid {key}: {text!r}") from None
+
+    async def body(self) -> Any:
+        raw = await self.request.read()
+        if not raw:
+            raise ApiError(400, "BadRequest", "request body is empty")
+        return _decode(raw)
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return raw_response(_encode(body), status)
+
+
+def raw_response(raw: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=raw, status=status, content_type="application/json")
+
+
+def success(code: int = 201) -> web.Response:
+    return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                          "status": "Success", "code": code}, code)

@@ -1,0 +1,206 @@
+"""POST, PUT, PATCH, DELETE and the pod actions (binding, eviction).
+
+As the API server: the main resource ignores ``status`` when the resource has a status
+subresource and ``/status`` changes only status; a ``metadata.resourceVersion`` in the
+body is a precondition (409 Conflict when stale); admission hooks see each create and
+update before it is stored. Strategic merge patch is refused (415) for custom
+resources, as for CRDs upstream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from services.simcluster import patching
+from services.simcluster.calls import Call, json_response, raw_response, success
+from services.simcluster.objects import ApiError
+from services.simcluster.reading import predicate, scale_of
+
+_decode = msgspec.json.Decoder().decode
+_BUILT_IN = ("", "coordination.k8s.io", "discovery.k8s.io")
+_PATCHES = {
+    "application/merge-patch+json": patching.merge_patch,
+    "application/strategic-merge-patch+json": patching.strategic_merge_patch,
+    "application/json-patch+json": patching.json_patch,
+}
+
+
+async def _object_body(call: Call) -> dict[str, Any]:
+    body = await call.body()
+    if not isinstance(body, dict):
+        raise ApiError(400, "BadRequest", "the request body is not a JSON object")
+    kind = body.get("kind")
+    if kind and kind != call.res.kind and call.sub is None:
+        raise ApiError(400, "BadRequest", f"the kind of the object ({kind}) does not match "
+                       f"the resource ({call.res.kind})")
+    meta = body.setdefault("metadata", {})
+    if call.res.namespaced:
+        if meta.get("namespace") and meta["namespace"] != call.namespace:
+            raise ApiError(400, "BadRequest", "the namespace of the provided object does not "
+                           "match the namespace sent on the request")
+        meta["namespace"] = call.namespace
+    if call.name and meta.get("name", call.name) != call.name:
+        raise ApiError(400, "BadRequest", f"the name of the object ({meta['name']}) does not "
+                       f"match the name on the URL ({call.name})")
+    return body
+
+
+async def _admit(call: Call, operation: str, obj: dict[str, Any],
+                 old: dict[str, Any] | None) -> dict[str, Any]:
+    for hook in call.server.admission:
+        obj = await hook(operation, call.res, obj, old)
+    return obj
+
+
+async def create(call: Call) -> web.StreamResponse:
+    if call.res.namespaced and call.namespace is None:
+        raise ApiError(405, "MethodNotAllowed", "create needs a namespace in the path")
+    body = await _admit(call, "CREATE", await _object_body(call), None)
+    obj = call.server.store.create(call.res.plural, body)
+    meta = obj["metadata"]
+    return raw_response(call.server.store.get_raw(call.res.plural, call.namespace, meta["name"]),
+                        201)
+
+
+async def update(call: Call) -> web.StreamResponse:
+    store, plural, name = call.server.store, call.res.plural, call.name or ""
+    old_raw = store.get_raw(plural, call.namespace, name)
+    body = await _object_body(call)
+    if call.sub == "scale":
+        return _set_replicas(call, body)
+    current = _decode(old_raw)
+    if call.sub == "status":
+        current["status"] = body.get("status")
+        current["metadata"]["resourceVersion"] = body["metadata"].get("resourceVersion")
+        body = current
+    elif "status" in call.res.subresources:
+        body["status"] = current.get("status")
+    return await _store(call, body, current)
+
+
+async def patch(call: Call) -> web.StreamResponse:
+    store, plural = call.server.store, call.res.plural
+    ctype = call.request.content_type
+    apply = _PATCHES.get(ctype)
+    if apply is None or (apply is patching.strategic_merge_patch
+                         and call.res.group not in _BUILT_IN):
+        raise ApiError(415, "UnsupportedMediaType",
+                       f"the body of the request was in an unknown format - accepted media "
+                       f"types include: {', '.join(_PATCHES)}")
+    body = await call.body()
+    if apply is not patching.json_patch and not isinstance(body, dict):
+        raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+    current = _decode(store.get_raw(plural, call.namespace, call.name or ""))
+    if call.sub == "scale":
+        scaled = apply(scale_of(current), body)
+        return _set_replicas(call, scaled)
+    patched = apply(_decode(msgspec.json.encode(current)), body)
+    if not isinstance(patched.get("metadata"), dict):
+        raise ApiError(422, "Invalid", "metadata: Required value")
+    if call.sub == "status":
+        rv = patched["metadata"].get("resourceVersion")
+        patched, status = _decode(msgspec.json.encode(current)), patched.get("status")
+        patched["status"], patched["metadata"]["resourceVersion"] = status, rv
+    elif "status" in call.res.subresources:
+        patched["status"] = current.get("status")
+    return await _store(call, patched, current)
+
+
+async def _store(call: Call, new: dict[str, Any], old: dict[str, Any]) -> web.StreamResponse:
+    new = await _admit(call, "UPDATE", new, old)
+    new["metadata"]["namespace"] = call.namespace
+    new["metadata"]["name"] = call.name
+    if new.get("status") is None:
+        new.pop("status", None)
+    stored = call.server.store.replace(call.res.plural, new)
+    return raw_response(call.server.store.get_raw(call.res.plural, call.namespace,
+                                                  stored["metadata"]["name"]))
+
+
+def _set_replicas(call: Call, scale: dict[str, Any]) -> web.StreamResponse:
+    store, plural, name = call.server.store, call.res.plural, call.name or ""
+    replicas = (scale.get("spec") or {}).get("replicas")
+    if not isinstance(replicas, int) or replicas < 0:
+        raise ApiError(422, "Invalid", f'Scale "{name}" is invalid: spec.replicas: Invalid '
+                       "value: must be a non-negative integer")
+    sent = (scale.get("metadata") or {}).get("resourceVersion")
+    current = store.get(plural, call.namespace, name)
+    if sent and sent != current["metadata"]["resourceVersion"]:
+        raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": '
+                       "the object has been modified; please apply your changes to the "
+                       "latest version and try again")
+    obj = store.mutate(plural, call.namespace, name,
+                       lambda o: o.setdefault("spec", {}).update(replicas=replicas))
+    return json_response(scale_of(obj))
+
+
+async def _delete_options(call: Call) -> dict[str, Any]:
+    raw = await call.request.read()
+    opts = _decode(raw) if raw else {}
+    if not isinstance(opts, dict):
+        raise ApiError(400, "BadRequest", "DeleteOptions must be a JSON object")
+    grace = call.int_query("gracePeriodSeconds")
+    if grace is not None:
+        opts["gracePeriodSeconds"] = grace
+    return opts
+
+
+async def delete(call: Call) -> web.StreamResponse:
+    store, plural, name = call.server.store, call.res.plural, call.name or ""
+    opts = await _delete_options(call)
+    meta = store.get(plural, call.namespace, name)["metadata"]
+    for key, have in (opts.get("preconditions") or {}).items():
+        if have is not None and meta.get(key) != have:
+            raise ApiError(409, "Conflict", f"Precondition failed: {key} in precondition: "
+                           f"{have}, {key} in object meta: {meta.get(key)}")
+    gone = store.delete(plural, call.namespace, name, grace_seconds=opts.get("gracePeriodSeconds"))
+    return json_response(gone)
+
+
+async def delete_collection(call: Call) -> web.StreamResponse:
+    store, res = call.server.store, call.res
+    opts = await _delete_options(call)
+    items = [obj for obj, _ in store.entries(res.plural, call.namespace, predicate(call))]
+    gone = [store.delete(res.plural, obj["metadata"].get("namespace"), obj["metadata"]["name"],
+                         grace_seconds=opts.get("gracePeriodSeconds")) for obj in items]
+    return json_response({"kind": f"{res.kind}List", "apiVersion": res.api_version,
+                          "metadata": {"resourceVersion": str(store.rv)}, "items": gone})
+
+
+async def act(call: Call) -> web.StreamResponse:
+    """POST pods/<name>/binding or pods/<name>/eviction."""
+    body = await call.body()
+    if not isinstance(body, dict):
+        raise ApiError(400, "BadRequest", "the request body is not a JSON object")
+    name = call.name or (body.get("metadata") or {}).get("name") or ""
+    if call.sub == "binding":
+        return bind(call, name, body)
+    grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
+    call.server.store.delete("pods", call.namespace, name, grace_seconds=grace)
+    return success(201)
+
+
+def bind(call: Call, name: str, binding: dict[str, Any]) -> web.StreamResponse:
+    store = call.server.store
+    node = (binding.get("target") or {}).get("name")
+    if not node:
+        raise ApiError(422, "Invalid", f'Binding "{name}" is invalid: target.name: Required value')
+    pod = store.get("pods", call.namespace, name)
+    if pod["metadata"].get("deletionTimestamp"):
+        raise ApiError(409, "Conflict", f"pod {name} is being deleted, cannot be assigned "
+                       "to a host")
+    if pod["spec"].get("nodeName"):
+        raise ApiError(409, "Conflict", f'pod {name} is already assigned to node '
+                       f'"{pod["spec"]["nodeName"]}"')
+    notes = (binding.get("metadata") or {}).get("annotations") or {}
+
+    def assign(obj: dict[str, Any]) -> None:
+        obj["spec"]["nodeName"] = node
+        if notes:
+            obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), **notes}
+
+    store.mutate("pods", call.namespace, name, assign)
+    return success(201)
