@@ -122,6 +122,7 @@ class Subscription(Generic[T]):
         self.consumer: str | None = None
         self._puller: Puller | None = None
         self._max_deliver = -1
+        self.initial_pending = 0  # messages the consumer held when it was created or bound
         self._closed = False
 
     async def start(self) -> None:
@@ -133,6 +134,7 @@ class Subscription(Generic[T]):
         info = await _create_or_bind(js, self.stream, self._config)
         self.consumer = info.name
         self._max_deliver = int(info.config.max_deliver or -1)
+        self.initial_pending = int(info.num_pending or 0)
         self._puller = Puller(
             self._bus.nc, stream=self.stream, consumer=info.name, batch=self._batch
         )

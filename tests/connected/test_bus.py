@@ -43,16 +43,18 @@ def pod_event(name: str, rv: str = "1", *, op: str = "upsert") -> tuple[str, Pod
     return subjects.subject(CLUSTER, subjects.K8S, "pod", "team-a", name), event
 
 
-async def next_message(sub: Any, timeout: float = 10.0) -> Message[Any]:
-    async with asyncio.timeout(timeout):
+async def next_message(sub: Any, within: float = 10.0) -> Message[Any]:
+    async with asyncio.timeout(within):
         msg: Message[Any] = await anext(sub)
         return msg
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    """Poll ``check`` until it holds; fail with a clear message at the deadline."""
-    async with asyncio.timeout(timeout):
-        while not await check():
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
+    """Poll ``check`` until it holds, up to ``within`` seconds."""
+    async with asyncio.timeout(within):
+        while True:
+            if await check():
+                return
             await asyncio.sleep(0.05)
 
 
@@ -115,7 +117,7 @@ async def test_nak_redelivers_and_term_dead_letters(bus: Bus) -> None:
         (b"\x00\xffnot json", "not JSON"),
         (b'{"type": "k8s.gizmo.v1", "op": "upsert", "at": 1}', "'k8s.gizmo.v1'"),
         (b'{"type": "k8s.pod.v9", "op": "upsert", "at": 1}', "unsupported schema version"),
-        (b'{"type": "k8s.pod.v1", "op": "upsert", "at": "x"}', "Expected `float`, got `str` - at `$.at`"),
+        (b'{"type": "k8s.pod.v1", "op": "upsert", "at": "x"}', "Expected `float`, got `str`"),
     ],
 )
 async def test_poison_is_dead_lettered_and_does_not_block(

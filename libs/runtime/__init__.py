@@ -1,0 +1,15 @@
+"""What every service process shares: settings, logs, the ops endpoint, signal handling."""
+
+from libs.runtime.logging import configure_logging
+from libs.runtime.ops import OpsServer, serve_ops
+from libs.runtime.settings import SettingsError, load_settings
+from libs.runtime.signals import run_until_signalled
+
+__all__ = [
+    "OpsServer",
+    "SettingsError",
+    "configure_logging",
+    "load_settings",
+    "run_until_signalled",
+    "serve_ops",
+]

@@ -1,0 +1,125 @@
+"""Settings: one frozen msgspec Struct per service, from env (and an optional file).
+
+Each field ``max_x`` of the struct is read from ``<PREFIX>MAX_X`` (e.g.
+``BATON_GANG_MAX_X``), falling back to ``BATON_MAX_X`` for the settings every
+service shares (``BATON_NATS_URL``, ``BATON_CLUSTER``, ...). A YAML or JSON file
+gives defaults under the field names; the environment wins over the file.
+
+Values are converted by msgspec (non-strict: ``"3"`` -> 3, ``"true"`` -> True);
+lists, tuples and sets also take ``a,b,c``; containers take JSON. Anything wrong
+raises ``SettingsError`` naming the key, at start-up, before any work is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+import yaml
+
+S = TypeVar("S", bound=msgspec.Struct)
+COMMON_PREFIX = "BATON_"
+
+
+class SettingsError(ValueError):
+    """A setting that is missing, unknown or of the wrong type; the message names the key."""
+
+
+def load_settings(
+    type_: type[S],
+    prefix: str,
+    file: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] = os.environ,
+) -> S:
+    """Build ``type_`` from ``file`` (optional) overlaid with ``env``; see the module doc."""
+    fields = {f.name: f for f in msgspec.structs.fields(type_)}
+    raw: dict[str, tuple[str, Any]] = {}  # field -> (where it came from, value)
+    if file:
+        for name, value in _read_file(Path(file), fields).items():
+            raw[name] = (f"{file}: {name}", value)
+    for name in fields:
+        for key in (f"{prefix}{name.upper()}", f"{COMMON_PREFIX}{name.upper()}"):
+            if key in env:
+                raw[name] = (key, env[key])
+                break
+    _refuse_unknown(env, prefix=prefix, fields=fields)
+    values = {name: _convert(key, value, fields[name].type) for name, (key, value) in raw.items()}
+    missing = [n for n, f in fields.items() if f.required and n not in values]
+    if missing:
+        keys = ", ".join(f"{prefix}{n.upper()}" for n in missing)
+        raise SettingsError(f"{keys}: required, not set")
+    try:
+        return msgspec.convert(values, type_)
+    except msgspec.ValidationError as exc:  # from __post_init__ checks
+        raise SettingsError(f"{prefix}*: {exc}") from exc
+
+
+def _read_file(path: Path, fields: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SettingsError(f"{path}: cannot read settings file ({exc.strerror})") from exc
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise SettingsError(
+            f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}"
+        ) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a mapping of setting names to values")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise SettingsError(f"{path}: {unknown[0]}: unknown setting (known: {', '.join(fields)})")
+    return data
+
+
+def _refuse_unknown(env: Mapping[str, str], *, prefix: str, fields: Mapping[str, Any]) -> None:
+    """A typo such as BATON_GANG_MAX_GNAGS must not be silently ignored."""
+    if prefix == COMMON_PREFIX:
+        return  # the shared prefix also carries other services' settings
+    for key in sorted(env):
+        if key.startswith(prefix) and key[len(prefix) :].lower() not in fields:
+            known = ", ".join(f"{prefix}{n.upper()}" for n in fields)
+            raise SettingsError(f"{key}: unknown setting (known: {known})")
+
+
+def _convert(key: str, value: Any, type_: Any) -> Any:
+    if isinstance(value, str):
+        value = _unpack_string(value, type_)
+    try:
+        return msgspec.convert(value, type_, strict=False)
+    except msgspec.ValidationError as exc:
+        where = str(exc).partition(" - at ")[2]
+        detail = f" (at {where.replace('$', 'value')})" if where else ""
+        raise SettingsError(f"{key}: expected {_describe(type_)}, got {value!r}{detail}") from exc
+
+
+def _unpack_string(value: str, type_: Any) -> Any:
+    """Env values are strings: JSON for containers, ``a,b`` for flat sequences."""
+    origin = getattr(type_, "__origin__", type_)
+    if origin in (list, tuple, set, frozenset, dict) or _is_struct(type_):
+        stripped = value.strip()
+        if stripped.startswith(("[", "{")):
+            try:
+                return json.loads(stripped)
+            except ValueError:
+                return value
+        if origin in (list, tuple, set, frozenset):
+            return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _is_struct(type_: Any) -> bool:
+    return isinstance(type_, type) and issubclass(type_, msgspec.Struct)
+
+
+def _describe(type_: Any) -> str:
+    if isinstance(type_, type) and not getattr(type_, "__args__", None):
+        return type_.__name__
+    return str(type_).replace("typing.", "")
