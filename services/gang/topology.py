@@ -73,7 +73,10 @@ def search(
         ]
         for path in sorted(fitting, key=lambda p: (dom_sums[p] - need, p)):
             inside = {s: [c for c in counts[s] if c[0].paths[i] == path] for s in shapes}
-            nodes = _assign(members, inside, best_fit=True)
+            narrowest = i == len(levels) - 1
+            if not narrowest:  # fewest racks: biggest first, best fit for the rest
+                inside = {s: _rack_order(inside[s], len(members[s])) for s in shapes}
+            nodes = _assign(members, inside, best_fit=narrowest)
             if nodes is not None:
                 value = path.rsplit("/", 1)[-1]
                 result.plan = _plan(
@@ -82,7 +85,7 @@ def search(
                 return result
     result.best[""] = sum(c for _, c in counts[dominant])
     if may_span and all(sum(c for _, c in counts[s]) >= len(members[s]) for s in shapes):
-        ordered = {s: _hierarchical(counts[s], sums[s]) for s in shapes}
+        ordered = {s: _rack_order(counts[s], len(members[s])) for s in shapes}
         nodes = _assign(members, ordered, best_fit=False)
         if nodes is not None:
             result.plan = _plan(cluster, nodes, level="", domain="", min_domains=min_domains)
@@ -110,17 +113,30 @@ def _min_domains(narrow: dict[str, int], counts: Counts, need: int) -> int:
     return 0
 
 
-def _hierarchical(counts: Counts, sums: list[dict[str, int]]) -> Counts:
-    """Nodes grouped by domain, biggest domains first at every level: spans few domains."""
-
-    def key(item: tuple[NodeState, int]) -> tuple[object, ...]:
-        state, n = item
-        parts: list[object] = []
-        for i, path in enumerate(state.paths):
-            parts += [-(sums[i].get(path, 0) if path else 0), path or ""]
-        return (*parts, -n, state.node.name)
-
-    return sorted(counts, key=key)
+def _rack_order(counts: Counts, need: int) -> Counts:
+    """Nodes ordered so that taking them in order spans few narrowest-level domains:
+    the domains a best fit over domain totals picks come first (the biggest until
+    the rest fits in one, then the smallest that holds the rest), then the others."""
+    by_domain: dict[str, Counts] = {}
+    for item in counts:
+        paths = item[0].paths
+        path = paths[-1] if paths and paths[-1] is not None else f"node:{item[0].node.name}"
+        by_domain.setdefault(path, []).append(item)
+    totals = sorted(((sum(n for _, n in v), p) for p, v in by_domain.items()))
+    sizes = [t for t, _ in totals]
+    chosen: list[str] = []
+    while need > 0 and totals:
+        i = bisect_left(sizes, need)
+        if i < len(sizes):
+            chosen.append(totals[i][1])
+            del totals[i], sizes[i]
+            break
+        size, path = totals.pop()
+        sizes.pop()
+        chosen.append(path)
+        need -= size
+    order = chosen + [p for _, p in reversed(totals)]
+    return [c for p in order for c in sorted(by_domain[p], key=lambda c: (-c[1], c[0].node.name))]
 
 
 def _assign(

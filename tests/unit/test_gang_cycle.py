@@ -1,0 +1,210 @@
+"""The cycle: order, reservation and backfill, verdicts on change, forget, restarts, gate."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from libs.testing.builders import RACK, gang, node, pod, racks
+from proto.actions import ActionResult, CreatePod, EvictGang
+from proto.k8s import Node
+from proto.placement import GangRestarted
+from services.gang import core
+from tests.unit.gang_helpers import apply, binds, feed, finish, gangs_bound, make, tick, verdicts
+
+pytestmark = pytest.mark.unit
+
+
+def flat(count: int, gpus: int = 8) -> list[Node]:
+    return [node(f"n{i:03}", gpus=gpus).build() for i in range(count)]
+
+
+ORDER_CASES = [
+    # (case, (priority, created) of gang a, of gang b, which one runs)
+    ("higher priority first, even if younger", (10, 5.0), (0, 1.0), "default/a"),
+    ("same priority: older first", (0, 5.0), (0, 1.0), "default/b"),
+    ("same priority and age: by name", (0, 1.0), (0, 1.0), "default/a"),
+]
+
+
+@pytest.mark.parametrize(("case", "a", "b", "winner"), ORDER_CASES, ids=[c[0] for c in ORDER_CASES])
+def test_order(case: str, a: tuple[int, float], b: tuple[int, float], winner: str) -> None:
+    ga, ma = gang("a", 4, priority=a[0], created_at=a[1])
+    gb, mb = gang("b", 4, priority=b[0], created_at=b[1])
+    state = make(flat(4), ga, ma, gb, mb)
+    assert gangs_bound(tick(state)) == [winner]
+
+
+def test_two_gangs_that_fit_only_one_at_a_time_never_deadlock() -> None:
+    """150 nodes, two 100-node gangs: one gets all 100, the other none until it finishes."""
+    ga, ma = gang("a", 100, created_at=1)
+    gb, mb = gang("b", 100, created_at=2)
+    state = make(flat(150), ga, ma, gb, mb)
+    out = tick(state, 1.0)
+    (bind,) = binds(out)
+    assert bind.gang == "default/a" and len(bind.bindings) == 100
+    (waiting,) = verdicts(out)
+    assert waiting.gang == "default/b" and waiting.fits_when_free
+    apply(state, bind, at=2.0)
+    assert binds(tick(state, 3.0)) == []
+    finish(state, "default/a", at=4.0)
+    (second,) = binds(tick(state, 5.0))
+    assert second.gang == "default/b" and len(second.bindings) == 100
+
+
+def test_the_head_gang_holds_a_reservation_that_small_gangs_cannot_backfill_into() -> None:
+    running_group, running = gang("running", 4, created_at=0)
+    head_group, head = gang("head", 8, priority=5, created_at=1)
+    small_group, small = gang("small", 1, created_at=2)
+    state = make(flat(8), running_group, running)
+    apply(state, binds(tick(state, 1.0))[0])
+    feed(state, [head_group, *head, small_group, *small])
+    out = tick(state, 3.0)
+    assert binds(out) == []  # the 4 free nodes are the head's: small would delay it
+    by_gang = {v.gang: v for v in verdicts(out)}
+    assert by_gang["default/small"].blocked_by == "default/head"
+    assert by_gang["default/head"].fits_when_free
+
+
+def test_small_gangs_backfill_outside_the_reservation() -> None:
+    # rack r0: 8 nodes, 4 busy; rack r1: 4 free nodes. The head needs 8 in one rack: only r0.
+    nodes = racks(racks=2, nodes=8)[:12]
+    busy = [pod(f"busy-{i}", gpus=8, node_name=nodes[i].name, scheduler="other") for i in range(4)]
+    head_group, head = gang("head", 8, priority=5, required=RACK)
+    small_group, small = gang("small", 2)
+    state = make(nodes, busy, head_group, head, small_group, small)
+    (bind,) = binds(tick(state))
+    assert bind.gang == "default/small"
+    assert {b.node.split("-")[3] for b in bind.bindings} == {"1"}  # rack index 1
+
+
+def test_unschedulable_verdicts_are_published_only_when_they_change() -> None:
+    group, members = gang("big", 16)
+    state = make(flat(4), group, members)
+    (first,) = verdicts(tick(state, 1.0))
+    assert (first.need.nodes, first.need.shape, first.fits_when_free) == (
+        12,
+        {"nvidia.com/gpu": 8},
+        False,
+    )
+    assert verdicts(tick(state, 2.0)) == []
+    feed(state, [node("extra", gpus=8).build()])
+    (second,) = verdicts(tick(state, 30.0))
+    assert second.need.nodes == 11
+
+
+def test_a_failed_bind_is_forgotten_and_retried_after_a_backoff_with_a_new_id() -> None:
+    group, members = gang("job", 4)
+    state = make(flat(4), group, members, policy=core.Policy(backoff_s=5.0))
+    (bind,) = binds(tick(state, 1.0))
+    assert len(state.cluster.accounted) == 4  # assumed
+    result = ActionResult(
+        action_id=bind.id,
+        action_type="action.bind-gang.v1",
+        by="actuator",
+        at=2.0,
+        outcome="rolled-back",
+    )
+    core.step(state, result, 2.0)
+    assert state.cluster.accounted == {}
+    assert binds(tick(state, 3.0)) == []  # backing off
+    (retry,) = binds(tick(state, 7.5))
+    assert retry.id != bind.id
+    assert {b.node for b in retry.bindings} == {b.node for b in bind.bindings}
+
+
+def test_an_assumed_placement_holds_its_nodes_for_the_next_cycle() -> None:
+    ga, ma = gang("a", 4, created_at=1)
+    gb, mb = gang("b", 4, created_at=2)
+    state = make(flat(6), ga, ma)
+    assert gangs_bound(tick(state, 1.0)) == ["default/a"]
+    feed(state, [gb, *mb])
+    assert binds(tick(state, 2.0)) == []  # a's binds are in flight, not yet reported bound
+
+
+def test_an_assumption_with_no_outcome_expires() -> None:
+    group, members = gang("job", 2)
+    state = make(flat(2), group, members, policy=core.Policy(assume_timeout_s=10.0, backoff_s=1.0))
+    first = binds(tick(state, 1.0))
+    assert binds(tick(state, 5.0)) == []
+    assert binds(tick(state, 11.0)) == []  # expired now, backing off
+    assert len(binds(tick(state, 13.0))) == len(first) == 1
+
+
+NODE_FAILURES = [
+    ("NotReady", lambda n: n.not_ready()),
+    ("health taint", lambda n: n.tainted("baton.io/unhealthy", effect="NoSchedule")),
+    ("NoExecute taint", lambda n: n.tainted("node.kubernetes.io/unreachable", effect="NoExecute")),
+]
+
+
+@pytest.mark.parametrize(("case", "fail"), NODE_FAILURES, ids=[c[0] for c in NODE_FAILURES])
+def test_a_failed_node_restarts_the_whole_gang(case: str, fail: object) -> None:
+    group, members = gang("job", 4)
+    state = make(flat(6), group, members)
+    bind = binds(tick(state, 1.0))[0]
+    apply(state, bind)
+    victim = bind.bindings[0].node
+    out = feed(state, [fail(node(victim, gpus=8)).build()], at=5.0)  # type: ignore[operator]
+    (evict,) = [o for o in out if isinstance(o, EvictGang)]
+    assert sorted(p.pod for p in evict.pods) == sorted(m.name for m in members)
+    (restarted,) = [o for o in out if isinstance(o, GangRestarted)]
+    assert (restarted.node, restarted.evicted, restarted.recreated) == (victim, 4, 4)
+    creates = [o for o in out if isinstance(o, CreatePod)]
+    assert sorted(c.pod.name for c in creates) == [f"job-{i}-r1" for i in range(4)]
+    # The same node event again does not restart twice.
+    assert feed(state, [fail(node(victim, gpus=8)).build()], at=6.0) == []  # type: ignore[operator]
+    # Old members go, the new ones appear: placed again, off the failed node.
+    feed(state, [state.cluster.pods[f"default/{m.name}"] for m in members], at=7.0, op="delete")
+    new = [pod(c.pod.name, group="job", gpus=8) for c in creates]
+    feed(state, new, at=8.0)
+    (again,) = binds(tick(state, 9.0))
+    assert victim not in {b.node for b in again.bindings}
+    assert len(again.bindings) == 4
+
+
+def test_controller_owned_pods_are_evicted_but_not_recreated() -> None:
+    group, members = gang("job", 2, labels={"batch.kubernetes.io/job-name": "job"})
+    state = make(flat(2), group, members)
+    bind = binds(tick(state, 1.0))[0]
+    apply(state, bind)
+    out = feed(state, [node(bind.bindings[0].node).not_ready().build()], at=5.0)
+    assert [type(o).__name__ for o in out] == ["EvictGang", "GangRestarted"]
+
+
+def test_a_deleted_node_restarts_its_gang() -> None:
+    group, members = gang("job", 2)
+    state = make(flat(3), group, members)
+    bind = binds(tick(state, 1.0))[0]
+    apply(state, bind)
+    gone = state.cluster.nodes[bind.bindings[1].node].node
+    out = feed(state, [gone], at=5.0, op="delete")
+    assert any(isinstance(o, EvictGang) for o in out)
+
+
+def test_with_admission_required_only_admitted_gangs_are_placed() -> None:
+    policy = core.Policy(require_admission=True)
+    waiting_group, waiting = gang("waiting", 2, created_at=1)
+    admitted_group, admitted = gang("admitted", 2, created_at=2, admitted=True)
+    state = make(flat(4), waiting_group, waiting, admitted_group, admitted, policy=policy)
+    assert gangs_bound(tick(state)) == ["default/admitted"]
+
+
+def test_pods_seen_before_their_node_still_count_against_it() -> None:
+    """Bootstrap order is by stream sequence: a bound pod may arrive before its node."""
+    group, members = gang("job", 2)
+    state = core.initial()
+    feed(state, [pod("old", gpus=8, node_name="n000", scheduler="other")])
+    feed(state, flat(2))
+    feed(state, [group, *members])
+    assert binds(tick(state)) == []
+
+
+def test_replay_gives_the_same_decisions() -> None:
+    def run() -> list[bytes]:
+        ga, ma = gang("a", 3, created_at=1)
+        gb, mb = gang("b", 9, created_at=2)
+        state = make(racks(racks=3, nodes=4), ga, ma, gb, mb)
+        return [msgspec.json.encode(o) for o in tick(state, 1.0)]
+
+    assert run() == run()
