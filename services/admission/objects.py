@@ -1,0 +1,131 @@
+"""AdmissionReview v1 and the parts of Pod and PodGroup JSON the webhook reads.
+
+Decoded with msgspec straight from the request body; ``affinity`` stays raw JSON
+because the webhook only appends one requirement to it and must keep the rest.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Literal
+
+import msgspec
+
+from libs.kube.quantities import canonical
+
+
+class Meta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    name: str = ""
+    generate_name: str = ""
+    namespace: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class KToleration(msgspec.Struct, frozen=True, kw_only=True):
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+class KResources(msgspec.Struct, frozen=True, kw_only=True):
+    requests: dict[str, str | int] | None = None
+    limits: dict[str, str | int] | None = None
+
+
+class KContainer(msgspec.Struct, frozen=True, kw_only=True):
+    name: str = ""
+    resources: KResources = KResources()
+
+
+class KPodSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    scheduler_name: str = ""
+    priority_class_name: str = ""
+    tolerations: list[KToleration] | None = None
+    affinity: dict[str, Any] | None = None
+    containers: list[KContainer] = []
+
+
+class KPod(msgspec.Struct, frozen=True, kw_only=True):
+    metadata: Meta = Meta()
+    spec: KPodSpec = KPodSpec()
+
+    def gpus(self, resource: str) -> int:
+        total = 0
+        for c in self.spec.containers:
+            value = (c.resources.requests or {}).get(resource)
+            if value is None:
+                value = (c.resources.limits or {}).get(resource)
+            if value is not None:
+                total += canonical(resource, str(value))
+        return total
+
+
+class KPodGroupSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    min_member: int = 1
+
+
+class KPodGroup(msgspec.Struct, frozen=True, kw_only=True):
+    metadata: Meta = Meta()
+    spec: KPodGroupSpec = KPodGroupSpec()
+
+
+class GroupVersionKind(msgspec.Struct, frozen=True, kw_only=True):
+    group: str = ""
+    version: str = ""
+    kind: str = ""
+
+
+class Request(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    uid: str
+    kind: GroupVersionKind = GroupVersionKind()
+    namespace: str = ""
+    name: str = ""
+    operation: str = "CREATE"
+    object: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class Review(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    api_version: str = "admission.k8s.io/v1"
+    kind: str = "AdmissionReview"
+    request: Request | None = None
+
+
+class PatchOp(msgspec.Struct, frozen=True, kw_only=True):
+    op: Literal["add", "replace", "remove"]
+    path: str
+    value: Any = None
+
+
+class Status(msgspec.Struct, frozen=True, kw_only=True):
+    code: int
+    message: str
+    reason: str = "Forbidden"
+
+
+class Response(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    uid: str
+    allowed: bool
+    status: Status | None = None
+    patch_type: str | None = None
+    patch: str | None = None
+    warnings: list[str] | None = None
+
+
+class ReviewOut(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    api_version: str = "admission.k8s.io/v1"
+    kind: str = "AdmissionReview"
+    response: Response
+
+
+_patch_encoder = msgspec.json.Encoder()
+
+
+def encode_patch(ops: list[PatchOp]) -> str:
+    return base64.b64encode(_patch_encoder.encode(ops)).decode()
+
+
+def pointer(*tokens: str) -> str:
+    """A JSON Pointer (RFC 6901) from raw tokens: ``~`` -> ``~0``, ``/`` -> ``~1``."""
+    return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
