@@ -83,9 +83,10 @@ async def publish_many(
     for item in items:
         ttl = item[3] if len(item) > 3 else None
         headers = headers_for(item[2], ttl)
-        future = await js.publish_async(
-            item[0], encode(item[1]), headers=headers, wait_stall=ack_wait
-        )
+        # wait_stall makes nats-py wrap the semaphore in asyncio.wait_for, a task and a
+        # loop turn per message (2.5x slower); only pay for it when we must wait.
+        stall = ack_wait if js._publish_async_pending_semaphore.locked() else None
+        future = await js.publish_async(item[0], encode(item[1]), headers=headers, wait_stall=stall)
         futures.append((item[0], future))
     results = await _settle([f for _, f in futures], ack_wait=ack_wait)
     failed: list[tuple[str, BaseException]] = []
