@@ -27,6 +27,7 @@ from services.simcluster.store import Store
 
 log = structlog.get_logger("simcluster.api")
 Handler = Callable[[Call], Awaitable[web.StreamResponse]]
+METRIC = web.RequestKey("metric", tuple[str, str, str])  # (verb, resource, subresource)
 VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-simcluster",
            "gitCommit": "simcluster", "gitTreeState": "clean", "buildDate": "2026-11-22T00:00:00Z",
            "goVersion": "go1.22", "compiler": "gc", "platform": "linux/amd64"}
@@ -79,7 +80,7 @@ class ApiServer:
             response = json_response(err.status(), err.code)
         except msgspec.DecodeError as err:
             response = json_response(ApiError(400, "BadRequest", str(err)).status(), 400)
-        label = request.get("metric")
+        label = request.get(METRIC)
         if label is not None:
             verb, res, sub = label
             self.metrics.requests.labels(verb, res, sub, str(response.status)).inc()
@@ -93,7 +94,7 @@ class ApiServer:
         if special is not None:
             return special
         call = parse(path, request, self)
-        request["metric"] = (call.verb, call.res.plural, call.sub or "")
+        request[METRIC] = (call.verb, call.res.plural, call.sub or "")
         handler = _handler(request.method, call)
         return await handler(call)
 

@@ -169,6 +169,8 @@ class Store:
         for key in ("name", "namespace", "uid", "creationTimestamp"):
             if key in om:
                 nm[key] = om[key]
+            else:
+                nm.pop(key, None)
         new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
         nm["generation"] = om.get("generation", 1) + (new.get("spec") != old.get("spec"))
         if "deletionTimestamp" in om:

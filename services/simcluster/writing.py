@@ -111,8 +111,11 @@ async def patch(call: Call) -> web.StreamResponse:
 
 async def _store(call: Call, new: dict[str, Any], old: dict[str, Any]) -> web.StreamResponse:
     new = await _admit(call, "UPDATE", new, old)
-    new["metadata"]["namespace"] = call.namespace
     new["metadata"]["name"] = call.name
+    if call.res.namespaced:
+        new["metadata"]["namespace"] = call.namespace
+    else:
+        new["metadata"].pop("namespace", None)
     if new.get("status") is None:
         new.pop("status", None)
     stored = call.server.store.replace(call.res.plural, new)
