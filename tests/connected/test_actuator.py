@@ -1,0 +1,310 @@
+"""The actuator against a real nats-server and simcluster over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from libs.bus import Bus
+from libs.testing.nats import running_nats
+from libs.testing.sim import running_sim
+from proto import subjects
+from proto.actions import (
+    ActionResult,
+    AnyAction,
+    BindGang,
+    Binding,
+    Cordon,
+    EvictGang,
+    ScaleMachineDeployment,
+    SetTaint,
+)
+from proto.k8s import Taint
+from services.actuator import core
+from services.actuator.calling import Api
+from services.actuator.shell import Actuator
+
+pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
+
+NS = "team-a"
+READS = {"get", "list", "watch"}
+
+
+@dataclass
+class Env:
+    bus: Bus
+    nats_url: str
+    sim: Any
+    client: ApiClient
+    nodes: list[str]
+    results: dict[str, list[ActionResult]] = field(default_factory=dict)
+
+    @property
+    def core(self) -> CoreV1Api:
+        return CoreV1Api(self.client)
+
+    async def publish(self, kind: str, action: AnyAction, *key: str, msg_id: str = "") -> None:
+        subject = subjects.subject("c1", subjects.ACTION, kind, *key)
+        await self.bus.publish(subject, action, msg_id=msg_id or action.id)
+
+    async def result(self, action_id: str, *, within: float = 20.0) -> ActionResult:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if self.results.get(action_id):
+                return self.results[action_id][-1]
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"no result for {action_id} in {within}s")
+
+    async def pod(self, name: str) -> dict[str, Any] | None:
+        try:
+            pod = await self.core.read_namespaced_pod(name, NS)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return self.client.sanitize_for_serialization(pod)  # type: ignore[no-any-return]
+
+    async def node_name(self, pod: str) -> str:
+        found = await self.pod(pod)
+        assert found is not None, f"pod {pod} is gone"
+        return str(found["spec"].get("nodeName") or "")
+
+    async def writes(self) -> int:
+        """Requests simcluster served with a verb that changes state."""
+        async with aiohttp.ClientSession() as http, http.get(f"{self.sim.url}/metrics") as resp:
+            text = await resp.text()
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            if family.name == "apiserver_request":
+                for sample in family.samples:
+                    if (
+                        sample.name.endswith("_total")
+                        and sample.labels["verb"].lower() not in READS
+                    ):
+                        total += sample.value
+        return int(total)
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[Env]:
+    async with running_nats() as url, running_sim() as sim:
+        bus = await Bus.connect(url, cluster="c1", name="test")
+        await bus.ensure_streams()
+        client = await sim.api_client()
+        api = CoreV1Api(client)
+        await api.create_namespace({"metadata": {"name": NS}})
+        nodes = [f"gpu-{i}" for i in range(8)]
+        for node in nodes:
+            await api.create_node({"metadata": {"name": node}})
+        env = Env(bus=bus, nats_url=url, sim=sim, client=client, nodes=nodes)
+        sub = bus.consume(subjects.wildcard("c1", subjects.RESULT, ">"), type_=ActionResult)
+        reader = asyncio.create_task(_collect(sub, env.results))
+        try:
+            yield env
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            await sub.close()
+            await client.close()
+            await bus.close()
+
+
+async def _collect(sub: Any, into: dict[str, list[ActionResult]]) -> None:
+    async for msg in sub:
+        into.setdefault(msg.event.action_id, []).append(msg.event)
+        await msg.ack()
+
+
+@contextlib.asynccontextmanager
+async def actuator(
+    env: Env, *, dry_run: bool = False, bind_concurrency: int = 64
+) -> AsyncIterator[Actuator]:
+    bus = await Bus.connect(env.nats_url, cluster="c1", name="actuator")
+    api = None if dry_run else Api(env.client, tries=2, base=0.01)
+    running = Actuator(
+        bus, api=api, limits=core.Limits(qps=0), dry_run=dry_run, bind_concurrency=bind_concurrency
+    )
+    task = asyncio.create_task(running.run())
+    try:
+        yield running
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await bus.close()
+
+
+async def make_pods(env: Env, names: list[str], *, owned: set[str] = frozenset()) -> dict[str, str]:
+    """Create unbound pods; returns name -> uid."""
+    uids = {}
+    for name in names:
+        meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": {"app": "gang"}}
+        if name in owned:
+            meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                        "uid": "job-uid", "controller": True}]  # fmt: skip
+        container = {"name": "main", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}
+        body = {"metadata": meta, "spec": {"schedulerName": "baton", "containers": [container]}}
+        created = await env.core.create_namespaced_pod(NS, body)
+        uids[name] = created.metadata.uid
+    return uids
+
+
+def bind_gang(id_: str, pairs: list[tuple[str, str]]) -> BindGang:
+    bindings = tuple(Binding(namespace=NS, pod=pod, node=node) for pod, node in pairs)
+    return BindGang(id=id_, by="test", at=time.time(), gang=f"{NS}/g", bindings=bindings)
+
+
+async def test_bind_gang_binds_every_member(env: Env) -> None:
+    nodes = env.nodes[:4]
+    pods = [f"w-{i}" for i in range(4)]
+    await make_pods(env, pods)
+    async with actuator(env):
+        await env.publish("bind", bind_gang("g1", list(zip(pods, nodes, strict=True))), NS, "g")
+        result = await env.result("g1")
+    assert result.outcome == "applied", result.error
+    assert result.action_type == "action.bind-gang.v1"
+    assert [await env.node_name(p) for p in pods] == nodes
+
+
+async def test_gang_aimed_at_a_missing_node_binds_nothing(env: Env) -> None:
+    nodes = env.nodes[:3]
+    pods = ["m-0", "m-1", "m-2", "m-3"]
+    await make_pods(env, pods)
+    pairs = [*zip(pods, nodes, strict=False), ("m-3", "no-such-node")]
+    async with actuator(env):
+        await env.publish("bind", bind_gang("g-missing", pairs), NS, "g")
+        result = await env.result("g-missing")
+    assert result.outcome == "rolled-back"
+    assert "node no-such-node not found" in result.error
+    assert [await env.node_name(p) for p in pods] == ["", "", "", ""]
+
+
+async def test_gang_with_a_pod_bound_elsewhere_rolls_back_every_member(env: Env) -> None:
+    nodes = env.nodes
+    pods = ["r-0", "r-1", "r-2", "r-3"]
+    await make_pods(env, pods, owned={"r-1"})
+    taken = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "r-3"},
+             "target": {"apiVersion": "v1", "kind": "Node", "name": nodes[7]}}  # fmt: skip
+    await env.core.create_namespaced_pod_binding("r-3", NS, taken, _preload_content=False)
+    pairs = list(zip(pods, nodes[:4], strict=True))  # r-3 -> nodes[3], but it is on nodes[7]
+    async with actuator(env, bind_concurrency=1):  # r-0..r-2 bind before r-3 fails
+        await env.publish("bind", bind_gang("g-taken", pairs), NS, "g")
+        result = await env.result("g-taken")
+    assert result.outcome == "rolled-back"
+    assert "already bound" in result.error and "rolled back 3 bound members" in result.error
+    assert await env.node_name("r-0") == "" and await env.node_name("r-2") == ""
+    assert await env.pod("r-1") is None  # had a controller: deleted, the controller recreates
+    assert await env.node_name("r-3") == nodes[7]  # not ours to undo
+
+
+async def test_taint_add_and_remove_are_idempotent(env: Env) -> None:
+    node = env.nodes[0]
+    taint = Taint(key="baton.io/test", value="x", effect="NoSchedule")
+
+    def act(id_: str, present: bool) -> SetTaint:
+        return SetTaint(id=id_, by="health", at=0.0, node=node, taint=taint, present=present,
+                        priority="health")  # fmt: skip
+
+    async with actuator(env):
+        outcomes = []
+        for id_, present in [("t1", True), ("t2", True), ("t3", False), ("t4", False)]:
+            await env.publish("taint", act(id_, present), node)
+            outcomes.append((await env.result(id_)).outcome)
+            read = await env.core.read_node(node)
+            keys = [t.key for t in read.spec.taints or []]
+            assert ("baton.io/test" in keys) is present
+    assert outcomes == ["applied", "already", "applied", "already"]
+
+
+async def test_evict_gang_evicts_and_tolerates_missing_pods(env: Env) -> None:
+    node = env.nodes[0]
+    await make_pods(env, ["e-0"])
+    pairs = [("e-0", node)]
+    async with actuator(env):
+        await env.publish("bind", bind_gang("e-bind", pairs), NS, "e")
+        assert (await env.result("e-bind")).outcome == "applied"
+        members = (Binding(namespace=NS, pod="e-0", node=node),
+                   Binding(namespace=NS, pod="never-was", node=node))  # fmt: skip
+        evict = EvictGang(id="e1", by="gang", at=0.0, gang=f"{NS}/e", pods=members)
+        await env.publish("evict-gang", evict, NS, "e")
+        assert (await env.result("e1")).outcome == "applied"
+    pod = await env.pod("e-0")
+    assert pod is None or pod["metadata"].get("deletionTimestamp")
+
+
+async def test_scale_machine_deployment(env: Env) -> None:
+    custom = CustomObjectsApi(env.client)
+    md = {"name": "pool-a", "namespace": "default"}
+    body = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineDeployment",
+            "metadata": md, "spec": {"clusterName": "c1", "replicas": 3}}  # fmt: skip
+    await custom.create_namespaced_custom_object(
+        "cluster.x-k8s.io", "v1beta1", "default", "machinedeployments", body
+    )
+    where = ("cluster.x-k8s.io", "v1beta1", md["namespace"], "machinedeployments", md["name"])
+    before = (await custom.get_namespaced_custom_object_scale(*where))["spec"]["replicas"]
+
+    def scale(id_: str) -> ScaleMachineDeployment:
+        return ScaleMachineDeployment(
+            id=id_, by="autoscaler", at=0.0, priority="scaling",
+            namespace=md["namespace"], name=md["name"], replicas=before + 2,
+        )  # fmt: skip
+
+    async with actuator(env):
+        await env.publish("scale", scale("s1"), md["namespace"], md["name"])
+        assert (await env.result("s1")).outcome == "applied"
+        await env.publish("scale", scale("s2"), md["namespace"], md["name"])
+        assert (await env.result("s2")).outcome == "already"
+    after = (await custom.get_namespaced_custom_object_scale(*where))["spec"]["replicas"]
+    assert after == before + 2
+
+
+async def test_dry_run_makes_no_api_write(env: Env) -> None:
+    nodes = env.nodes[:2]
+    await make_pods(env, ["d-0", "d-1"])
+    writes = await env.writes()
+    async with actuator(env, dry_run=True):
+        await env.publish(
+            "bind", bind_gang("d1", list(zip(["d-0", "d-1"], nodes, strict=True))), NS, "d"
+        )
+        await env.publish("cordon", Cordon(id="d2", by="health", at=0.0, node=nodes[0]), nodes[0])
+        assert (await env.result("d1")).outcome == "would-do"
+        assert (await env.result("d2")).outcome == "would-do"
+    assert await env.writes() == writes
+    assert await env.node_name("d-0") == ""
+
+
+async def test_duplicate_action_id_is_applied_once(env: Env) -> None:
+    nodes = env.nodes[:2]
+    await make_pods(env, ["u-0", "u-1"])
+    gang = bind_gang("dup", list(zip(["u-0", "u-1"], nodes, strict=True)))
+
+    def already() -> float:
+        labels = {"type": "action.bind-gang.v1", "outcome": "already"}
+        return REGISTRY.get_sample_value("baton_actuator_actions_total", labels) or 0.0
+
+    already_before = already()
+    async with actuator(env) as running:
+        await env.publish("bind", gang, NS, "u")
+        assert (await env.result("dup")).outcome == "applied"
+        writes = await env.writes()
+        # Published again past JetStream's dedup (another msg id): the seen set answers.
+        await env.publish("bind", gang, NS, "u", msg_id="dup-again")
+        deadline = time.monotonic() + 20
+        while already() < already_before + 1:
+            assert time.monotonic() < deadline, "the duplicate was not handled"
+            await asyncio.sleep(0.02)
+        assert not running.state.in_flight and not running.messages
+    assert await env.writes() == writes
+    assert [await env.node_name(p) for p in ["u-0", "u-1"]] == nodes
