@@ -63,7 +63,7 @@ class Puller:
             if self._credit <= self._batch // 2:
                 await self._request(self._batch - self._credit)
             try:
-                msg = await self._sub.next_msg(timeout=2 * self._heartbeat + 1)
+                msg = await self._receive(self._sub)
             except nats.errors.TimeoutError:
                 self._credit = 0  # no heartbeat: our requests are gone (reconnect, restart)
                 continue
@@ -72,6 +72,16 @@ class Puller:
                 self._credit = max(0, self._credit - 1)
                 return msg
             self._on_status(status, msg)
+
+    async def _receive(self, sub: Subscription) -> Msg:
+        """Take a buffered message directly: ``next_msg`` costs a task per call."""
+        queue = sub._pending_queue
+        if queue.empty():
+            return await sub.next_msg(timeout=2 * self._heartbeat + 1)
+        msg = queue.get_nowait()
+        sub._pending_size -= len(msg.data)
+        queue.task_done()
+        return msg
 
     def _on_status(self, status: str, msg: Msg) -> None:
         headers = msg.headers or {}
