@@ -1,0 +1,113 @@
+"""The in-process Store: one resourceVersion, snapshots, ordered notifications."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.simcluster.history import Expired
+from services.simcluster.store import ApiError, Store
+
+pytestmark = pytest.mark.unit
+SPEC = {"containers": [{"name": "main"}]}
+
+
+def pod(name: str, ns: str = "default", **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns}, "spec": {**SPEC, **spec}}
+
+
+def test_every_write_takes_the_next_resource_version() -> None:
+    store = Store(clock=lambda: 0.0, seed=1)
+    start = store.rv
+    a = store.create("pods", pod("a"))
+    n = store.create("nodes", {"metadata": {"name": "n"}})
+    b = store.mutate("pods", "default", "a", lambda p: p["spec"].update(nodeName="n"))
+    assert [int(o["metadata"]["resourceVersion"]) for o in (a, n, b)] == [
+        start + 1, start + 2, start + 3]
+    assert b["metadata"]["generation"] == 2 and a["metadata"]["uid"] == b["metadata"]["uid"]
+    assert a["metadata"]["creationTimestamp"] == "1970-01-01T00:00:00Z"
+
+
+def test_returned_objects_are_snapshots() -> None:
+    store = Store()
+    before = store.create("pods", pod("a"))
+    store.mutate("pods", "default", "a", lambda p: p["metadata"].update(labels={"x": "1"}))
+    assert "labels" not in before["metadata"]
+    assert store.get("pods", "default", "a")["metadata"]["labels"] == {"x": "1"}
+
+
+def test_replace_with_stale_resource_version_conflicts() -> None:
+    store = Store()
+    obj = store.create("nodes", {"metadata": {"name": "n"}})
+    store.replace("nodes", {**obj, "spec": {"unschedulable": True}})
+    with pytest.raises(ApiError) as err:
+        store.replace("nodes", {**obj, "spec": {}})
+    assert (err.value.code, err.value.reason) == (409, "Conflict")
+
+
+def test_create_checks_namespace_name_and_duplicates() -> None:
+    store = Store()
+    for bad, code in ((pod("a", ns="nope"), 404), (pod("Bad"), 422), ({"metadata": {
+            "name": "x"}, "spec": {}}, 422)):
+        with pytest.raises(ApiError) as err:
+            store.create("pods", bad)
+        assert err.value.code == code
+    store.create("pods", pod("a"))
+    with pytest.raises(ApiError) as dup:
+        store.create("pods", pod("a"))
+    assert dup.value.reason == "AlreadyExists"
+
+
+def test_listeners_see_changes_in_order_even_when_they_write() -> None:
+    store = Store()
+    seen: list[tuple[str, str, str]] = []
+
+    def bind_on_add(kind: str, res: str, obj: dict[str, Any]) -> None:
+        seen.append((kind, res, obj["metadata"]["resourceVersion"]))
+        if kind == "ADDED" and res == "pods":
+            store.mutate("pods", "default", obj["metadata"]["name"],
+                         lambda p: p["spec"].update(nodeName="n"))
+
+    store.add_listener(bind_on_add)
+    store.add_listener(lambda k, r, o: seen.append((k, r, o["metadata"]["resourceVersion"])))
+    store.create("pods", pod("a"))
+    rvs = [int(rv) for _, _, rv in seen]
+    assert rvs == sorted(rvs) and [k for k, _, _ in seen] == ["ADDED"] * 2 + ["MODIFIED"] * 2
+
+
+def test_bound_pods_terminate_gracefully_unbound_go_at_once() -> None:
+    store = Store()
+    store.create("pods", pod("bound", nodeName="n"))
+    store.create("pods", pod("loose"))
+    store.delete("pods", "default", "loose")
+    assert store.list("pods")[0][0]["metadata"]["name"] == "bound"
+    terminating = store.delete("pods", "default", "bound", grace_seconds=10)
+    assert terminating["metadata"]["deletionGracePeriodSeconds"] == 10
+    assert store.delete("pods", "default", "bound")["metadata"]["resourceVersion"] == \
+        terminating["metadata"]["resourceVersion"]  # a longer grace changes nothing
+    gone = store.delete("pods", "default", "bound", grace_seconds=0)
+    assert int(gone["metadata"]["resourceVersion"]) == store.rv and store.list("pods")[0] == []
+
+
+def test_deleting_a_namespace_deletes_its_objects() -> None:
+    store = Store()
+    store.create("namespaces", {"metadata": {"name": "team-a"}})
+    store.create("pods", pod("a", ns="team-a", nodeName="n"))
+    store.delete("namespaces", None, "team-a")
+    assert store.list("pods")[0] == []
+    with pytest.raises(ApiError):
+        store.get("namespaces", None, "team-a")
+
+
+def test_watch_from_before_the_ring_is_expired() -> None:
+    store = Store(history=3)
+    start = store.rv
+    for i in range(5):
+        store.create("nodes", {"metadata": {"name": f"n{i}"}})
+    with pytest.raises(Expired):
+        store.watch("nodes", namespace=None, predicate=None, since=start, capacity=10)
+    watcher = store.watch("nodes", namespace=None, predicate=None, since=store.rv - 2,
+                          capacity=10)
+    assert watcher.drain().count(b"\n") == 2
+    store.unwatch(watcher)
