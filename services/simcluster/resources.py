@@ -117,6 +117,11 @@ RESOURCES: tuple[Resource, ...] = (
         ("status", "scale"),
         ("md",),
     ),
+    # Admission webhooks (services/simcluster/webhooks.py calls them on create).
+    Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+             "MutatingWebhookConfiguration", False),
+    Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+             "ValidatingWebhookConfiguration", False),
 )
 
 BY_PLURAL: dict[str, Resource] = {r.plural: r for r in RESOURCES}

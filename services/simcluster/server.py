@@ -18,7 +18,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from services.simcluster import reading, writing
+from services.simcluster import reading, webhooks, writing
 from services.simcluster.calls import Admission, Call, Settings, json_response
 from services.simcluster.metrics import ApiMetrics
 from services.simcluster.objects import ApiError
@@ -48,6 +48,7 @@ class ApiServer:
         self.app.on_shutdown.append(self._close_watches)
         self._runner: web.AppRunner | None = None
         self.url = ""
+        webhooks.install(self)  # configured admission webhooks, called on create
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve on ``host:port`` (0: a free port); returns the base URL."""
