@@ -91,7 +91,7 @@ def test_small_gangs_leave_big_free_domains_whole() -> None:
 
 def test_members_of_two_shapes_are_packed_together() -> None:
     """A launcher (1 GPU) and 4 workers (8 GPUs) must not be given the same GPUs twice."""
-    nodes = rack("r1", 4) + [node("r1-4", gpus=1).in_rack("r1", block="b1", zone="z1").build()]
+    nodes = [*rack("r1", 4), node("r1-4", gpus=1).in_rack("r1", block="b1", zone="z1").build()]
     group, workers = gang("job", 5, gpus=8)
     launcher = pod("job-launcher", group="job", gpus=1)
     state = make(nodes, group, workers[:4], [launcher])
