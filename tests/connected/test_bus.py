@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -211,3 +213,26 @@ async def test_publish_many_accepts_ttl(bus: Bus) -> None:
         return await bus.snapshot(PODS, K8sEvent) == []
 
     await eventually(expired)
+
+
+async def test_a_consumer_carries_on_across_a_server_restart(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = tmp_path / "js"
+    async with running_nats(store_dir=store, port=port) as url:
+        bus = await Bus.connect(url, cluster=CLUSTER, name="restart")
+        await bus.ensure_streams()
+        await bus.publish(*pod_event("before"))
+        sub = bus.consume(PODS, type_=K8sEvent, durable="survivor")
+        first = await next_message(sub)
+        await first.ack()
+        await bus.nc.flush()
+    try:
+        async with running_nats(store_dir=store, port=port):
+            await bus.publish(*pod_event("after"))  # waits for the reconnect
+            again = await next_message(sub, within=30)  # the pull is re-issued
+            assert again.event.pod.name == "after"
+            await again.ack()
+    finally:
+        await bus.close()
