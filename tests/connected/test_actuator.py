@@ -30,10 +30,12 @@ from proto.actions import (
     ScaleMachineDeployment,
     SetTaint,
 )
+from proto.deadletter import DeadLetter
 from proto.k8s import Taint
 from services.actuator import core
 from services.actuator.calling import Api
 from services.actuator.shell import Actuator
+from services.simcluster.objects import ApiError as SimApiError
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 
@@ -129,12 +131,13 @@ async def _collect(sub: Any, into: dict[str, list[ActionResult]]) -> None:
 
 @contextlib.asynccontextmanager
 async def actuator(
-    env: Env, *, dry_run: bool = False, bind_concurrency: int = 64
+    env: Env, *, dry_run: bool = False, bind_concurrency: int = 64, max_attempts: int = 5
 ) -> AsyncIterator[Actuator]:
     bus = await Bus.connect(env.nats_url, cluster="c1", name="actuator")
     api = None if dry_run else Api(env.client, tries=2, base=0.01)
+    limits = core.Limits(qps=0, max_attempts=max_attempts, backoff_base=0.05)
     running = Actuator(
-        bus, api=api, limits=core.Limits(qps=0), dry_run=dry_run, bind_concurrency=bind_concurrency
+        bus, api=api, limits=limits, dry_run=dry_run, bind_concurrency=bind_concurrency
     )
     task = asyncio.create_task(running.run())
     try:
@@ -308,3 +311,40 @@ async def test_duplicate_action_id_is_applied_once(env: Env) -> None:
         assert not running.state.in_flight and not running.messages
     assert await env.writes() == writes
     assert [await env.node_name(p) for p in ["u-0", "u-1"]] == nodes
+
+
+async def test_api_errors_are_retried_reread_or_reported(env: Env) -> None:
+    """500 -> backoff, 409 -> re-read; a node that keeps failing is dead-lettered; 404 fails."""
+    script = {env.nodes[0]: [(500, "InternalError"), (409, "Conflict")]}
+    seen: list[str] = []
+
+    async def hook(op: str, res: Any, obj: dict[str, Any], old: Any) -> dict[str, Any]:
+        name = obj["metadata"]["name"]
+        if res.plural == "nodes" and op == "UPDATE":
+            seen.append(name)
+            if name == env.nodes[1]:
+                raise SimApiError(503, "ServiceUnavailable", "the sim is down for this node")
+            if script.get(name):
+                code, reason = script[name].pop(0)
+                raise SimApiError(code, reason, f"scripted {code}")
+        return obj
+
+    env.sim.server.admission.append(hook)
+    dead = env.bus.consume(subjects.wildcard("c1", subjects.DEADLETTER, ">"), type_=DeadLetter)
+    try:
+        async with actuator(env, max_attempts=2):
+            for i, node in enumerate([env.nodes[0], env.nodes[1], "no-such-node"]):
+                await env.publish(
+                    "cordon", Cordon(id=f"c{i}", by="health", at=0.0, node=node), node
+                )
+            flaky, down, missing = [await env.result(f"c{i}") for i in range(3)]
+            letter = await asyncio.wait_for(anext(aiter(dead)), 20)
+    finally:
+        await dead.close()
+    assert flaky.outcome == "applied", flaky.error
+    assert seen.count(env.nodes[0]) == 3  # 500, then 409, then stored
+    assert (await env.core.read_node(env.nodes[0])).spec.unschedulable
+    assert down.outcome == "failed" and down.attempts == 2
+    assert "gave up after 2 attempts" in down.error and "503" in down.error
+    assert letter.event.subject == f"baton.c1.action.cordon.{env.nodes[1]}"
+    assert missing.outcome == "failed" and "404" in missing.error
