@@ -1,12 +1,13 @@
 """The actuator's I/O: ACTIONS in, API calls out, a result event per action.
 
-Three tasks share one core state, which only the driver touches:
+Tasks share one core state, which only the driver touches:
 - the reader pulls actions from the durable ``actuator`` consumer and hands them
   to the driver as ``Arrived`` events (the message is kept, unacked, by ticket);
 - the driver feeds events to ``core.step`` and carries out its outputs: start an
   apply task, settle deliveries, publish results, sleep until a wake-up;
 - the outbox publishes result events (pipelined), then acks/naks/terms, so an
-  action is acknowledged only after its result is stored.
+  action is acknowledged only after its result is stored;
+- a keep-alive marks held deliveries in progress so they are not redelivered.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Actuator:
                 group.create_task(self._read(sub))
                 group.create_task(self._drive())
                 group.create_task(self._send())
+                group.create_task(self._keep_alive())
         finally:
             await sub.close()
             if self.applying:
@@ -81,6 +83,15 @@ class Actuator:
             self.subjects[msg.event.id] = msg.subject
             event = core.Arrived(action=msg.event, ticket=self.tickets, delivered=msg.deliveries)
             self.events.put_nowait(event)
+
+    async def _keep_alive(self) -> None:
+        """Tell JetStream that held deliveries are still being worked on (waiting for
+        tokens or a slot), so ack_wait does not expire and redeliver them."""
+        while True:
+            await asyncio.sleep(self.ack_wait / 3)
+            for msg in list(self.messages.values()):
+                with contextlib.suppress(Exception):
+                    await msg.raw.in_progress()
 
     async def _drive(self) -> None:
         while True:
