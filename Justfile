@@ -20,3 +20,7 @@ bench *ARGS: install
 # ruff, mypy (strict on libs and cores), and the import-linter layer contracts.
 lint: install
     {{venv}}ruff check . && {{venv}}ruff format --check . && {{venv}}mypy libs proto services && {{venv}}lint-imports
+
+# Regenerate proto/schemas after changing an event type (a unit test fails when stale).
+schemas: install
+    {{venv}}python -m proto.schema

@@ -143,7 +143,9 @@ AnyAction = (
 Outcome = Literal["applied", "already", "would-do", "rolled-back", "failed"]
 
 
-class ActionResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type", tag="result.v1"):
+class ActionResult(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type", tag="result.v1"
+):
     """What the actuator did. ``already``: idempotent no-op (seen id, or state already so)."""
 
     action_id: str

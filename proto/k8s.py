@@ -46,7 +46,7 @@ class Condition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class Requirement(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One node-selector requirement (``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt``)."""
+    """One node-selector requirement: In, NotIn, Exists, DoesNotExist, Gt or Lt."""
 
     key: str
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]

@@ -32,7 +32,9 @@ def encode_name(name: str) -> str:
     if not name:
         raise InvalidName("empty name cannot be a subject token")
     if len(name) > MAX_NAME:
-        raise InvalidName(f"name {name[:40]!r}... is {len(name)} characters, the limit is {MAX_NAME}")
+        raise InvalidName(
+            f"name {name[:40]!r}... has {len(name)} characters, the limit is {MAX_NAME}"
+        )
     if not _DNS_SUBDOMAIN.match(name):
         raise InvalidName(
             f"name {name!r} is not a DNS-1123 subdomain "
