@@ -22,6 +22,7 @@ from kubernetes_asyncio.client import ApiClient
 from services.simcluster.calls import Settings
 from services.simcluster.kubeconfig import write_kubeconfig
 from services.simcluster.server import ApiServer
+from services.simcluster.simulation import build
 from services.simcluster.store import Store
 
 
@@ -56,10 +57,12 @@ async def running_sim(nodes: int = 0, *, history: int = 100_000, bookmark_second
         path = write_kubeconfig(Path(scratch) / "kubeconfig", url)
         sim = Sim(url=url, kubeconfig=str(path), store=store, server=server)
         try:
-            # The simulation (kubelets, cloud, faults, workload) plugs in here: build it
-            # from `nodes` and `kw`, start it, set `sim.cluster`, and stop it in `finally`.
-            if nodes or kw:
-                raise TypeError("running_sim: nodes/simulation options need the Simulation")
+            if nodes or kw:  # kw: spec=, speed=, delays= (see simulation.build)
+                sim.cluster = build(store, nodes=nodes, **kw)
+                sim.cluster.admission = server.admission
+                await sim.cluster.start()
             yield sim
         finally:
+            if sim.cluster is not None:
+                await sim.cluster.stop()
             await server.stop()

@@ -13,17 +13,39 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
 import structlog
 
 from services.simcluster import faults
+from services.simcluster.calls import Admission
 from services.simcluster.clock import Clock
 from services.simcluster.cloud import Cloud
 from services.simcluster.kubelet import Kubelets
-from services.simcluster.spec import ClusterSpec
+from services.simcluster.resources import resource
+from services.simcluster.spec import ClusterSpec, Delays, default_spec
 from services.simcluster.store import ApiError, Store
 from services.simcluster.workload import Job, job_objects
 
 log = structlog.get_logger("simcluster")
+
+
+def build(
+    store: Store,
+    *,
+    nodes: int = 0,
+    spec: ClusterSpec | None = None,
+    speed: float = 1.0,
+    delays: Delays | None = None,
+) -> Simulation:
+    """A Simulation of ``spec`` (default: ``nodes`` HGX-like nodes), not yet started.
+
+    ``speed`` compresses simulated time (delays, durations); ``delays`` overrides the
+    spec's.
+    """
+    spec = spec or default_spec(nodes)
+    if delays is not None:
+        spec = msgspec.structs.replace(spec, delays=delays)
+    return Simulation(store, spec, clock=Clock(speed))
 
 
 class Simulation:
@@ -36,6 +58,9 @@ class Simulation:
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
         self.submitted = 0  # jobs the workload has created
+        # The API server's admission hooks (webhooks), so workload pods are admitted
+        # as if a user had created them: ``await hook("CREATE", resource, obj, None)``.
+        self.admission: list[Admission] = []
 
     async def start(self) -> None:
         self._running = True
@@ -107,14 +132,19 @@ class Simulation:
                 namespaces.add(job.namespace)
             group, pods = job_objects(job, speed=speed, gpus_per_node=gpus)
             try:
-                self.store.create("podgroups", group)
+                await self._create("podgroups", group)
                 for pod in pods:
-                    self.store.create("pods", pod)
+                    await self._create("pods", pod)
             except ApiError as exc:
                 log.warning("job not submitted", job=job.job_id, error=str(exc))
                 continue
             self.submitted += 1
         log.info("workload finished", jobs=self.submitted)
+
+    async def _create(self, res: str, obj: dict[str, Any]) -> dict[str, Any]:
+        for hook in self.admission:
+            obj = await hook("CREATE", resource(res), obj, None)
+        return self.store.create(res, obj)
 
     def _ensure_namespace(self, name: str) -> None:
         with contextlib.suppress(ApiError):

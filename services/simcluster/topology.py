@@ -82,14 +82,25 @@ def node_object(spec: ClusterSpec, *, pool: Pool, slot: int, ordinal: int) -> Ob
                 {"type": "InternalIP", "address": node_ip(ordinal)},
                 {"type": "Hostname", "address": name},
             ],
-            "nodeInfo": {
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-                "kubeletVersion": "v1.31.0-sim",
-                "containerRuntimeVersion": "containerd://1.7.0-sim",
-                "osImage": "simcluster",
-            },
+            "nodeInfo": node_info(ordinal),
         },
+    }
+
+
+def node_info(ordinal: int) -> Obj:
+    """Every field NodeSystemInfo requires (clients validate them)."""
+    ident = f"{ordinal:032x}"
+    return {
+        "machineID": ident,
+        "systemUUID": f"{ident[:8]}-{ident[8:12]}-{ident[12:16]}-{ident[16:20]}-{ident[20:]}",
+        "bootID": ident,
+        "kernelVersion": "6.8.0-sim",
+        "osImage": "simcluster",
+        "containerRuntimeVersion": "containerd://1.7.0-sim",
+        "kubeletVersion": "v1.31.0-sim",
+        "kubeProxyVersion": "v1.31.0-sim",
+        "operatingSystem": "linux",
+        "architecture": "amd64",
     }
 
 
