@@ -1,0 +1,129 @@
+"""The whole path on simcluster: bridge -> gang -> actuator -> simcluster's API.
+
+- Deadlock: 150 free 8-GPU nodes, two 100-node gangs at once. One runs with all 100
+  pods, the other has none bound until the first finishes, then runs whole.
+- Restart: a running gang whose node goes NotReady is evicted whole and recreated
+  off the failed node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from libs.bus import Bus
+from libs.testing.nats import running_nats
+from libs.testing.sim import Sim, running_sim
+from services.actuator import core as actuator_core
+from services.actuator.calling import Api
+from services.actuator.shell import Actuator
+from services.bridge.shell import Bridge
+from services.gang import core
+from services.gang.shell import GangShell
+from services.simcluster.workload import Job
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+C = "c1"
+NS = "team-t1"
+
+
+@dataclass
+class System:
+    sim: Sim
+    gang: GangShell
+
+    def pods(self, job: str) -> list[dict[str, Any]]:
+        objs, _ = self.sim.store.list(
+            "pods", namespace=NS, label_selector=f"sim.baton.io/job={job}"
+        )
+        return list(objs)
+
+    def bound(self, job: str) -> int:
+        return sum(1 for p in self.pods(job) if p["spec"].get("nodeName"))
+
+    def finished(self, job: str) -> bool:
+        return all(
+            p.get("status", {}).get("phase") in ("Succeeded", "Failed") for p in self.pods(job)
+        )
+
+
+@contextlib.asynccontextmanager
+async def system(nodes: int) -> AsyncIterator[System]:
+    """nats-server, simcluster, and the bridge, gang and actuator services in this loop."""
+    async with running_nats() as url, running_sim(nodes=nodes) as sim:
+        client = await sim.api_client()
+        buses = [await Bus.connect(url, cluster=C, name=n) for n in ("bridge", "gang", "actuator")]
+        await buses[0].ensure_streams()
+        bridge = Bridge(bus=buses[0], api=client, cluster=C)
+        gang = GangShell(buses[1], state=core.initial(), interval=0.1)
+        limits = actuator_core.Limits(qps=0, backoff_base=0.05)
+        actuator = Actuator(buses[2], api=Api(client, tries=2, base=0.01), limits=limits)
+        tasks = [asyncio.create_task(s.run()) for s in (bridge, gang, actuator)]
+        try:
+            yield System(sim=sim, gang=gang)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            for bus in buses:
+                await bus.close()
+            await client.close()
+
+
+async def until(check: Callable[[], bool], *, within: float, what: str, step: float = 0.05) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(step)
+
+
+async def test_two_gangs_that_cannot_both_fit_run_one_after_the_other_never_half() -> None:
+    async with system(150) as s:
+        jobs = [Job(job_id=j, submit_s=0, gpus=800, duration_s=4.0, team="t1") for j in ("a", "b")]
+        s.sim.cluster.replay(jobs)
+        await until(
+            lambda: len(s.pods("a")) == len(s.pods("b")) == 100, within=30, what="pods created"
+        )
+        first = ""
+        deadline = time.monotonic() + 120
+        while not (s.bound("a") == s.bound("b") == 100):
+            assert time.monotonic() < deadline, f"bound: a={s.bound('a')} b={s.bound('b')}"
+            a, b = s.bound("a"), s.bound("b")
+            if not first and (a or b):
+                first = "a" if a else "b"
+            if first:
+                second = "b" if first == "a" else "a"
+                # The second gang has nothing bound while the first still runs.
+                assert s.bound(second) == 0 or s.finished(first), f"a={a} b={b}"
+            await asyncio.sleep(0.05)
+        assert s.finished(first) or s.bound(first) == 100
+
+
+async def test_a_gang_whose_node_goes_not_ready_is_restarted_whole() -> None:
+    async with system(8) as s:
+        s.sim.cluster.replay([Job(job_id="r", submit_s=0, gpus=32, duration_s=3600, team="t1")])
+        await until(lambda: s.bound("r") == 4, within=30, what="the gang to be bound")
+        old = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in s.pods("r")}
+        victim = sorted(old.values())[0]
+        s.sim.cluster.node_not_ready(victim)
+
+        def restarted() -> bool:
+            pods = s.pods("r")
+            names = {p["metadata"]["name"] for p in pods}
+            fresh = [p for p in pods if p["metadata"]["name"] not in old]
+            bound = [p for p in fresh if p["spec"].get("nodeName")]
+            return not (names & old.keys()) and len(bound) == 4
+
+        await until(restarted, within=60, what="the gang to be evicted and placed again")
+        nodes = {p["spec"]["nodeName"] for p in s.pods("r")}
+        assert victim not in nodes
+        assert sorted(p["metadata"]["name"] for p in s.pods("r")) == sorted(f"{n}-r1" for n in old)
