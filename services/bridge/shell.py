@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 import msgspec
@@ -110,11 +111,12 @@ class Bridge:
             published.append(output)
         await self._publish_until_stored(items)
         now = time.time()
+        counts: Counter[tuple[str, str]] = Counter()
         for output in published:
-            metrics.EVENTS_PUBLISHED.labels(
-                kind=core.kind_of(output.event), op=output.event.op
-            ).inc()
+            counts[core.kind_of(output.event), output.event.op] += 1
             metrics.LAG.observe(max(0.0, now - output.event.at))
+        for (kind, op), count in counts.items():
+            metrics.EVENTS_PUBLISHED.labels(kind=kind, op=op).inc(count)
 
     async def _publish_until_stored(self, items: list[Outgoing]) -> None:
         delay = 0.1
