@@ -25,6 +25,7 @@ from services.simcluster.selectors import SelectorError
 from services.simcluster.store import Entry
 
 _encode = msgspec.json.Encoder().encode
+_LIVENESS_SECONDS = 1.0  # how often an idle watch checks that its client is still there
 
 
 def scale_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -166,7 +167,10 @@ async def _follow(call: Call, watcher: Watcher, response: web.StreamResponse) ->
         if now >= deadline:
             return
         wake = min(deadline, next_bookmark) if bookmarks else deadline
-        await watcher.wait(max(0.0, wake - now))
+        await watcher.wait(max(0.0, min(wake - now, _LIVENESS_SECONDS)))
+        transport = call.request.transport
+        if transport is None or transport.is_closing():
+            return  # the client went away; aiohttp does not cancel the handler for us
         if watcher.lines:
             metrics.labels(call.res.plural).inc(len(watcher.lines))
             await response.write(watcher.drain())

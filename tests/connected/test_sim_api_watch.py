@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -184,3 +185,18 @@ async def test_kubectl_get_patch_delete(sim: Sim) -> None:
     assert sim.store.get("nodes", None, "gpu-1")["spec"]["unschedulable"] is True
     await kubectl("delete", "pod", "train-0")
     assert sim.store.list("pods")[0] == []
+
+
+async def test_a_client_that_goes_away_releases_its_watch(sim: Sim) -> None:
+    async with aiohttp.ClientSession() as session:
+        resp = await session.get(f"{sim.url}/api/v1/pods?watch=1&resourceVersion={sim.store.rv}")
+        deadline = asyncio.get_running_loop().time() + 10
+        while sim.metric("apiserver_longrunning_requests", verb="WATCH", resource="pods") != 1:
+            assert asyncio.get_running_loop().time() < deadline, "watch never opened"
+            await asyncio.sleep(0.05)
+        resp.close()  # no event is ever written to notice the reset
+    deadline = asyncio.get_running_loop().time() + 10
+    while sim.metric("apiserver_longrunning_requests", verb="WATCH", resource="pods") != 0:
+        assert asyncio.get_running_loop().time() < deadline, "an abandoned watch stayed open"
+        await asyncio.sleep(0.05)
+    assert sim.store.watchers() == []
