@@ -58,7 +58,11 @@ async def _admit(call: Call, operation: str, obj: dict[str, Any],
 async def create(call: Call) -> web.StreamResponse:
     if call.res.namespaced and call.namespace is None:
         raise ApiError(405, "MethodNotAllowed", "create needs a namespace in the path")
-    body = await _admit(call, "CREATE", await _object_body(call), None)
+    body = await _object_body(call)
+    if call.res.plural == "pods" or (call.res.group not in _BUILT_IN
+                                     and "status" in call.res.subresources):
+        body.pop("status", None)  # as upstream: a pod starts Pending, a CR without status
+    body = await _admit(call, "CREATE", body, None)
     obj = call.server.store.create(call.res.plural, body)
     meta = obj["metadata"]
     return raw_response(call.server.store.get_raw(call.res.plural, call.namespace, meta["name"]),

@@ -76,6 +76,16 @@ async def test_create_get_list_share_one_resource_version(api: client.ApiClient)
     assert listed.metadata.resource_version == node.metadata.resource_version
 
 
+async def test_create_ignores_status_of_pods_and_custom_resources(api: client.ApiClient) -> None:
+    running = await client.CoreV1Api(api).create_namespaced_pod(
+        "default", {**pod("r"), "status": {"phase": "Running"}})
+    assert running.status.phase == "Pending"
+    made = await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "scheduling.x-k8s.io", "v1alpha1", "default", "podgroups",
+        {"metadata": {"name": "g"}, "spec": {"minMember": 2}, "status": {"phase": "Running"}})
+    assert "status" not in made
+
+
 async def test_generate_name_and_missing_namespace(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     made = await core.create_namespaced_pod(
