@@ -1,0 +1,184 @@
+"""End to end on simcluster: a team at quota borrows idle nodes; the owner submits work; the
+borrower is preempted whole and the owner runs. The path includes the webhook (simcluster
+calls it on create), bridge, admission, gang and actuator, all over a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from libs.bus import Bus
+from libs.testing.nats import running_nats
+from libs.testing.sim import running_sim
+from services.actuator import main as actuator_main
+from services.admission.serving import tls_context
+from services.admission.shell import Admission
+from services.admission.webhook import Options
+from services.bridge import main as bridge_main
+from services.gang import main as gang_main
+from tests.connected.test_webhook import make_cert
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+TEAMS = """
+teams:
+  - name: a
+    namespaces: [team-a]
+    pools: [pa]
+    borrow: {gpus: 16}
+  - name: b
+    namespaces: [team-b]
+    pools: [pb]
+    priority: 10
+"""
+
+
+@contextlib.asynccontextmanager
+async def tasks(*coros: Coroutine[Any, Any, Any]) -> AsyncIterator[list[asyncio.Task[Any]]]:
+    running = [asyncio.create_task(c) for c in coros]
+    try:
+        yield running
+    finally:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+
+async def until(check: Callable[[], Coroutine[Any, Any, Any]], what: str,
+                within: float = 45.0) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        for task in asyncio.all_tasks():  # a crashed service fails the test at once
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+def gang_objects(name: str, members: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+             "metadata": {"name": name}, "spec": {"minMember": members}}
+    pods = [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"{name}-{i}",
+                          "labels": {"scheduling.x-k8s.io/pod-group": name}},
+             "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+                 "requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]}}
+            for i in range(members)]
+    return group, pods
+
+
+async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) -> None:
+    cert, key = make_cert(tmp_path)
+    ca = Path(cert).read_bytes()  # noqa: ASYNC240 - setup, before anything runs
+    teams = tmp_path / "teams.yaml"
+    teams.write_text(TEAMS)
+    async with running_nats() as url, running_sim(nodes=3) as sim:
+        api = await sim.api_client()
+        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        nodes = sorted(n.metadata.name for n in (await core_api.list_node()).items)
+        pools = {nodes[0]: "pa", nodes[1]: "pb", nodes[2]: "pb"}
+        for node, pool in pools.items():
+            await core_api.patch_node(node, {"metadata": {"labels": {"baton.io/pool": pool}}})
+        for ns in ("team-a", "team-b"):
+            await core_api.create_namespace({"metadata": {"name": ns}})
+
+        bus = await Bus.connect(url, cluster="c1", name="admission")
+        admission = Admission(bus=bus, teams_file=str(teams), options=Options(), reload_s=60)
+        bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        common = {"nats_url": url, "cluster": "c1", "ops_port": 0}
+        async with tasks(
+            admission.run(tls=tls_context(cert, key), host="127.0.0.1", port=0, bound=bound),
+            bridge_main.serve(bridge_main.Settings(**common, kubeconfig=sim.kubeconfig)),
+            actuator_main.serve(actuator_main.Settings(**common, kubeconfig=sim.kubeconfig)),
+            gang_main.serve(gang_main.Settings(**common, require_admission=True,
+                                               cycle_interval=0.1)),
+        ):
+            port = await asyncio.wait_for(bound, 10)
+            await register_webhooks(custom, port=port, ca=ca)
+
+            async def tainted() -> bool:
+                items = (await core_api.list_node()).items
+                return all(any(t.key == "baton.io/team" for t in n.spec.taints or [])
+                           for n in items)
+
+            await until(tainted, "team taints on every node")
+            await until(lambda: _true(admission.ready), "admission caught up")
+
+            async def placement(ns: str) -> dict[str, str]:
+                pods = (await core_api.list_namespaced_pod(ns)).items
+                return {p.metadata.name: p.spec.node_name or "" for p in pods}
+
+            await submit(core_api, custom, "team-a", "own", 1)  # team a is then at quota
+
+            async def own_running() -> bool:
+                return bool((await placement("team-a")).get("own-0"))
+
+            await until(own_running, "team a's in-quota gang bound")
+            await submit(core_api, custom, "team-a", "extra", 2)  # borrows b's idle nodes
+
+            async def a_running() -> dict[str, str] | None:
+                got = await placement("team-a")
+                return got if len(got) == 3 and all(got.values()) else None
+
+            first = await until(a_running, "team a's borrowing gang bound")
+            assert {first["extra-0"], first["extra-1"]} == {nodes[1], nodes[2]}  # b's nodes
+            extra = await custom.get_namespaced_custom_object(
+                "scheduling.x-k8s.io", "v1alpha1", "team-a", "podgroups", "extra")
+            assert extra["metadata"]["annotations"]["baton.io/borrowing"] == "true"
+
+            await submit(core_api, custom, "team-b", "mine", 1)
+
+            async def owner_runs() -> bool:
+                b = await placement("team-b")
+                a = await placement("team-a")
+                return bool(b.get("mine-0")) and "extra-0" not in a and "extra-1" not in a
+
+            await until(owner_runs, "the borrower evicted whole and the owner bound")
+            after = await placement("team-a")
+            assert after == {"own-0": first["own-0"]}  # the in-quota gang kept running
+        await bus.close()
+        await api.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def submit(core_api: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str,
+                 name: str, members: int) -> None:
+    group, pods = gang_objects(name, members)
+    await custom.create_namespaced_custom_object(
+        "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", group)
+    for pod in pods:
+        created = await core_api.create_namespaced_pod(ns, pod)
+        assert created.spec.scheduler_name == "baton"  # set by the mutating webhook
+
+
+async def register_webhooks(custom: client.CustomObjectsApi, *, port: int, ca: bytes) -> None:
+    bundle = base64.b64encode(ca).decode()
+    rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+              "resources": ["pods"]},
+             {"apiGroups": ["scheduling.x-k8s.io"], "apiVersions": ["v1alpha1"],
+              "operations": ["CREATE"], "resources": ["podgroups"]}]
+    for kind, plural, path in (
+            ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "/mutate"),
+            ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "/validate")):
+        await custom.create_cluster_custom_object("admissionregistration.k8s.io", "v1", plural, {
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": {"name": "baton"},
+            "webhooks": [{"name": "baton.io", "admissionReviewVersions": ["v1"],
+                          "sideEffects": "None", "failurePolicy": "Fail", "rules": rules,
+                          "clientConfig": {"url": f"https://127.0.0.1:{port}{path}",
+                                           "caBundle": bundle}}]})
