@@ -10,6 +10,7 @@ lost Machine. ``status`` (replicas, readyReplicas, phase, selector) follows.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,10 +33,18 @@ class PoolState:
     nodes: dict[str, int] = field(default_factory=dict)  # name -> slot
     provisioning: dict[int, asyncio.TimerHandle] = field(default_factory=dict)  # slot -> timer
     desired: int = 0
+    freed: list[int] = field(default_factory=list)  # heap of slots given back
+    next_slot: int = 0
 
-    def free_slot(self) -> int:
-        taken = set(self.nodes.values()) | set(self.provisioning)
-        return next(s for s in range(len(taken) + 1) if s not in taken)
+    def take_slot(self) -> int:
+        """The lowest free slot, so the pool stays packed into its first racks."""
+        if self.freed:
+            return heapq.heappop(self.freed)
+        self.next_slot += 1
+        return self.next_slot - 1
+
+    def give_back(self, slot: int) -> None:
+        heapq.heappush(self.freed, slot)
 
 
 class Cloud:
@@ -54,7 +63,7 @@ class Cloud:
         """Create every pool's MachineDeployment and its initial nodes, Ready at once."""
         for state in self.pools.values():
             for _ in range(state.pool.count):
-                self._join(state, state.free_slot())
+                self._join(state, state.take_slot())
             self._store.create(RES, topology.machine_deployment(self._spec, state.pool))
             self._publish(state)
 
@@ -76,19 +85,20 @@ class Cloud:
             pool = self._owner.pop(obj["metadata"]["name"], None)
             if pool is not None:
                 state = self.pools[pool]
-                state.nodes.pop(obj["metadata"]["name"], None)
+                state.give_back(state.nodes.pop(obj["metadata"]["name"]))
                 self._reconcile(state)
 
     def _reconcile(self, state: PoolState) -> None:
         have = len(state.nodes) + len(state.provisioning)
         for _ in range(state.desired - have):
-            slot = state.free_slot()
+            slot = state.take_slot()
             delay = self._spec.delays.provisioning_s
             state.provisioning[slot] = self._clock.call_later(delay, self._provisioned, state, slot)
             log.info("provisioning node", pool=state.pool.name, slot=slot)
         excess = have - state.desired
         for slot in sorted(state.provisioning, reverse=True)[: max(0, excess)]:
             state.provisioning.pop(slot).cancel()
+            state.give_back(slot)
             excess -= 1
         if excess > 0:
             by_load = sorted(state.nodes, key=lambda n: (self._load(n), -state.nodes[n]))
@@ -111,7 +121,7 @@ class Cloud:
         self._store.create("nodes", node)
 
     def _remove(self, state: PoolState, name: str) -> None:
-        state.nodes.pop(name, None)
+        state.give_back(state.nodes.pop(name))
         self._owner.pop(name, None)
         log.info("removing node", pool=state.pool.name, node=name, pods=self._load(name))
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -88,13 +89,21 @@ def jobs(opts: Options) -> Iterable[workload.Job]:
     return trace.read(path)
 
 
+def tune_gc() -> None:
+    """Collect the young generation less often: the store holds millions of long-lived
+    dicts, and default thresholds make allocation-heavy bursts (100k pods) ~40% slower."""
+    gc.set_threshold(50_000, 20, 100)
+
+
 async def serve(opts: Options) -> None:
+    tune_gc()
     store = Store(history=opts.history)
     server = ApiServer(store, Settings())
     cluster = build(store, spec=opts.spec, speed=opts.time_scale)
     cluster.admission = server.admission
     try:
         await cluster.start()
+        gc.freeze()  # the nodes live as long as the process: keep them out of collections
         url = await server.start(opts.host, opts.port)
         if opts.kubeconfig is not None:
             write_kubeconfig(opts.kubeconfig, url)
