@@ -19,8 +19,8 @@ from typing import Any
 
 import structlog
 
-from services.simcluster import quantities
-from services.simcluster.clock import Clock, timestamp
+from services.simcluster import quantities, statuses
+from services.simcluster.clock import Clock
 from services.simcluster.spec import Delays
 from services.simcluster.store import ApiError, Store
 from services.simcluster.workload import DURATION_ANNOTATION
@@ -55,6 +55,7 @@ class Kubelets:
         self.nodes: dict[str, NodeBook] = {}
         self._pods: dict[str, PodTrack] = {}
         self._ips = 0
+        self._waiting: dict[str, set[str]] = {}  # node not (yet) known -> pods bound to it
 
     # following the store
 
@@ -85,6 +86,8 @@ class Kubelets:
                 "",
             )
             self.nodes[name] = NodeBook(allocatable=allocatable, ip=ip)
+            for key in sorted(self._waiting.pop(name, ())):
+                self._admit_later(key, name)
         else:
             book.allocatable = allocatable
 
@@ -108,10 +111,15 @@ class Kubelets:
     def _admit(self, key: str, pod: Obj, node: str) -> None:
         book = self.nodes.get(node)
         phase = (pod.get("status") or {}).get("phase")
-        if book is None or phase in TERMINAL:
-            return  # no kubelet there (yet): the pod stays as it is
+        if phase in TERMINAL:
+            return
+        if book is None:  # no kubelet there yet: the pod waits for the node to join
+            self._waiting.setdefault(node, set()).add(key)
+            return
         requests = quantities.pod_requests(pod)
-        short = _shortfall(book, requests)
+        short = statuses.shortfall(
+            allocatable=book.allocatable, used=book.used, pods=len(book.pods), requests=requests
+        )
         if short is not None:
             self._pods[key] = PodTrack(node=node, requests={}, done=True)
             self._reject(pod, short, node)
@@ -123,6 +131,16 @@ class Kubelets:
         book.pods.add(key)
         track.timer = self._clock.call_later(self._delays.pod_start_s, self._start, key)
 
+    def _admit_later(self, key: str, node: str) -> None:
+        namespace, _, name = key.partition("/")
+        try:
+            pod = self._store.get("pods", namespace, name)
+        except ApiError:
+            return
+        bound_here = (pod.get("spec") or {}).get("nodeName") == node
+        if bound_here and key not in self._pods and not pod["metadata"].get("deletionTimestamp"):
+            self._admit(key, pod, node)
+
     def _start(self, key: str) -> None:
         track = self._pods.get(key)
         if track is None or track.done or track.terminating:
@@ -130,10 +148,12 @@ class Kubelets:
         track.timer = None
         book = self.nodes.get(track.node)
         self._ips += 1
-        ip, host_ip = _pod_ip(self._ips), book.ip if book else ""
+        ip, host_ip = statuses.pod_ip(self._ips), book.ip if book else ""
         namespace, _, name = key.partition("/")
         try:
-            pod = self._store.mutate("pods", namespace, name, lambda p: _running(p, ip, host_ip))
+            pod = self._store.mutate(
+                "pods", namespace, name, lambda p: statuses.running(p, ip, host_ip)
+            )
         except ApiError:
             return
         duration = (pod["metadata"].get("annotations") or {}).get(DURATION_ANNOTATION)
@@ -154,7 +174,7 @@ class Kubelets:
         self._release(key, track)
         namespace, _, name = key.partition("/")
         try:
-            self._store.mutate("pods", namespace, name, _succeeded)
+            self._store.mutate("pods", namespace, name, statuses.succeeded)
         except ApiError:
             return
 
@@ -229,86 +249,3 @@ class Kubelets:
         for track in self._pods.values():
             if track.timer is not None:
                 track.timer.cancel()
-
-
-def _shortfall(book: NodeBook, requests: dict[str, int]) -> tuple[str, int, int, int] | None:
-    """The first resource the node lacks: (name, requested, used, allocatable)."""
-    wanted = {**requests, "pods": 1}
-    for name, amount in wanted.items():
-        if amount <= 0:
-            continue
-        capacity = book.allocatable.get(name, 0)
-        used = len(book.pods) if name == "pods" else book.used.get(name, 0)
-        if used + amount > capacity:
-            return name, amount, used, capacity
-    return None
-
-
-def _pod_ip(n: int) -> str:
-    return f"10.{128 + ((n >> 16) & 127)}.{(n >> 8) & 255}.{n & 255}"
-
-
-def _running(pod: Obj, ip: str, host_ip: str) -> None:
-    now = timestamp()
-    status = pod.setdefault("status", {})
-    status.update(
-        phase="Running",
-        startTime=status.get("startTime", now),
-        podIP=ip,
-        podIPs=[{"ip": ip}],
-        hostIP=host_ip,
-    )
-    _conditions(status, now, ready="True", reason="")
-    status["containerStatuses"] = [
-        {
-            "name": c.get("name", ""),
-            "image": c.get("image", ""),
-            "imageID": c.get("image", ""),
-            "containerID": f"containerd://sim-{pod['metadata'].get('uid', '')[:8]}-{i}",
-            "ready": True,
-            "started": True,
-            "restartCount": 0,
-            "state": {"running": {"startedAt": now}},
-        }
-        for i, c in enumerate(pod.get("spec", {}).get("containers") or ())
-    ]
-
-
-def _succeeded(pod: Obj) -> None:
-    now = timestamp()
-    status = pod.setdefault("status", {})
-    status["phase"] = "Succeeded"
-    _conditions(status, now, ready="False", reason="PodCompleted")
-    for c in status.get("containerStatuses") or ():
-        started = (c.get("state") or {}).get("running", {}).get("startedAt", now)
-        c.update(
-            ready=False,
-            started=False,
-            state={
-                "terminated": {
-                    "exitCode": 0,
-                    "reason": "Completed",
-                    "startedAt": started,
-                    "finishedAt": now,
-                }
-            },
-        )
-
-
-def _conditions(status: Obj, now: str, *, ready: str, reason: str) -> None:
-    wanted = {
-        "PodScheduled": "True",
-        "Initialized": "True",
-        "ContainersReady": ready,
-        "Ready": ready,
-    }
-    current = {c.get("type"): c for c in status.get("conditions") or ()}
-    conditions = [c for t, c in current.items() if t not in wanted]
-    for type_, value in wanted.items():
-        old = current.get(type_) or {}
-        since = old.get("lastTransitionTime", now) if old.get("status") == value else now
-        entry = {"type": type_, "status": value, "lastProbeTime": None, "lastTransitionTime": since}
-        if reason and value == "False":
-            entry["reason"] = reason
-        conditions.append(entry)
-    status["conditions"] = conditions

@@ -138,6 +138,9 @@ async def test_machine_deployment_scale_adds_then_removes_nodes(api: client.ApiC
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     md = await custom.get_namespaced_custom_object(*CAPI, "gpu")
     assert (md["spec"]["replicas"], md["status"]["readyReplicas"]) == (4, 4)
+    # bound ahead to a node that has not joined yet: it starts once the node is there
+    await core.create_namespaced_pod("default", gpu_pod("early", gpus=8))
+    await bind(core, "early", "gpu-00005")
     await custom.patch_namespaced_custom_object_scale(
         *CAPI, "gpu", {"spec": {"replicas": 6}}, _content_type=MERGE
     )
@@ -153,6 +156,7 @@ async def test_machine_deployment_scale_adds_then_removes_nodes(api: client.ApiC
     assert {c.type: c.status for c in newest.status.conditions}["Ready"] == "True"
     md = await custom.get_namespaced_custom_object(*CAPI, "gpu")
     assert (md["status"]["readyReplicas"], md["status"]["phase"]) == (6, "Running")
+    assert (await until(phase_is(core, "early", "Running"))).spec.node_name == "gpu-00005"
 
     # a busy node survives scale-down; empty ones go
     await core.create_namespaced_pod("default", gpu_pod("busy", gpus=1))
