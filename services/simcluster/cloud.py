@@ -2,9 +2,11 @@
 
 ``spec.replicas`` (patched directly or through ``/scale``) is the pool's wanted size.
 Growing provisions nodes that join Ready after ``provisioning_s``; shrinking first
-cancels nodes still provisioning, then removes nodes with the fewest pods (the newest
-among equals). A node deleted through the API is replaced, as a MachineSet replaces a
-lost Machine. ``status`` (replicas, readyReplicas, phase, selector) follows.
+cancels nodes still provisioning, then removes nodes annotated
+``cluster.x-k8s.io/delete-machine`` (as Cluster API does for Machines), then those with
+the fewest pods (the newest among equals). A node deleted through the API is replaced,
+as a MachineSet replaces a lost Machine. ``status`` (replicas, readyReplicas, phase,
+selector) follows.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from services.simcluster.store import ApiError, Store
 
 log = structlog.get_logger("simcluster.cloud")
 RES = "machinedeployments"
+DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
 Obj = dict[str, Any]
 
 
@@ -101,10 +104,20 @@ class Cloud:
             state.give_back(slot)
             excess -= 1
         if excess > 0:
-            by_load = sorted(state.nodes, key=lambda n: (self._load(n), -state.nodes[n]))
+            by_load = sorted(
+                state.nodes, key=lambda n: (not self._marked(n), self._load(n), -state.nodes[n])
+            )
             for name in by_load[:excess]:
                 self._remove(state, name)
         self._publish(state)
+
+    def _marked(self, node: str) -> bool:
+        """Cluster API's ``delete-machine`` annotation (here on the node) goes first."""
+        try:
+            annotations = self._store.get("nodes", None, node)["metadata"].get("annotations")
+        except ApiError:
+            return False
+        return DELETE_MACHINE in (annotations or {})
 
     def _provisioned(self, state: PoolState, slot: int) -> None:
         if state.provisioning.pop(slot, None) is None:

@@ -162,6 +162,9 @@ async def test_machine_deployment_scale_adds_then_removes_nodes(api: client.ApiC
     await core.create_namespaced_pod("default", gpu_pod("busy", gpus=1))
     await bind(core, "busy", "gpu-00006")
     await until(phase_is(core, "busy", "Running"))
+    # the autoscaler's choice, as Cluster API's delete-machine annotation, goes first
+    marked = {"metadata": {"annotations": {"cluster.x-k8s.io/delete-machine": "yes"}}}
+    await core.patch_node("gpu-00005", marked)
     await custom.patch_namespaced_custom_object(
         *CAPI, "gpu", {"spec": {"replicas": 2}}, _content_type=MERGE
     )
@@ -170,7 +173,8 @@ async def test_machine_deployment_scale_adds_then_removes_nodes(api: client.ApiC
         names = [n.metadata.name for n in await pool_nodes(core)]
         return names if len(names) == 2 else None
 
-    assert "gpu-00006" in await until(two_left)
+    # marked gpu-00005 first, then the empty ones newest first; busy gpu-00006 stays
+    assert await until(two_left) == ["gpu-00001", "gpu-00006"]
     md = await custom.get_namespaced_custom_object(*CAPI, "gpu")
     assert (md["status"]["replicas"], md["status"]["readyReplicas"]) == (2, 2)
 
