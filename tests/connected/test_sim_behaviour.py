@@ -85,7 +85,7 @@ def phase_is(core: client.CoreV1Api, name: str, phase: str) -> Callable[[], Awai
 
 async def test_bound_pod_runs_for_its_duration_then_succeeds(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
-    await core.create_namespaced_pod("default", gpu_pod("train", gpus=8, duration=60))
+    await core.create_namespaced_pod("default", gpu_pod("train", gpus=8, duration=300))
     assert (await core.read_namespaced_pod("train", "default")).status.phase == "Pending"
     await bind(core, "train", "gpu-00002")
     running = await until(phase_is(core, "train", "Running"))
@@ -114,9 +114,8 @@ async def test_deleted_pod_terminates_and_frees_its_node(sim: Sim, api: client.A
     await bind(core, "serve", "gpu-00003")
     await until(phase_is(core, "serve", "Running"))
     assert sim.cluster.used("gpu-00003")["nvidia.com/gpu"] == 8
-    await core.delete_namespaced_pod("serve", "default")
-    terminating = await core.read_namespaced_pod("serve", "default")
-    assert terminating.metadata.deletion_timestamp is not None
+    terminating = await core.delete_namespaced_pod("serve", "default")
+    assert terminating.metadata.deletion_timestamp is not None  # graceful, not gone at once
 
     async def gone() -> bool:
         try:
