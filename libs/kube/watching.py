@@ -28,6 +28,8 @@ from proto.codec import Undecodable
 
 log = structlog.get_logger("libs.kube")
 
+RESTART_GRACE_S = 1.0  # a watch shorter than this was a failure: back off before the next
+
 
 class ApiError(Exception):
     """The API server answered with an error (a dependency problem, retried)."""
@@ -90,26 +92,31 @@ class Reflector:
                 yield event
 
     async def batches(self) -> AsyncIterator[list[k8s.K8sEvent]]:
-        """Batches of events (one per list or per chunk of watch bytes), forever."""
-        failures = 0
+        """Batches of events (one per list or per chunk of watch bytes), forever.
+
+        A watch that ends within a second of starting (closed, 410, error) counts as a
+        failure and the next attempt backs off, so a flapping server is never hammered.
+        """
+        failures, started = 0, -RESTART_GRACE_S
         while True:
+            failures = failures + 1 if time.monotonic() - started < RESTART_GRACE_S else 0
+            if failures:
+                await asyncio.sleep(self._backoff(failures))
+            started = time.monotonic()
             try:
                 if not self.resource_version:
                     yield await self._list()
                 async for batch in self._watch():
-                    failures = 0
                     if batch:
                         yield batch
-                self.observer.watch_restarted(self.kind.name, reason="closed")
+                reason = "closed"
             except Expired:
                 self.resource_version = ""
-                self.observer.watch_restarted(self.kind.name, reason="expired")
+                reason = "expired"
             except (ApiError, Undecodable, aiohttp.ClientError, TimeoutError) as exc:
-                failures += 1
-                delay = self._backoff(failures)
-                log.warning("watch failed", kind=self.kind.name, error=str(exc), retry_in=delay)
-                self.observer.watch_restarted(self.kind.name, reason=type(exc).__name__)
-                await asyncio.sleep(delay)
+                reason = type(exc).__name__
+                log.warning("watch failed", kind=self.kind.name, error=str(exc))
+            self.observer.watch_restarted(self.kind.name, reason=reason)
 
     def _backoff(self, failures: int) -> float:
         ceiling = min(self.options.backoff_max_s, self.options.backoff_initial_s * 2**failures)
