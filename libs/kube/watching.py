@@ -116,6 +116,10 @@ class Reflector:
             except (ApiError, Undecodable, aiohttp.ClientError, TimeoutError) as exc:
                 reason = type(exc).__name__
                 log.warning("watch failed", kind=self.kind.name, error=str(exc))
+                if isinstance(exc, ApiError) and exc.failure.code == 404 and not self.synced:
+                    # e.g. the PodGroup CRD is not installed: nothing to list yet; keep trying
+                    self.synced = True
+                    yield []
             self.observer.watch_restarted(self.kind.name, reason=reason)
 
     def _backoff(self, failures: int) -> float:

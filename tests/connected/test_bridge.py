@@ -276,3 +276,26 @@ async def test_six_consumers_cost_the_api_server_one_watch_per_kind(nats_url: st
             for s, b in zip(subs, buses, strict=True):
                 await s.close()
                 await b.close()
+
+
+async def test_a_kind_the_server_does_not_serve_does_not_block_readiness(nats_url: str) -> None:
+    import dataclasses
+
+    from libs.kube import NODES, POD_GROUPS
+
+    missing = dataclasses.replace(POD_GROUPS, path="/apis/scheduling.example.io/v1/podgroups")
+    async with running_sim() as sim:
+        populate(sim, pods=1)
+        bus = await Bus.connect(nats_url, cluster=CLUSTER, name="bridge")
+        api = await sim.api_client()
+        bridge = Bridge(bus=bus, api=api, cluster=CLUSTER, kinds=(NODES, missing))
+        task = asyncio.create_task(bridge.run())
+        try:
+            await until(lambda: bridge.ready, what="ready without the CRD")
+            assert counter("baton_bridge_watch_restarts_total", kind="podgroup") >= 1
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await bus.close()
+            await api.close()
