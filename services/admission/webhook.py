@@ -136,7 +136,7 @@ def mutate_pod(state: State, pod: KPod, namespace: str,
     borrowing = will_borrow(state, team=team, gang=f"{namespace}/{gang}" if gang else "",
                             gpus=pod.gpus(GPU))
     annotations: dict[str, str] = {BORROWING: "true"} if borrowing else {}
-    limit = state.config.by_name[team].egress.limit
+    limit = state.specs[team].egress.limit
     if limit and EGRESS not in (meta.annotations or {}):
         annotations[EGRESS] = limit
     ops = map_patch("/metadata/labels", meta.labels, labels)
@@ -179,7 +179,7 @@ def _usable_teams(state: State, team: str, borrowing: bool) -> tuple[str, ...]:
 
 def _toleration_patch(state: State, have: list[KToleration] | None,
                       teams: tuple[str, ...]) -> list[PatchOp]:
-    tainted = [t for t in teams if t in state.config.by_name and state.config.by_name[t].taint]
+    tainted = [t for t in teams if t in state.specs and state.specs[t].taint]
     if is_default(state.config) or not tainted:
         return []
     present = {(t.key, t.value) for t in have or []}

@@ -68,6 +68,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
 
 def _load(state: State, config: TeamConfig) -> None:
     state.config = config
+    state.specs = config.by_name
     state.ns_team = {ns: t.name for t in config.teams for ns in t.namespaces}
     state.pool_team = {p: t.name for t in config.teams for p in t.pools}
 
@@ -126,9 +127,8 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
         ):
             return _release(state, gang, now, finished=True)
         return []
-    if gang.team and not gang.finished:
-        state.dequeue(gang)
-        state.enqueue(gang)
+    if gang.team and not gang.finished and gang.qkey != queueing.queue_key(gang):
+        state.enqueue(gang)  # its priority changed: move it
     return []
 
 
@@ -143,6 +143,7 @@ def _release(state: State, gang: Gang, now: float, *, finished: bool) -> list[Ou
     gpus = gang.held
     state.hold(gang, 0)
     gang.admitted, gang.borrowed, gang.finished = False, 0, finished
+    state.dequeue(gang)
     queueing.rebalance(state, gang.team)
     return [GangReleased(at=now, gang=gang.key, team=gang.team, gpus=gpus)]
 

@@ -82,7 +82,7 @@ def reconcile(state: State, name: str, now: float) -> list[Output]:
     state.node_team[name] = team
     if is_default(state.config) and TEAM_LABEL not in node.labels and not _team_taints(node):
         return outputs
-    spec = state.config.by_name.get(team)
+    spec = state.specs.get(team)
     want_label = None if is_default(state.config) or not team else team
     want_taint = team if spec is not None and spec.taint and not is_default(state.config) else ""
     have_taint = _team_taints(node)
@@ -146,7 +146,7 @@ def _unassign(state: State, name: str) -> str:
 
 def _fill(state: State, team: str) -> list[str]:
     """Assign unowned pool-less nodes (by name) to ``team`` up to its ``nodes`` count."""
-    spec = state.config.by_name.get(team)
+    spec = state.specs.get(team)
     want = spec.nodes if spec is not None else 0
     added: list[str] = []
     if _count(state, team) >= want:

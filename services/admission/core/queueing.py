@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from proto.actions import Annotate, AnyAction, Binding, EvictGang
 from proto.admission import GangAdmitted, GangPreempted, GangQueued
-from services.admission.core.state import ADMITTED, BORROWING, Gang, State
+from services.admission.core.state import ADMITTED, BORROWING, Gang, State, queue_key
+
+__all__ = ["admit", "preempt", "queue_key", "queued", "rebalance", "reclaim_plan"]
 
 Output = AnyAction | GangAdmitted | GangQueued | GangPreempted
 
@@ -95,7 +97,7 @@ def reclaim_plan(state: State, *, team: str, short: int) -> list[Gang]:
     """Borrowing gangs of other teams to preempt whole, freeing ``short`` GPUs ([]: cannot)."""
     priority = {t.name: t.priority for t in state.config.teams}
     candidates = sorted(
-        (g for g in state.gangs.values() if g.admitted and g.borrowed > 0 and g.team != team),
+        (g for g in state.holding() if g.admitted and g.borrowed > 0 and g.team != team),
         key=lambda g: (priority.get(g.team, 0), g.priority, -g.created_at, g.key),
     )
     victims: list[Gang] = []
@@ -164,8 +166,7 @@ def _wait(state: State, gang: Gang, now: float, *, reason: str) -> list[Output]:
 
 def queued(state: State, gang: Gang, now: float) -> GangQueued:
     """The event for a gang entering its queue behind others."""
-    queue = state.queues.get(gang.team, [])
-    position = next((i for i, (_, k) in enumerate(queue) if k == gang.key), len(queue))
+    position = state.position(gang)
     gang.reason = f"waiting behind {position} earlier gangs of team {gang.team!r}"
     return GangQueued(at=now, gang=gang.key, team=gang.team, reason=gang.reason,
                       position=position, gpus=gang.gpus)
@@ -179,7 +180,7 @@ def rebalance(state: State, team: str) -> None:
     """
     over = state.borrowed(team)
     priority_order = sorted(
-        (g for g in state.gangs.values() if g.team == team and g.admitted and g.borrowed > 0),
+        (g for g in state.holding(team) if g.admitted and g.borrowed > 0),
         key=lambda g: (g.priority, -g.created_at, g.key),
     )
     for gang in priority_order:

@@ -10,7 +10,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from proto.k8s import GPU, Node
-from services.admission.teams import DEFAULT, TeamConfig, is_default
+from services.admission.teams import DEFAULT, Team, TeamConfig, is_default
 
 ADMITTED = "baton.io/admitted"
 BORROWING = "baton.io/borrowing"
@@ -41,6 +41,7 @@ class Gang:
     borrowed: int = 0
     finished: bool = False
     reason: str = ""  # last published queue reason
+    qkey: tuple[int, float, str] | None = None  # its entry in the team's queue, when queued
 
     @property
     def gpus(self) -> int:
@@ -76,6 +77,7 @@ def queue_key(gang: Gang) -> tuple[int, float, str]:
 @dataclass(slots=True)
 class State:
     config: TeamConfig = DEFAULT
+    specs: dict[str, Team] = field(default_factory=dict)  # team name -> its config
     ns_team: dict[str, str] = field(default_factory=dict)
     pool_team: dict[str, str] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -89,6 +91,7 @@ class State:
     gangs: dict[str, Gang] = field(default_factory=dict)
     queues: dict[str, list[tuple[tuple[int, float, str], str]]] = field(default_factory=dict)
     pending_pods: dict[str, dict[str, Member]] = field(default_factory=dict)  # gang key -> pods
+    holders: dict[str, set[str]] = field(default_factory=dict)  # team -> gangs holding GPUs
 
     # -- teams ----------------------------------------------------------------
 
@@ -98,7 +101,7 @@ class State:
         return self.ns_team.get(namespace, "")
 
     def quota(self, team: str) -> int:
-        spec = self.config.by_name.get(team)
+        spec = self.specs.get(team)
         if spec is None:
             return 0
         if spec.quota is not None:
@@ -106,7 +109,7 @@ class State:
         return self.capacity.get(team, 0)
 
     def borrow_limit(self, team: str) -> int:
-        spec = self.config.by_name.get(team)
+        spec = self.specs.get(team)
         return spec.borrow.gpus if spec is not None else 0
 
     def lenders(self, team: str) -> tuple[str, ...]:
@@ -141,23 +144,43 @@ class State:
     # -- queues ---------------------------------------------------------------
 
     def enqueue(self, gang: Gang) -> int:
+        if gang.qkey is not None:
+            self.dequeue(gang)
         queue = self.queues.setdefault(gang.team, [])
-        entry = (queue_key(gang), gang.key)
+        gang.qkey = queue_key(gang)
+        entry = (gang.qkey, gang.key)
         position = bisect.bisect_left(queue, entry)
         queue.insert(position, entry)
         return position
 
     def dequeue(self, gang: Gang) -> None:
+        if gang.qkey is None:
+            return
         queue = self.queues.get(gang.team, [])
-        for i, (_, key) in enumerate(queue):
-            if key == gang.key:
-                del queue[i]
-                return
+        entry = (gang.qkey, gang.key)
+        i = bisect.bisect_left(queue, entry)
+        if i < len(queue) and queue[i] == entry:
+            del queue[i]
+        gang.qkey = None
+
+    def position(self, gang: Gang) -> int:
+        queue = self.queues.get(gang.team, [])
+        return bisect.bisect_left(queue, (gang.qkey, gang.key)) if gang.qkey else len(queue)
+
+    def holding(self, team: str | None = None) -> list[Gang]:
+        """Gangs holding GPUs (of one team, or of every team)."""
+        teams = [team] if team is not None else list(self.holders)
+        return [self.gangs[k] for t in teams for k in self.holders.get(t, ()) if k in self.gangs]
 
     def hold(self, gang: Gang, gpus: int) -> None:
         """Count ``gpus`` against the gang's team (replacing what it held)."""
         self.used[gang.team] = self.used.get(gang.team, 0) - gang.held + gpus
         gang.held = gpus
+        holders = self.holders.setdefault(gang.team, set())
+        if gpus > 0:
+            holders.add(gang.key)
+        else:
+            holders.discard(gang.key)
 
 
 def node_gpus(node: Node) -> int:
