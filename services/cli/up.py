@@ -107,6 +107,8 @@ def start_children(
         env["BATON_ADMISSION_TEAMS_FILE"] = str(args.teams)
     ops_ports: dict[str, int] = {}
     wanted = [s for s in args.services.split(",") if s]
+    if "admission" in wanted and available("admission"):
+        env["BATON_GANG_REQUIRE_ADMISSION"] = "1"  # gang places only gangs admission let in
     for name in wanted:
         if not available(name):
             print(
