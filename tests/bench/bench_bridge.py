@@ -3,7 +3,7 @@
 ``python -m tests.bench bridge``. Every number comes with its baseline from the
 same run: generated kubernetes-asyncio models next to msgspec decoding, raw nats-py
 ``js.publish_async`` next to the bridge's publish path, a KV bucket watch next to
-``last_per_subject`` delivery. Results are written down in docs/bench/bridge.md.
+``last_per_subject`` delivery. Results are written down in docs/benchmarks.md.
 """
 
 from __future__ import annotations
