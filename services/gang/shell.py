@@ -7,6 +7,10 @@ event to the core in arrival order; a timer adds a ``Tick`` every
 ``cycle_interval`` seconds once the K8S bootstrap has caught up (placing on a half
 known cluster would double-book nodes). Outputs are published with their ids as
 ``Nats-Msg-Id`` before the input is acked.
+
+With ``record_ticks`` (the default) a tick that produced an output or changed the
+core's state is published as a ``RecordedTick`` on ``baton.<c>.placement.tick``,
+so ``baton replay`` can feed the same ticks to a fresh core (``docs/replay.md``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from proto import subjects
 from proto.actions import ActionResult, BindGang, CreatePod, EvictGang
 from proto.k8s import K8sEvent
 from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
+from proto.ticks import RecordedTick
 from services.gang import core, metrics
 
 log = structlog.get_logger("baton.gang")
@@ -50,6 +55,15 @@ def route(cluster: str, output: core.Output) -> tuple[str, str]:
     return subject, f"{subject}:{output.at}"
 
 
+def tick_marks(state: core.State) -> list[tuple[object, ...]]:
+    """What a cycle may change without an output: expiry (``assumed``, ``retry_after``)
+    and the verdict-refresh clock (``checked_at``). Assumptions and verdict changes
+    always come with an output."""
+    return [
+        (g.checked_at, g.retry_after, g.assumed is None) for g in state.cluster.gangs.values()
+    ]
+
+
 class GangShell:
     def __init__(
         self,
@@ -59,6 +73,7 @@ class GangShell:
         interval: float = 0.5,
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
+        record_ticks: bool = True,
     ) -> None:
         self.bus = bus
         self.state = state
@@ -67,6 +82,8 @@ class GangShell:
         self.clock = clock
         self.caught_up = False
         self.cycles = 0
+        self.record_ticks = record_ticks
+        self._seqs = {"k8s": 0, "result": 0}  # last applied input per stream, for RecordedTick
         self._queue: asyncio.Queue[Message[Any] | None] = asyncio.Queue(maxsize=1024)
 
     @property
@@ -112,13 +129,20 @@ class GangShell:
             msg = await self._queue.get()
             event: Any = core.Tick(at=self.clock()) if msg is None else msg.event
             now = float(getattr(event, "at", 0.0) or self.clock())
+            marks = tick_marks(self.state) if msg is None and self.record_ticks else None
             started = time.perf_counter()
             self.state, outputs = core.step(self.state, event, now)
+            record = None
             if msg is None:
                 self.cycles += 1
                 metrics.CYCLE_SECONDS.observe(time.perf_counter() - started)
                 self._gauge()
-            await self._publish(outputs)
+                if marks is not None and (outputs or marks != tick_marks(self.state)):
+                    record = self._tick_record(now)
+            else:
+                stream = "result" if isinstance(event, ActionResult) else "k8s"
+                self._seqs[stream] = max(self._seqs[stream], msg.seq)
+            await self._publish(outputs, record=record)
             if msg is not None:
                 with contextlib.suppress(Exception):  # a lost ack is a redelivery: idempotent
                     await msg.ack()
@@ -127,8 +151,15 @@ class GangShell:
                     log.info("caught up", nodes=len(self.state.cluster.nodes),
                              pods=len(self.state.cluster.pods))  # fmt: skip
 
-    async def _publish(self, outputs: tuple[core.Output, ...]) -> None:
-        items = []
+    def _tick_record(self, at: float) -> Outgoing:
+        tick = RecordedTick(at=at, k8s_seq=self._seqs["k8s"], result_seq=self._seqs["result"])
+        subject = subjects.subject(self.bus.cluster, subjects.PLACEMENT, "tick")
+        return Outgoing(subject, tick, f"tick:{at}")
+
+    async def _publish(
+        self, outputs: tuple[core.Output, ...], *, record: Outgoing | None = None
+    ) -> None:
+        items = [record] if record is not None else []
         for output in outputs:
             is_action = isinstance(output, BindGang | EvictGang | CreatePod)
             if is_action:
