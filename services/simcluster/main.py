@@ -36,6 +36,7 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     host: str
     port: int
     kubeconfig: Path | None
+    advertise: str  # server URL written into the kubeconfig; "" = the listening URL
     spec: spec.ClusterSpec
     trace: str  # "" | "synthetic" | "philly-sample" | a path
     speed: float
@@ -50,6 +51,9 @@ def parse_args(argv: list[str]) -> Options:
     p.add_argument("--spec", type=Path, help="cluster spec YAML (pools, topology, delays)")
     p.add_argument("--listen", default="127.0.0.1:6443", help="HOST:PORT (port 0: any free)")
     p.add_argument("--kubeconfig", type=Path, help="write a kubeconfig here once ready")
+    p.add_argument(
+        "--advertise", default="", help="server URL for the kubeconfig (e.g. http://sim:6443)"
+    )
     p.add_argument("--trace", default="", help="synthetic | philly-sample | a Philly CSV")
     p.add_argument("--speed", type=float, default=1.0, help="trace time compression")
     p.add_argument("--time-scale", type=float, default=1.0, help="speed of simulated delays")
@@ -73,6 +77,7 @@ def parse_args(argv: list[str]) -> Options:
         host=host,
         port=int(port),
         kubeconfig=args.kubeconfig,
+        advertise=args.advertise,
         spec=cluster,
         trace=args.trace,
         speed=args.speed,
@@ -106,7 +111,7 @@ async def serve(opts: Options) -> None:
         gc.freeze()  # the nodes live as long as the process: keep them out of collections
         url = await server.start(opts.host, opts.port)
         if opts.kubeconfig is not None:
-            write_kubeconfig(opts.kubeconfig, url)
+            write_kubeconfig(opts.kubeconfig, opts.advertise or url)
         if opts.trace:
             cluster.replay(jobs(opts), speed=opts.speed)
         nodes = len(cluster.node_names())

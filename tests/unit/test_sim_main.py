@@ -56,3 +56,9 @@ def test_fault_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main.parse_fault(["--kubeconfig", "k", "explode", "n1"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_advertised_url_goes_into_the_kubeconfig_in_place_of_the_listen_address() -> None:
+    opts = main.parse_args(["--listen", "0.0.0.0:6443", "--advertise", "http://sim:6443"])
+    assert (opts.host, opts.port, opts.advertise) == ("0.0.0.0", 6443, "http://sim:6443")
+    assert main.parse_args([]).advertise == ""
