@@ -36,7 +36,8 @@ class Sim:
 
     async def api_client(self) -> ApiClient:
         client: ApiClient = await config.new_client_from_config(
-            config_file=self.kubeconfig, persist_config=False)
+            config_file=self.kubeconfig, persist_config=False
+        )
         return client
 
     def metric(self, name: str, **labels: str) -> float:
@@ -46,12 +47,17 @@ class Sim:
 
 
 @contextlib.asynccontextmanager
-async def running_sim(nodes: int = 0, *, history: int = 100_000, bookmark_seconds: float = 1.0,
-                      watch_queue: int = 100_000, **kw: Any) -> AsyncIterator[Sim]:
+async def running_sim(
+    nodes: int = 0,
+    *,
+    history: int = 100_000,
+    bookmark_seconds: float = 1.0,
+    watch_queue: int = 100_000,
+    **kw: Any,
+) -> AsyncIterator[Sim]:
     """Serve a simcluster on 127.0.0.1 for the duration of the block."""
     store = Store(history=history)
-    server = ApiServer(store, Settings(bookmark_seconds=bookmark_seconds,
-                                       watch_queue=watch_queue))
+    server = ApiServer(store, Settings(bookmark_seconds=bookmark_seconds, watch_queue=watch_queue))
     with tempfile.TemporaryDirectory(prefix="baton-sim-") as scratch:
         url = await server.start("127.0.0.1", 0)
         path = write_kubeconfig(Path(scratch) / "kubeconfig", url)

@@ -59,9 +59,7 @@ def tick_marks(state: core.State) -> list[tuple[object, ...]]:
     """What a cycle may change without an output: expiry (``assumed``, ``retry_after``)
     and the verdict-refresh clock (``checked_at``). Assumptions and verdict changes
     always come with an output."""
-    return [
-        (g.checked_at, g.retry_after, g.assumed is None) for g in state.cluster.gangs.values()
-    ]
+    return [(g.checked_at, g.retry_after, g.assumed is None) for g in state.cluster.gangs.values()]
 
 
 class GangShell:

@@ -20,8 +20,9 @@ _decode = msgspec.json.Decoder().decode
 
 # An admission hook: (operation "CREATE"|"UPDATE", resource, new object, old object or
 # None) -> the object to store (possibly mutated); raise ApiError to reject.
-Admission = Callable[[str, Resource, dict[str, Any], dict[str, Any] | None],
-                     Awaitable[dict[str, Any]]]
+Admission = Callable[
+    [str, Resource, dict[str, Any], dict[str, Any] | None], Awaitable[dict[str, Any]]
+]
 
 
 @dataclass(frozen=True)
@@ -78,5 +79,7 @@ def raw_response(raw: bytes, status: int = 200) -> web.Response:
 
 
 def success(code: int = 201) -> web.Response:
-    return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                          "status": "Success", "code": code}, code)
+    return json_response(
+        {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code},
+        code,
+    )

@@ -10,11 +10,14 @@ import yaml
 
 def kubeconfig(url: str, *, name: str = "simcluster") -> str:
     doc = {
-        "apiVersion": "v1", "kind": "Config", "preferences": {},
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
         "clusters": [{"name": name, "cluster": {"server": url}}],
         "users": [{"name": name, "user": {}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": name,
-                                                "namespace": "default"}}],
+        "contexts": [
+            {"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}
+        ],
         "current-context": name,
     }
     return yaml.safe_dump(doc, sort_keys=False)

@@ -19,18 +19,30 @@ class ApiMetrics:
     def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
-            "apiserver_request_total", "Requests by verb, resource, subresource and code.",
-            ["verb", "resource", "subresource", "code"], registry=self.registry)
+            "apiserver_request_total",
+            "Requests by verb, resource, subresource and code.",
+            ["verb", "resource", "subresource", "code"],
+            registry=self.registry,
+        )
         self.duration = Histogram(
-            "apiserver_request_duration_seconds", "Request latency, watches excluded.",
-            ["verb", "resource"], registry=self.registry,
-            buckets=(0.005, 0.025, 0.1, 0.25, 1.0, 5.0))
+            "apiserver_request_duration_seconds",
+            "Request latency, watches excluded.",
+            ["verb", "resource"],
+            registry=self.registry,
+            buckets=(0.005, 0.025, 0.1, 0.25, 1.0, 5.0),
+        )
         self.longrunning = Gauge(
-            "apiserver_longrunning_requests", "Open long-running requests (watches).",
-            ["verb", "resource"], registry=self.registry)
+            "apiserver_longrunning_requests",
+            "Open long-running requests (watches).",
+            ["verb", "resource"],
+            registry=self.registry,
+        )
         self.watch_events = Counter(
-            "apiserver_watch_events_total", "Watch events sent, summed over watchers.",
-            ["resource"], registry=self.registry)
+            "apiserver_watch_events_total",
+            "Watch events sent, summed over watchers.",
+            ["resource"],
+            registry=self.registry,
+        )
         self.registry.register(_StoredObjects(counts))
 
 
@@ -39,8 +51,9 @@ class _StoredObjects(Collector):
         self._counts = counts
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily("apiserver_storage_objects", "Stored objects by resource.",
-                                   labels=["resource"])
+        family = GaugeMetricFamily(
+            "apiserver_storage_objects", "Stored objects by resource.", labels=["resource"]
+        )
         for res, n in sorted(self._counts().items()):
             family.add_metric([res], n)
         yield family

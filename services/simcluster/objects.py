@@ -19,8 +19,9 @@ _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
 class ApiError(Exception):
     """An error the API answers with a ``Status`` body: code, reason, message."""
 
-    def __init__(self, code: int, reason: str, message: str, *,
-                 details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, code: int, reason: str, message: str, *, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
@@ -28,26 +29,41 @@ class ApiError(Exception):
         self.details = details
 
     def status(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                "status": "Failure", "message": self.message,
-                                "reason": self.reason, "code": self.code}
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
         if self.details:
             body["details"] = self.details
         return body
 
 
 def not_found(res: str, name: str) -> ApiError:
-    return ApiError(404, "NotFound", f'{res} "{name}" not found',
-                    details={"name": name, "kind": res})
+    return ApiError(
+        404, "NotFound", f'{res} "{name}" not found', details={"name": name, "kind": res}
+    )
 
 
 def invalid(kind: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
     """422 Invalid with one cause per (field, message)."""
     text = "; ".join(f"{f}: {m}" for f, m in causes)
-    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {text}', details={
-        "name": name, "kind": kind,
-        "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes],
-    })
+    return ApiError(
+        422,
+        "Invalid",
+        f'{kind} "{name}" is invalid: {text}',
+        details={
+            "name": name,
+            "kind": kind,
+            "causes": [
+                {"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes
+            ],
+        },
+    )
 
 
 def timestamp(epoch: float) -> str:
@@ -61,12 +77,22 @@ def generated_name(prefix: str, rng: random.Random) -> str:
 
 def validate_name(kind: str, name: str) -> None:
     if not name:
-        raise invalid(kind, name, [("metadata.name", "Required value: name or generateName "
-                                    "is required")])
+        raise invalid(
+            kind, name, [("metadata.name", "Required value: name or generateName is required")]
+        )
     if len(name) > 253 or not _NAME.match(name):
-        raise invalid(kind, name, [("metadata.name", f'Invalid value: "{name}": a lowercase '
-                                    "RFC 1123 subdomain must consist of lower case alphanumeric "
-                                    "characters, '-' or '.'")])
+        raise invalid(
+            kind,
+            name,
+            [
+                (
+                    "metadata.name",
+                    f'Invalid value: "{name}": a lowercase '
+                    "RFC 1123 subdomain must consist of lower case alphanumeric "
+                    "characters, '-' or '.'",
+                )
+            ],
+        )
 
 
 def validate(res: str, obj: dict[str, Any]) -> None:

@@ -95,10 +95,12 @@ def _smp_list(target: list[Any], patch: list[Any], path: tuple[str, ...]) -> lis
     out = list(target)
     for item in patch:
         if not isinstance(item, dict) or key not in item:
-            raise ApiError(400, "BadRequest", f"map: {item!r} does not contain declared "
-                           f"merge key: {key}")
-        idx = next((i for i, o in enumerate(out)
-                    if isinstance(o, dict) and o.get(key) == item[key]), None)
+            raise ApiError(
+                400, "BadRequest", f"map: {item!r} does not contain declared merge key: {key}"
+            )
+        idx = next(
+            (i for i, o in enumerate(out) if isinstance(o, dict) and o.get(key) == item[key]), None
+        )
         if item.get("$patch") == "delete":
             out = [o for o in out if not (isinstance(o, dict) and o.get(key) == item[key])]
         elif idx is None:

@@ -33,12 +33,20 @@ def scale_of(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj["metadata"]
     status = obj.get("status") or {}
     selector = status.get("selector", "")
-    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
-                                               "creationTimestamp") if k in meta},
-            "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
-            "status": {"replicas": status.get("replicas", 0),
-                       "selector": selector if isinstance(selector, str) else ""}}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        },
+        "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
+        "status": {
+            "replicas": status.get("replicas", 0),
+            "selector": selector if isinstance(selector, str) else "",
+        },
+    }
 
 
 async def get(call: Call) -> web.StreamResponse:
@@ -51,8 +59,9 @@ async def get(call: Call) -> web.StreamResponse:
 
 def predicate(call: Call) -> Predicate | None:
     try:
-        return call.server.store.predicate(call.res.plural, call.query("labelSelector"),
-                                           call.query("fieldSelector"))
+        return call.server.store.predicate(
+            call.res.plural, call.query("labelSelector"), call.query("fieldSelector")
+        )
     except SelectorError as err:
         raise ApiError(400, "BadRequest", str(err)) from None
 
@@ -70,9 +79,17 @@ async def list_(call: Call) -> web.StreamResponse:
     else:
         _check_exact(call)
         raws = [raw for _, raw in store.entries(res.plural, call.namespace, pred)]
-    head = (b'{"kind":"' + res.kind.encode() + b'List","apiVersion":"' + res.api_version.encode()
-            + b'","metadata":{"resourceVersion":"' + str(rv).encode() + b'"' + meta
-            + b'},"items":[')
+    head = (
+        b'{"kind":"'
+        + res.kind.encode()
+        + b'List","apiVersion":"'
+        + res.api_version.encode()
+        + b'","metadata":{"resourceVersion":"'
+        + str(rv).encode()
+        + b'"'
+        + meta
+        + b'},"items":['
+    )
     return raw_response(head + b",".join(raws) + b"]}")
 
 
@@ -83,16 +100,21 @@ def _check_exact(call: Call) -> None:
             raise ApiError(410, "Expired", f"too old resource version: {wanted}")
 
 
-def _page(call: Call, pred: Predicate | None, limit: int,
-          token: str) -> tuple[list[bytes], int, str]:
+def _page(
+    call: Call, pred: Predicate | None, limit: int, token: str
+) -> tuple[list[bytes], int, str]:
     store, plural = call.server.store, call.res.plural
     rv, start = _decode_token(token) if token else (store.rv, (call.namespace or "", ""))
     try:
         store.ring.check(rv)
     except Expired:
-        raise ApiError(410, "Expired", "The provided continue parameter is too old to display "
-                       "a consistent list result. You can start a new list without the "
-                       "continue parameter.") from None
+        raise ApiError(
+            410,
+            "Expired",
+            "The provided continue parameter is too old to display "
+            "a consistent list result. You can start a new list without the "
+            "continue parameter.",
+        ) from None
     keys = store.sorted_keys(plural)
     i = bisect.bisect_right(keys, start) if token else bisect.bisect_left(keys, start)
     out: list[bytes] = []
@@ -128,16 +150,22 @@ async def watch(call: Call) -> web.StreamResponse:
     pred = predicate(call)
     rv_text = call.query("resourceVersion")
     if rv_text in ("", "0"):
-        initial = [frame("ADDED", raw) for _, raw in store.entries(res.plural, call.namespace,
-                                                                      pred)]
+        initial = [
+            frame("ADDED", raw) for _, raw in store.entries(res.plural, call.namespace, pred)
+        ]
         since = store.rv
     else:
         initial, since = [], call.int_query("resourceVersion") or 0
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     await response.prepare(call.request)
     try:
-        watcher = store.watch(res.plural, namespace=call.namespace, predicate=pred, since=since,
-                              capacity=server.settings.watch_queue)
+        watcher = store.watch(
+            res.plural,
+            namespace=call.namespace,
+            predicate=pred,
+            since=since,
+            capacity=server.settings.watch_queue,
+        )
     except Expired as err:
         status = ApiError(410, "Expired", str(err)).status()
         await response.write(_encode({"type": "ERROR", "object": status}) + b"\n")
@@ -183,6 +211,9 @@ async def _follow(call: Call, watcher: Watcher, response: web.StreamResponse) ->
 
 
 def _bookmark(call: Call, rv: int) -> bytes:
-    obj = {"kind": call.res.kind, "apiVersion": call.res.api_version,
-           "metadata": {"resourceVersion": str(rv)}}
+    obj = {
+        "kind": call.res.kind,
+        "apiVersion": call.res.api_version,
+        "metadata": {"resourceVersion": str(rv)},
+    }
     return _encode({"type": "BOOKMARK", "object": obj}) + b"\n"

@@ -118,10 +118,20 @@ RESOURCES: tuple[Resource, ...] = (
         ("md",),
     ),
     # Admission webhooks (services/simcluster/webhooks.py calls them on create).
-    Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
-             "MutatingWebhookConfiguration", False),
-    Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
-             "ValidatingWebhookConfiguration", False),
+    Resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        False,
+    ),
+    Resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        False,
+    ),
 )
 
 BY_PLURAL: dict[str, Resource] = {r.plural: r for r in RESOURCES}

@@ -28,9 +28,17 @@ from services.simcluster.store import Store
 log = structlog.get_logger("simcluster.api")
 Handler = Callable[[Call], Awaitable[web.StreamResponse]]
 METRIC = web.RequestKey("metric", tuple[str, str, str])  # (verb, resource, subresource)
-VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-simcluster",
-           "gitCommit": "simcluster", "gitTreeState": "clean", "buildDate": "2026-11-22T00:00:00Z",
-           "goVersion": "go1.22", "compiler": "gc", "platform": "linux/amd64"}
+VERSION = {
+    "major": "1",
+    "minor": "31",
+    "gitVersion": "v1.31.0-simcluster",
+    "gitCommit": "simcluster",
+    "gitTreeState": "clean",
+    "buildDate": "2026-11-22T00:00:00Z",
+    "goVersion": "go1.22",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
 
 
 @dataclass
@@ -71,9 +79,11 @@ class ApiServer:
             self.store.unwatch(watcher)
 
     @web.middleware
-    async def _errors(self, request: web.Request,
-                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
-                      ) -> web.StreamResponse:
+    async def _errors(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
         started = time.perf_counter()
         try:
             response = await handler(request)
@@ -103,8 +113,11 @@ class ApiServer:
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
         if path == "/metrics":
-            return web.Response(body=generate_latest(self.metrics.registry),
-                                content_type="text/plain", charset="utf-8")
+            return web.Response(
+                body=generate_latest(self.metrics.registry),
+                content_type="text/plain",
+                charset="utf-8",
+            )
         if path == "/version":
             return json_response(VERSION)
         body = discovery(path, self.url)
@@ -113,17 +126,32 @@ class ApiServer:
 
 def discovery(path: str, url: str) -> dict[str, Any] | None:
     if path == "/api":
-        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
-            {"clientCIDR": "0.0.0.0/0", "serverAddress": url.removeprefix("http://")}]}
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": url.removeprefix("http://")}
+            ],
+        }
     if path == "/api/v1":
         body = resource_list("v1")
         assert body is not None
-        body["resources"].append({"name": "bindings", "singularName": "binding",
-                                  "namespaced": True, "kind": "Binding", "verbs": ["create"]})
+        body["resources"].append(
+            {
+                "name": "bindings",
+                "singularName": "binding",
+                "namespaced": True,
+                "kind": "Binding",
+                "verbs": ["create"],
+            }
+        )
         return body
     if path == "/apis":
-        return {"kind": "APIGroupList", "apiVersion": "v1",
-                "groups": [_group(g, vs) for g, vs in groups().items()]}
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [_group(g, vs) for g, vs in groups().items()],
+        }
     parts = path.strip("/").split("/")
     if len(parts) == 2 and parts[0] == "apis" and parts[1] in groups():
         return {"kind": "APIGroup", "apiVersion": "v1", **_group(parts[1], groups()[parts[1]])}
@@ -159,9 +187,15 @@ def parse(path: str, request: web.Request, server: ApiServer) -> Call:
     res = table[rest[0]]
     if (namespace is not None) != res.namespaced and (namespace is not None or len(rest) > 1):
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
-    return Call(server=server, request=request, res=res, namespace=namespace,
-                name=rest[1] if len(rest) > 1 else None, sub=rest[2] if len(rest) > 2 else None,
-                watch=watch_path or request.query.get("watch") in ("1", "true", "True"))
+    return Call(
+        server=server,
+        request=request,
+        res=res,
+        namespace=namespace,
+        name=rest[1] if len(rest) > 1 else None,
+        sub=rest[2] if len(rest) > 2 else None,
+        watch=watch_path or request.query.get("watch") in ("1", "true", "True"),
+    )
 
 
 def _handler(method: str, call: Call) -> Handler:
@@ -170,17 +204,24 @@ def _handler(method: str, call: Call) -> Handler:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     table: dict[tuple[str, bool], Handler] = {
         ("GET", False): reading.watch if call.watch else reading.list_,
-        ("POST", False): writing.create, ("DELETE", False): writing.delete_collection,
-        ("GET", True): reading.get, ("PUT", True): writing.update,
-        ("PATCH", True): writing.patch, ("DELETE", True): writing.delete,
+        ("POST", False): writing.create,
+        ("DELETE", False): writing.delete_collection,
+        ("GET", True): reading.get,
+        ("PUT", True): writing.update,
+        ("PATCH", True): writing.patch,
+        ("DELETE", True): writing.delete,
         ("POST", True): writing.act,
     }
     handler = table.get((method, call.name is not None))
-    allowed = {"binding": {"POST"}, "eviction": {"POST"}}.get(sub or "", {"GET", "PUT", "PATCH"}
-                                                               if sub else set(_VERBS))
+    allowed = {"binding": {"POST"}, "eviction": {"POST"}}.get(
+        sub or "", {"GET", "PUT", "PATCH"} if sub else set(_VERBS)
+    )
     if handler is None or method not in allowed or (method == "POST" and call.name and not sub):
-        raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the "
-                       f"requested resource ({method})")
+        raise ApiError(
+            405,
+            "MethodNotAllowed",
+            f"the server does not allow this method on the requested resource ({method})",
+        )
     return handler
 
 

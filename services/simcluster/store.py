@@ -42,8 +42,13 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 
 
 class Store:
-    def __init__(self, *, history: int = 100_000, clock: Callable[[], float] = time.time,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        history: int = 100_000,
+        clock: Callable[[], float] = time.time,
+        seed: int | None = None,
+    ) -> None:
         self._rv = 0
         self._objs: dict[str, dict[str, dict[str, Entry]]] = {}  # res -> ns -> name -> entry
         self._sorted: dict[str, Keys] = {}
@@ -78,20 +83,27 @@ class Store:
             raise not_found(res, name)
         return entry
 
-    def list(self, res: str, *, namespace: str | None = None, label_selector: str = "",
-             field_selector: str = "") -> tuple[Objects, int]:
+    def list(
+        self,
+        res: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> tuple[Objects, int]:
         """Matching objects and the resourceVersion they are current at."""
         pred = self.predicate(res, label_selector, field_selector)
         return [obj for obj, _ in self.entries(res, namespace, pred)], self._rv
 
-    def predicate(self, res: str, label_selector: str = "",
-                  field_selector: str = "") -> Predicate | None:
+    def predicate(
+        self, res: str, label_selector: str = "", field_selector: str = ""
+    ) -> Predicate | None:
         """Compiled selectors; raises SelectorError on a bad one."""
-        return combine(label_predicate(label_selector),
-                       field_predicate(field_selector, resource(res).fields))
+        return combine(
+            label_predicate(label_selector), field_predicate(field_selector, resource(res).fields)
+        )
 
-    def entries(self, res: str, namespace: str | None,
-                pred: Predicate | None = None) -> Entries:
+    def entries(self, res: str, namespace: str | None, pred: Predicate | None = None) -> Entries:
         by_ns = self._objs.get(res, {})
         spaces = [by_ns.get(namespace or "", {})] if namespace is not None else by_ns.values()
         if pred is None:
@@ -130,10 +142,18 @@ class Store:
                 name = objects.generated_name(meta["generateName"], self._rng)
         objects.validate_name(r.kind, name)
         if name in space:
-            raise ApiError(409, "AlreadyExists", f'{res} "{name}" already exists',
-                           details={"name": name, "kind": res})
-        meta.update(name=name, uid=str(uuid.UUID(int=self._rng.getrandbits(128), version=4)),
-                    creationTimestamp=objects.timestamp(self._clock()), generation=1)
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{res} "{name}" already exists',
+                details={"name": name, "kind": res},
+            )
+        meta.update(
+            name=name,
+            uid=str(uuid.UUID(int=self._rng.getrandbits(128), version=4)),
+            creationTimestamp=objects.timestamp(self._clock()),
+            generation=1,
+        )
         for key in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(key, None)
         new = {"apiVersion": r.api_version, "kind": r.kind, **obj}
@@ -150,14 +170,19 @@ class Store:
         old = self.get(res, ns, meta.get("name") or "")
         sent_rv = meta.get("resourceVersion")
         if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {res} '
-                           f'"{meta["name"]}": the object has been modified; please apply '
-                           "your changes to the latest version and try again",
-                           details={"name": meta["name"], "kind": res})
+            raise ApiError(
+                409,
+                "Conflict",
+                f"Operation cannot be fulfilled on {res} "
+                f'"{meta["name"]}": the object has been modified; please apply '
+                "your changes to the latest version and try again",
+                details={"name": meta["name"], "kind": res},
+            )
         return self._update(res, old, _decode(_encode(obj)))
 
-    def mutate(self, res: str, namespace: str | None, name: str,
-               fn: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    def mutate(
+        self, res: str, namespace: str | None, name: str, fn: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
         """Apply ``fn`` to a private copy of the object and store the result."""
         old_obj, old_raw = self._entry(res, namespace, name)
         new = _decode(old_raw)
@@ -177,19 +202,29 @@ class Store:
             nm.setdefault("deletionTimestamp", om["deletionTimestamp"])
         return self._write(res, om.get("namespace", ""), om["name"], new, "MODIFIED", old)
 
-    def delete(self, res: str, namespace: str | None, name: str, *,
-               grace_seconds: int | None = None) -> dict[str, Any]:
+    def delete(
+        self, res: str, namespace: str | None, name: str, *, grace_seconds: int | None = None
+    ) -> dict[str, Any]:
         """Delete now, or, for a bound running pod, start graceful termination."""
         obj = self.get(res, namespace, name)
         if res == "pods" and grace_seconds != 0 and _graceful(obj):
-            grace = grace_seconds if grace_seconds is not None else \
-                obj["spec"].get("terminationGracePeriodSeconds", 30)
+            grace = (
+                grace_seconds
+                if grace_seconds is not None
+                else obj["spec"].get("terminationGracePeriodSeconds", 30)
+            )
             current = obj["metadata"].get("deletionGracePeriodSeconds")
             if current is not None and current <= grace:
                 return obj
             deadline = objects.timestamp(self._clock() + grace)
-            return self.mutate(res, namespace, name, lambda o: o["metadata"].update(
-                deletionTimestamp=deadline, deletionGracePeriodSeconds=grace))
+            return self.mutate(
+                res,
+                namespace,
+                name,
+                lambda o: o["metadata"].update(
+                    deletionTimestamp=deadline, deletionGracePeriodSeconds=grace
+                ),
+            )
         if res == "namespaces":
             for other, by_ns in list(self._objs.items()):
                 for member in list(by_ns.get(name, {})):
@@ -202,8 +237,17 @@ class Store:
         gone = {**old, "metadata": {**old["metadata"], "resourceVersion": str(self._rv + 1)}}
         return self._write(res, ns, name, gone, "DELETED", None, keep=False)
 
-    def _write(self, res: str, ns: str, name: str, obj: dict[str, Any], kind: str,
-               prev: dict[str, Any] | None, *, keep: bool = True) -> dict[str, Any]:
+    def _write(
+        self,
+        res: str,
+        ns: str,
+        name: str,
+        obj: dict[str, Any],
+        kind: str,
+        prev: dict[str, Any] | None,
+        *,
+        keep: bool = True,
+    ) -> dict[str, Any]:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         raw = _encode(obj)
@@ -235,8 +279,15 @@ class Store:
         finally:
             self._dispatching = False
 
-    def watch(self, res: str, *, namespace: str | None, predicate: Predicate | None,
-              since: int, capacity: int) -> Watcher:
+    def watch(
+        self,
+        res: str,
+        *,
+        namespace: str | None,
+        predicate: Predicate | None,
+        since: int,
+        capacity: int,
+    ) -> Watcher:
         """A watcher holding every matching change after ``since`` (Expired if too old)."""
         watcher = Watcher(res=res, namespace=namespace, predicate=predicate, capacity=2**62)
         for change in self.ring.since(since):  # the backlog is not the client's slowness

@@ -46,8 +46,9 @@ class WebhookCaller:
         self._session: aiohttp.ClientSession | None = None
         self._contexts: dict[str, ssl.SSLContext] = {}
 
-    async def __call__(self, operation: str, res: Resource, obj: dict[str, Any],
-                       old: dict[str, Any] | None) -> dict[str, Any]:
+    async def __call__(
+        self, operation: str, res: Resource, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> dict[str, Any]:
         if operation != "CREATE" or res.plural in (MUTATING, VALIDATING):
             return obj
         for hook in self._hooks(MUTATING, operation, res, obj):
@@ -61,8 +62,9 @@ class WebhookCaller:
             await self._session.close()
             self._session = None
 
-    def _hooks(self, plural: str, operation: str, res: Resource,
-               obj: dict[str, Any]) -> list[dict[str, Any]]:
+    def _hooks(
+        self, plural: str, operation: str, res: Resource, obj: dict[str, Any]
+    ) -> list[dict[str, Any]]:
         try:
             configs, _ = self.store.list(plural)
         except ApiError:
@@ -88,8 +90,15 @@ class WebhookCaller:
             namespace = {"metadata": {"name": meta["namespace"], "labels": {}}}
         return bool(ns_pred(namespace))
 
-    async def _call(self, hook: dict[str, Any], operation: str, res: Resource,
-                    obj: dict[str, Any], *, mutate: bool) -> dict[str, Any]:
+    async def _call(
+        self,
+        hook: dict[str, Any],
+        operation: str,
+        res: Resource,
+        obj: dict[str, Any],
+        *,
+        mutate: bool,
+    ) -> dict[str, Any]:
         name = hook.get("name", "")
         client = hook.get("clientConfig") or {}
         url = client.get("url")
@@ -101,19 +110,29 @@ class WebhookCaller:
         try:
             answer = await self._post(url, review, ca=client.get("caBundle", ""), seconds=timeout)
             response = answer["response"]
-        except (aiohttp.ClientError, TimeoutError, ssl.SSLError, KeyError, TypeError,
-                msgspec.DecodeError) as exc:
+        except (
+            aiohttp.ClientError,
+            TimeoutError,
+            ssl.SSLError,
+            KeyError,
+            TypeError,
+            msgspec.DecodeError,
+        ) as exc:
             if hook.get("failurePolicy", "Fail") == "Ignore":
                 log.warning("webhook failed, ignored", webhook=name, error=repr(exc))
                 return obj
-            raise ApiError(500, "InternalError",
-                           f'Internal error occurred: failed calling webhook "{name}": '
-                           f"{exc!r}") from None
+            raise ApiError(
+                500,
+                "InternalError",
+                f'Internal error occurred: failed calling webhook "{name}": {exc!r}',
+            ) from None
         if not response.get("allowed"):
             status = response.get("status") or {}
-            raise ApiError(int(status.get("code") or 403), status.get("reason") or "Forbidden",
-                           f'admission webhook "{name}" denied the request: '
-                           f'{status.get("message", "")}')
+            raise ApiError(
+                int(status.get("code") or 403),
+                status.get("reason") or "Forbidden",
+                f'admission webhook "{name}" denied the request: {status.get("message", "")}',
+            )
         patch = response.get("patch")
         if mutate and patch:
             if response.get("patchType") != "JSONPatch":
@@ -121,13 +140,17 @@ class WebhookCaller:
             obj = json_patch(obj, msgspec.json.decode(base64.b64decode(patch)))
         return obj
 
-    async def _post(self, url: str, review: dict[str, Any], *, ca: str,
-                    seconds: float) -> dict[str, Any]:
+    async def _post(
+        self, url: str, review: dict[str, Any], *, ca: str, seconds: float
+    ) -> dict[str, Any]:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         async with self._session.post(
-            url, data=msgspec.json.encode(review), headers={"Content-Type": "application/json"},
-            ssl=self._context(ca), timeout=aiohttp.ClientTimeout(total=seconds),
+            url,
+            data=msgspec.json.encode(review),
+            headers={"Content-Type": "application/json"},
+            ssl=self._context(ca),
+            timeout=aiohttp.ClientTimeout(total=seconds),
         ) as reply:
             reply.raise_for_status()
             body: dict[str, Any] = msgspec.json.decode(await reply.read())
@@ -164,9 +187,12 @@ def _review(operation: str, res: Resource, obj: dict[str, Any]) -> dict[str, Any
 
 def _rules_match(hook: dict[str, Any], operation: str, res: Resource) -> bool:
     for rule in hook.get("rules") or []:
-        if (_has(rule.get("operations"), operation) and _has(rule.get("apiGroups"), res.group)
-                and _has(rule.get("apiVersions"), res.version)
-                and _has(rule.get("resources"), res.plural)):
+        if (
+            _has(rule.get("operations"), operation)
+            and _has(rule.get("apiGroups"), res.group)
+            and _has(rule.get("apiVersions"), res.version)
+            and _has(rule.get("resources"), res.plural)
+        ):
             return True
     return False
 

@@ -34,22 +34,34 @@ async def _object_body(call: Call) -> dict[str, Any]:
         raise ApiError(400, "BadRequest", "the request body is not a JSON object")
     kind = body.get("kind")
     if kind and kind != call.res.kind and call.sub is None:
-        raise ApiError(400, "BadRequest", f"the kind of the object ({kind}) does not match "
-                       f"the resource ({call.res.kind})")
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the kind of the object ({kind}) does not match the resource ({call.res.kind})",
+        )
     meta = body.setdefault("metadata", {})
     if call.res.namespaced:
         if meta.get("namespace") and meta["namespace"] != call.namespace:
-            raise ApiError(400, "BadRequest", "the namespace of the provided object does not "
-                           "match the namespace sent on the request")
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not "
+                "match the namespace sent on the request",
+            )
         meta["namespace"] = call.namespace
     if call.name and meta.get("name", call.name) != call.name:
-        raise ApiError(400, "BadRequest", f"the name of the object ({meta['name']}) does not "
-                       f"match the name on the URL ({call.name})")
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the name of the object ({meta['name']}) does not "
+            f"match the name on the URL ({call.name})",
+        )
     return body
 
 
-async def _admit(call: Call, operation: str, obj: dict[str, Any],
-                 old: dict[str, Any] | None) -> dict[str, Any]:
+async def _admit(
+    call: Call, operation: str, obj: dict[str, Any], old: dict[str, Any] | None
+) -> dict[str, Any]:
     for hook in call.server.admission:
         obj = await hook(operation, call.res, obj, old)
     return obj
@@ -59,14 +71,16 @@ async def create(call: Call) -> web.StreamResponse:
     if call.res.namespaced and call.namespace is None:
         raise ApiError(405, "MethodNotAllowed", "create needs a namespace in the path")
     body = await _object_body(call)
-    if call.res.plural == "pods" or (call.res.group not in _BUILT_IN
-                                     and "status" in call.res.subresources):
+    if call.res.plural == "pods" or (
+        call.res.group not in _BUILT_IN and "status" in call.res.subresources
+    ):
         body.pop("status", None)  # as upstream: a pod starts Pending, a CR without status
     body = await _admit(call, "CREATE", body, None)
     obj = call.server.store.create(call.res.plural, body)
     meta = obj["metadata"]
-    return raw_response(call.server.store.get_raw(call.res.plural, call.namespace, meta["name"]),
-                        201)
+    return raw_response(
+        call.server.store.get_raw(call.res.plural, call.namespace, meta["name"]), 201
+    )
 
 
 async def update(call: Call) -> web.StreamResponse:
@@ -89,11 +103,15 @@ async def patch(call: Call) -> web.StreamResponse:
     store, plural = call.server.store, call.res.plural
     ctype = call.request.content_type
     apply = _PATCHES.get(ctype)
-    if apply is None or (apply is patching.strategic_merge_patch
-                         and call.res.group not in _BUILT_IN):
-        raise ApiError(415, "UnsupportedMediaType",
-                       f"the body of the request was in an unknown format - accepted media "
-                       f"types include: {', '.join(_PATCHES)}")
+    if apply is None or (
+        apply is patching.strategic_merge_patch and call.res.group not in _BUILT_IN
+    ):
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format - accepted media "
+            f"types include: {', '.join(_PATCHES)}",
+        )
     body = await call.body()
     if apply is not patching.json_patch and not isinstance(body, dict):
         raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
@@ -123,24 +141,34 @@ async def _store(call: Call, new: dict[str, Any], old: dict[str, Any]) -> web.St
     if new.get("status") is None:
         new.pop("status", None)
     stored = call.server.store.replace(call.res.plural, new)
-    return raw_response(call.server.store.get_raw(call.res.plural, call.namespace,
-                                                  stored["metadata"]["name"]))
+    return raw_response(
+        call.server.store.get_raw(call.res.plural, call.namespace, stored["metadata"]["name"])
+    )
 
 
 def _set_replicas(call: Call, scale: dict[str, Any]) -> web.StreamResponse:
     store, plural, name = call.server.store, call.res.plural, call.name or ""
     replicas = (scale.get("spec") or {}).get("replicas")
     if not isinstance(replicas, int) or replicas < 0:
-        raise ApiError(422, "Invalid", f'Scale "{name}" is invalid: spec.replicas: Invalid '
-                       "value: must be a non-negative integer")
+        raise ApiError(
+            422,
+            "Invalid",
+            f'Scale "{name}" is invalid: spec.replicas: Invalid '
+            "value: must be a non-negative integer",
+        )
     sent = (scale.get("metadata") or {}).get("resourceVersion")
     current = store.get(plural, call.namespace, name)
     if sent and sent != current["metadata"]["resourceVersion"]:
-        raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": '
-                       "the object has been modified; please apply your changes to the "
-                       "latest version and try again")
-    obj = store.mutate(plural, call.namespace, name,
-                       lambda o: o.setdefault("spec", {}).update(replicas=replicas))
+        raise ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {plural} "{name}": '
+            "the object has been modified; please apply your changes to the "
+            "latest version and try again",
+        )
+    obj = store.mutate(
+        plural, call.namespace, name, lambda o: o.setdefault("spec", {}).update(replicas=replicas)
+    )
     return json_response(scale_of(obj))
 
 
@@ -161,8 +189,12 @@ async def delete(call: Call) -> web.StreamResponse:
     meta = store.get(plural, call.namespace, name)["metadata"]
     for key, have in (opts.get("preconditions") or {}).items():
         if have is not None and meta.get(key) != have:
-            raise ApiError(409, "Conflict", f"Precondition failed: {key} in precondition: "
-                           f"{have}, {key} in object meta: {meta.get(key)}")
+            raise ApiError(
+                409,
+                "Conflict",
+                f"Precondition failed: {key} in precondition: "
+                f"{have}, {key} in object meta: {meta.get(key)}",
+            )
     gone = store.delete(plural, call.namespace, name, grace_seconds=opts.get("gracePeriodSeconds"))
     return json_response(gone)
 
@@ -171,10 +203,23 @@ async def delete_collection(call: Call) -> web.StreamResponse:
     store, res = call.server.store, call.res
     opts = await _delete_options(call)
     items = [obj for obj, _ in store.entries(res.plural, call.namespace, predicate(call))]
-    gone = [store.delete(res.plural, obj["metadata"].get("namespace"), obj["metadata"]["name"],
-                         grace_seconds=opts.get("gracePeriodSeconds")) for obj in items]
-    return json_response({"kind": f"{res.kind}List", "apiVersion": res.api_version,
-                          "metadata": {"resourceVersion": str(store.rv)}, "items": gone})
+    gone = [
+        store.delete(
+            res.plural,
+            obj["metadata"].get("namespace"),
+            obj["metadata"]["name"],
+            grace_seconds=opts.get("gracePeriodSeconds"),
+        )
+        for obj in items
+    ]
+    return json_response(
+        {
+            "kind": f"{res.kind}List",
+            "apiVersion": res.api_version,
+            "metadata": {"resourceVersion": str(store.rv)},
+            "items": gone,
+        }
+    )
 
 
 async def act(call: Call) -> web.StreamResponse:
@@ -197,11 +242,13 @@ def bind(call: Call, name: str, binding: dict[str, Any]) -> web.StreamResponse:
         raise ApiError(422, "Invalid", f'Binding "{name}" is invalid: target.name: Required value')
     pod = store.get("pods", call.namespace, name)
     if pod["metadata"].get("deletionTimestamp"):
-        raise ApiError(409, "Conflict", f"pod {name} is being deleted, cannot be assigned "
-                       "to a host")
+        raise ApiError(
+            409, "Conflict", f"pod {name} is being deleted, cannot be assigned to a host"
+        )
     if pod["spec"].get("nodeName"):
-        raise ApiError(409, "Conflict", f'pod {name} is already assigned to node '
-                       f'"{pod["spec"]["nodeName"]}"')
+        raise ApiError(
+            409, "Conflict", f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"'
+        )
     notes = (binding.get("metadata") or {}).get("annotations") or {}
 
     def assign(obj: dict[str, Any]) -> None:

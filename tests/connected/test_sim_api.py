@@ -32,14 +32,25 @@ async def api(sim: Sim) -> AsyncIterator[client.ApiClient]:
         await api_client.close()
 
 
-def pod(name: str, *, labels: dict[str, str] | None = None, node: str | None = None,
-        scheduler: str = "baton") -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "train:1"}],
-                            "schedulerName": scheduler}
+def pod(
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    node: str | None = None,
+    scheduler: str = "baton",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "train:1"}],
+        "schedulerName": scheduler,
+    }
     if node:
         spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": spec,
+    }
 
 
 def status_of(err: ApiException) -> dict[str, Any]:
@@ -52,11 +63,23 @@ async def test_discovery_lists_every_resource_and_subresource(api: client.ApiCli
     assert version.major == "1"
     core = await client.CoreV1Api(api).get_api_resources()
     names = {r.name for r in core.resources}
-    assert {"pods", "pods/binding", "pods/eviction", "pods/status", "nodes", "nodes/status",
-            "namespaces", "events"} <= names
+    assert {
+        "pods",
+        "pods/binding",
+        "pods/eviction",
+        "pods/status",
+        "nodes",
+        "nodes/status",
+        "namespaces",
+        "events",
+    } <= names
     groups = await client.ApisApi(api).get_api_versions()
-    assert {g.name for g in groups.groups} >= {"coordination.k8s.io", "discovery.k8s.io",
-                                               "scheduling.x-k8s.io", "cluster.x-k8s.io"}
+    assert {g.name for g in groups.groups} >= {
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "scheduling.x-k8s.io",
+        "cluster.x-k8s.io",
+    }
     capi = await client.CustomObjectsApi(api).get_api_resources("cluster.x-k8s.io", "v1beta1")
     scale = next(r for r in capi.resources if r.name == "machinedeployments/scale")
     assert (scale.group, scale.kind) == ("autoscaling", "Scale")
@@ -78,18 +101,24 @@ async def test_create_get_list_share_one_resource_version(api: client.ApiClient)
 
 async def test_create_ignores_status_of_pods_and_custom_resources(api: client.ApiClient) -> None:
     running = await client.CoreV1Api(api).create_namespaced_pod(
-        "default", {**pod("r"), "status": {"phase": "Running"}})
+        "default", {**pod("r"), "status": {"phase": "Running"}}
+    )
     assert running.status.phase == "Pending"
     made = await client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "scheduling.x-k8s.io", "v1alpha1", "default", "podgroups",
-        {"metadata": {"name": "g"}, "spec": {"minMember": 2}, "status": {"phase": "Running"}})
+        "scheduling.x-k8s.io",
+        "v1alpha1",
+        "default",
+        "podgroups",
+        {"metadata": {"name": "g"}, "spec": {"minMember": 2}, "status": {"phase": "Running"}},
+    )
     assert "status" not in made
 
 
 async def test_generate_name_and_missing_namespace(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     made = await core.create_namespaced_pod(
-        "default", {"metadata": {"generateName": "job-"}, "spec": pod("x")["spec"]})
+        "default", {"metadata": {"generateName": "job-"}, "spec": pod("x")["spec"]}
+    )
     assert made.metadata.name.startswith("job-") and len(made.metadata.name) == 9
     with pytest.raises(ApiException) as err:
         await core.create_namespaced_pod("team-z", pod("a"))
@@ -108,8 +137,9 @@ async def test_errors_are_status_bodies(api: client.ApiClient) -> None:
         await core.create_namespaced_pod("default", pod("a"))
     assert (dup.value.status, status_of(dup.value)["reason"]) == (409, "AlreadyExists")
     with pytest.raises(ApiException) as bad:
-        await core.create_namespaced_pod("default", {"metadata": {"name": "Bad_Name"},
-                                                     "spec": pod("x")["spec"]})
+        await core.create_namespaced_pod(
+            "default", {"metadata": {"name": "Bad_Name"}, "spec": pod("x")["spec"]}
+        )
     invalid = status_of(bad.value)
     assert (bad.value.status, invalid["reason"]) == (422, "Invalid")
     assert invalid["details"]["causes"][0]["field"] == "metadata.name"
@@ -128,8 +158,10 @@ async def test_update_with_stale_resource_version_conflicts(api: client.ApiClien
     with pytest.raises(ApiException) as err:
         await core.replace_namespaced_pod("a", "default", created)
     assert (err.value.status, status_of(err.value)["reason"]) == (409, "Conflict")
-    stale = {"metadata": {"resourceVersion": created.metadata.resource_version},
-             "spec": {"unschedulable": True}}
+    stale = {
+        "metadata": {"resourceVersion": created.metadata.resource_version},
+        "spec": {"unschedulable": True},
+    }
     await core.create_node({"metadata": {"name": "n"}})
     with pytest.raises(ApiException) as patch_err:
         await core.patch_node("n", stale)
@@ -140,8 +172,9 @@ async def test_label_and_field_selectors(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     await core.create_namespaced_pod("default", pod("a", labels={"team": "x", "tier": "1"}))
     await core.create_namespaced_pod("default", pod("b", labels={"team": "y"}, node="n1"))
-    await core.create_namespaced_pod("default", pod("c", labels={"tier": "2"},
-                                                    scheduler="default-scheduler"))
+    await core.create_namespaced_pod(
+        "default", pod("c", labels={"tier": "2"}, scheduler="default-scheduler")
+    )
 
     async def names(**kw: str) -> list[str]:
         found = await core.list_namespaced_pod("default", **kw)
@@ -164,8 +197,10 @@ async def test_label_and_field_selectors(api: client.ApiClient) -> None:
 async def test_paging_with_limit_and_continue(sim: Sim, api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     for i in range(25):
-        sim.store.create("pods", {"metadata": {"name": f"p{i:02}", "namespace": "default"},
-                                  "spec": pod("x")["spec"]})
+        sim.store.create(
+            "pods",
+            {"metadata": {"name": f"p{i:02}", "namespace": "default"}, "spec": pod("x")["spec"]},
+        )
     seen: list[str] = []
     token, pages, first_rv = None, 0, None
     while True:
@@ -186,14 +221,20 @@ async def test_expired_continue_token_is_410() -> None:
         try:
             core = client.CoreV1Api(api)
             for i in range(3):
-                sim.store.create("pods", {"metadata": {"name": f"p{i}", "namespace": "default"},
-                                          "spec": pod("x")["spec"]})
+                sim.store.create(
+                    "pods",
+                    {
+                        "metadata": {"name": f"p{i}", "namespace": "default"},
+                        "spec": pod("x")["spec"],
+                    },
+                )
             page = await core.list_namespaced_pod("default", limit=1)
             for i in range(10):
                 sim.store.create("nodes", {"metadata": {"name": f"n{i}"}})
             with pytest.raises(ApiException) as err:
-                await core.list_namespaced_pod("default", limit=1,
-                                               _continue=page.metadata._continue)
+                await core.list_namespaced_pod(
+                    "default", limit=1, _continue=page.metadata._continue
+                )
             assert (err.value.status, status_of(err.value)["reason"]) == (410, "Expired")
         finally:
             await api.close()
@@ -202,15 +243,19 @@ async def test_expired_continue_token_is_410() -> None:
 async def test_bind_sets_node_once(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     await core.create_namespaced_pod("default", pod("a"))
-    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "a"},
-               "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-7"}}
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "a"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-7"},
+    }
     # the API answers a Status, which V1Binding cannot hold: read it raw, as clients must
-    resp = await core.create_namespaced_pod_binding("a", "default", binding,
-                                                    _preload_content=False)
+    resp = await core.create_namespaced_pod_binding("a", "default", binding, _preload_content=False)
     assert (resp.status, (await resp.json())["status"]) == (201, "Success")
     assert (await core.read_namespaced_pod("a", "default")).spec.node_name == "gpu-7"
-    again = await core.create_namespaced_pod_binding("a", "default", binding,
-                                                     _preload_content=False)
+    again = await core.create_namespaced_pod_binding(
+        "a", "default", binding, _preload_content=False
+    )
     assert (again.status, (await again.json())["reason"]) == (409, "Conflict")
 
 
@@ -218,10 +263,14 @@ async def test_evict_and_delete_terminate_bound_pods_gracefully(api: client.ApiC
     core = client.CoreV1Api(api)
     await core.create_namespaced_pod("default", pod("bound", node="n1"))
     await core.create_namespaced_pod("default", pod("loose"))
-    eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": "bound", "namespace": "default"}}
-    resp = await core.create_namespaced_pod_eviction("bound", "default", eviction,
-                                                     _preload_content=False)
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "bound", "namespace": "default"},
+    }
+    resp = await core.create_namespaced_pod_eviction(
+        "bound", "default", eviction, _preload_content=False
+    )
     assert (resp.status, (await resp.json())["status"]) == (201, "Success")
     terminating = await core.read_namespaced_pod("bound", "default")
     assert terminating.metadata.deletion_timestamp is not None
@@ -234,22 +283,41 @@ async def test_evict_and_delete_terminate_bound_pods_gracefully(api: client.ApiC
 
 async def test_strategic_merge_patch_of_taints_and_conditions(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
-    await core.create_node({"metadata": {"name": "n"}, "spec": {
-        "taints": [{"key": "team", "value": "a", "effect": "NoSchedule"}]}})
-    await core.patch_node_status("n", {"status": {"conditions": [
-        {"type": "Ready", "status": "True"}, {"type": "GpuHealthy", "status": "True"}]}})
-    await core.patch_node_status("n", {"status": {"conditions": [
-        {"type": "GpuHealthy", "status": "False", "reason": "Xid79"}]}})
+    await core.create_node(
+        {
+            "metadata": {"name": "n"},
+            "spec": {"taints": [{"key": "team", "value": "a", "effect": "NoSchedule"}]},
+        }
+    )
+    await core.patch_node_status(
+        "n",
+        {
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "GpuHealthy", "status": "True"},
+                ]
+            }
+        },
+    )
+    await core.patch_node_status(
+        "n",
+        {"status": {"conditions": [{"type": "GpuHealthy", "status": "False", "reason": "Xid79"}]}},
+    )
     node = await core.read_node("n")
     conds = {c.type: (c.status, c.reason) for c in node.status.conditions}
     assert conds == {"Ready": ("True", None), "GpuHealthy": ("False", "Xid79")}
     # taints have no merge key upstream: a strategic patch carries the whole list
-    taints = [{"key": "team", "value": "a", "effect": "NoSchedule"},
-              {"key": "baton.io/gpu-fault", "effect": "NoExecute"}]
+    taints = [
+        {"key": "team", "value": "a", "effect": "NoSchedule"},
+        {"key": "baton.io/gpu-fault", "effect": "NoExecute"},
+    ]
     await core.patch_node("n", {"spec": {"taints": taints}})
     node = await core.read_node("n")
     assert [(t.key, t.effect) for t in node.spec.taints] == [
-        ("team", "NoSchedule"), ("baton.io/gpu-fault", "NoExecute")]
+        ("team", "NoSchedule"),
+        ("baton.io/gpu-fault", "NoExecute"),
+    ]
     await core.patch_node("n", [{"op": "remove", "path": "/spec/taints/0"}])
     node = await core.read_node("n")
     assert [t.key for t in node.spec.taints] == ["baton.io/gpu-fault"]
@@ -268,25 +336,49 @@ async def test_status_subresource_is_separate(api: client.ApiClient) -> None:
 
 async def test_custom_resources_and_scale(api: client.ApiClient) -> None:
     custom = client.CustomObjectsApi(api)
-    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-             "metadata": {"name": "job7"}, "spec": {"minMember": 4}}
+    group = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "job7"},
+        "spec": {"minMember": 4},
+    }
     made = await custom.create_namespaced_custom_object(
-        "scheduling.x-k8s.io", "v1alpha1", "default", "podgroups", group)
+        "scheduling.x-k8s.io", "v1alpha1", "default", "podgroups", group
+    )
     assert made["spec"]["minMember"] == 4 and made["metadata"]["uid"]
     await custom.patch_namespaced_custom_object_status(
-        "scheduling.x-k8s.io", "v1alpha1", "default", "podgroups", "job7",
-        {"status": {"phase": "Scheduled"}}, _content_type=MERGE)
+        "scheduling.x-k8s.io",
+        "v1alpha1",
+        "default",
+        "podgroups",
+        "job7",
+        {"status": {"phase": "Scheduled"}},
+        _content_type=MERGE,
+    )
     got = await custom.get_namespaced_custom_object(
-        "scheduling.x-k8s.io", "v1alpha1", "default", "podgroups", "job7")
+        "scheduling.x-k8s.io", "v1alpha1", "default", "podgroups", "job7"
+    )
     assert got["status"]["phase"] == "Scheduled"
-    md = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineDeployment",
-          "metadata": {"name": "h100"}, "spec": {"replicas": 2}}
+    md = {
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "MachineDeployment",
+        "metadata": {"name": "h100"},
+        "spec": {"replicas": 2},
+    }
     await custom.create_namespaced_custom_object(
-        "cluster.x-k8s.io", "v1beta1", "default", "machinedeployments", md)
+        "cluster.x-k8s.io", "v1beta1", "default", "machinedeployments", md
+    )
     scale = await custom.patch_namespaced_custom_object_scale(
-        "cluster.x-k8s.io", "v1beta1", "default", "machinedeployments", "h100",
-        {"spec": {"replicas": 5}}, _content_type=MERGE)
+        "cluster.x-k8s.io",
+        "v1beta1",
+        "default",
+        "machinedeployments",
+        "h100",
+        {"spec": {"replicas": 5}},
+        _content_type=MERGE,
+    )
     assert (scale["kind"], scale["spec"]["replicas"]) == ("Scale", 5)
     got = await custom.get_namespaced_custom_object(
-        "cluster.x-k8s.io", "v1beta1", "default", "machinedeployments", "h100")
+        "cluster.x-k8s.io", "v1beta1", "default", "machinedeployments", "h100"
+    )
     assert got["spec"]["replicas"] == 5

@@ -35,8 +35,9 @@ async def core(sim: Sim) -> AsyncIterator[client.CoreV1Api]:
 
 
 def make_pod(sim: Sim, name: str, **labels: str) -> dict[str, Any]:
-    return sim.store.create("pods", {"metadata": {"name": name, "namespace": "default",
-                                                  "labels": labels}, "spec": SPEC})
+    return sim.store.create(
+        "pods", {"metadata": {"name": name, "namespace": "default", "labels": labels}, "spec": SPEC}
+    )
 
 
 async def collect(stream: watch.Watch, func: Any, count: int, **kw: Any) -> list[dict[str, Any]]:
@@ -55,8 +56,13 @@ async def test_watch_resumes_from_a_resource_version(sim: Sim, core: client.Core
     make_pod(sim, "b")
     sim.store.mutate("pods", "default", "a", lambda p: p["metadata"].update(labels={"x": "1"}))
     sim.store.delete("pods", "default", "b")
-    events = await collect(watch.Watch(), core.list_namespaced_pod, 3, namespace="default",
-                           resource_version=listed.metadata.resource_version)
+    events = await collect(
+        watch.Watch(),
+        core.list_namespaced_pod,
+        3,
+        namespace="default",
+        resource_version=listed.metadata.resource_version,
+    )
     seen = [(e["type"], e["object"].metadata.name) for e in events]
     assert seen == [("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
     rvs = [int(e["object"].metadata.resource_version) for e in events]
@@ -64,7 +70,8 @@ async def test_watch_resumes_from_a_resource_version(sim: Sim, core: client.Core
 
 
 async def test_watch_without_resource_version_starts_with_current_objects(
-        sim: Sim, core: client.CoreV1Api) -> None:
+    sim: Sim, core: client.CoreV1Api
+) -> None:
     make_pod(sim, "a")
     make_pod(sim, "b")
 
@@ -76,58 +83,92 @@ async def test_watch_without_resource_version_starts_with_current_objects(
     events = await collect(watch.Watch(), core.list_namespaced_pod, 3, namespace="default")
     await task
     assert [(e["type"], e["object"].metadata.name) for e in events] == [
-        ("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("ADDED", "c"),
+    ]
 
 
 async def test_bookmarks_carry_the_current_resource_version(
-        sim: Sim, core: client.CoreV1Api) -> None:
+    sim: Sim, core: client.CoreV1Api
+) -> None:
     make_pod(sim, "a")
     sim.store.create("nodes", {"metadata": {"name": "n"}})  # moves the RV, not a pod
-    events = await collect(watch.Watch(), core.list_namespaced_pod, 2, namespace="default",
-                           resource_version="1", allow_watch_bookmarks=True)
+    events = await collect(
+        watch.Watch(),
+        core.list_namespaced_pod,
+        2,
+        namespace="default",
+        resource_version="1",
+        allow_watch_bookmarks=True,
+    )
     assert events[0]["type"] == "ADDED"
     assert events[1]["type"] == "BOOKMARK"
     assert events[1]["raw_object"]["metadata"]["resourceVersion"] == str(sim.store.rv)
 
 
 async def test_too_old_resource_version_is_410_then_relist_works(
-        sim: Sim, core: client.CoreV1Api) -> None:
+    sim: Sim, core: client.CoreV1Api
+) -> None:
     make_pod(sim, "a")
     old = (await core.list_namespaced_pod("default")).metadata.resource_version
     for i in range(60):  # more changes than the ring of 50 keeps
         sim.store.create("nodes", {"metadata": {"name": f"n{i}"}})
     with pytest.raises(ApiException) as err:
-        await collect(watch.Watch(), core.list_namespaced_pod, 1, namespace="default",
-                      resource_version=old)
+        await collect(
+            watch.Watch(), core.list_namespaced_pod, 1, namespace="default", resource_version=old
+        )
     assert err.value.status == 410 and "Expired" in err.value.reason
     relisted = await core.list_namespaced_pod("default")
     make_pod(sim, "b")
-    events = await collect(watch.Watch(), core.list_namespaced_pod, 1, namespace="default",
-                           resource_version=relisted.metadata.resource_version)
+    events = await collect(
+        watch.Watch(),
+        core.list_namespaced_pod,
+        1,
+        namespace="default",
+        resource_version=relisted.metadata.resource_version,
+    )
     assert events[0]["object"].metadata.name == "b"
 
 
 async def test_selector_watch_sees_objects_enter_and_leave(
-        sim: Sim, core: client.CoreV1Api) -> None:
+    sim: Sim, core: client.CoreV1Api
+) -> None:
     start = sim.store.rv
     make_pod(sim, "a", team="x")
     make_pod(sim, "b", team="y")
     sim.store.mutate("pods", "default", "b", lambda p: p["metadata"]["labels"].update(team="x"))
     sim.store.mutate("pods", "default", "a", lambda p: p["metadata"]["labels"].update(team="z"))
     sim.store.mutate("pods", "default", "b", lambda p: p["spec"].update(nodeName="n1"))
-    events = await collect(watch.Watch(), core.list_namespaced_pod, 4, namespace="default",
-                           resource_version=str(start), label_selector="team=x")
+    events = await collect(
+        watch.Watch(),
+        core.list_namespaced_pod,
+        4,
+        namespace="default",
+        resource_version=str(start),
+        label_selector="team=x",
+    )
     assert [(e["type"], e["object"].metadata.name) for e in events] == [
-        ("ADDED", "a"), ("ADDED", "b"), ("DELETED", "a"), ("MODIFIED", "b")]
-    bound = await collect(watch.Watch(), core.list_pod_for_all_namespaces, 1,
-                          resource_version=str(start), field_selector="spec.nodeName=n1")
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("DELETED", "a"),
+        ("MODIFIED", "b"),
+    ]
+    bound = await collect(
+        watch.Watch(),
+        core.list_pod_for_all_namespaces,
+        1,
+        resource_version=str(start),
+        field_selector="spec.nodeName=n1",
+    )
     assert [(e["type"], e["object"].metadata.name) for e in bound] == [("ADDED", "b")]
 
 
 async def test_slow_watcher_is_closed_not_buffered_forever() -> None:
     async with running_sim(watch_queue=5) as sim:
-        watcher = sim.store.watch("pods", namespace=None, predicate=None, since=sim.store.rv,
-                                  capacity=5)
+        watcher = sim.store.watch(
+            "pods", namespace=None, predicate=None, since=sim.store.rv, capacity=5
+        )
         for i in range(10):
             make_pod(sim, f"p{i}")
         assert watcher.closed and watcher.overflowed and len(watcher.lines) == 5
@@ -139,18 +180,27 @@ async def test_metrics_count_requests_and_open_watches(sim: Sim, core: client.Co
     await core.list_namespaced_pod("default")
     with pytest.raises(ApiException):
         await core.read_namespaced_pod("missing", "default")
-    lists = sim.metric("apiserver_request_total", verb="LIST", resource="pods", subresource="",
-                       code="200")
+    lists = sim.metric(
+        "apiserver_request_total", verb="LIST", resource="pods", subresource="", code="200"
+    )
     assert lists == 2
-    assert sim.metric("apiserver_request_total", verb="GET", resource="pods", subresource="",
-                      code="404") == 1
+    assert (
+        sim.metric(
+            "apiserver_request_total", verb="GET", resource="pods", subresource="", code="404"
+        )
+        == 1
+    )
     stream = watch.Watch()
     opened = asyncio.Event()
 
     async def follow() -> None:
         async with stream:
-            async for _ in stream.stream(core.list_namespaced_pod, namespace="default",
-                                         timeout_seconds=30, allow_watch_bookmarks=True):
+            async for _ in stream.stream(
+                core.list_namespaced_pod,
+                namespace="default",
+                timeout_seconds=30,
+                allow_watch_bookmarks=True,
+            ):
                 opened.set()
 
     task = asyncio.create_task(follow())
@@ -172,8 +222,12 @@ async def test_kubectl_get_patch_delete(sim: Sim) -> None:
 
     async def kubectl(*args: str) -> str:
         proc = await asyncio.create_subprocess_exec(
-            "kubectl", f"--kubeconfig={sim.kubeconfig}", *args,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            "kubectl",
+            f"--kubeconfig={sim.kubeconfig}",
+            *args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         out, err = await proc.communicate()
         assert proc.returncode == 0, err.decode()
         return out.decode()

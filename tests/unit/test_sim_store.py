@@ -24,7 +24,10 @@ def test_every_write_takes_the_next_resource_version() -> None:
     n = store.create("nodes", {"metadata": {"name": "n"}})
     b = store.mutate("pods", "default", "a", lambda p: p["spec"].update(nodeName="n"))
     assert [int(o["metadata"]["resourceVersion"]) for o in (a, n, b)] == [
-        start + 1, start + 2, start + 3]
+        start + 1,
+        start + 2,
+        start + 3,
+    ]
     assert b["metadata"]["generation"] == 2 and a["metadata"]["uid"] == b["metadata"]["uid"]
     assert a["metadata"]["creationTimestamp"] == "1970-01-01T00:00:00Z"
 
@@ -48,8 +51,11 @@ def test_replace_with_stale_resource_version_conflicts() -> None:
 
 def test_create_checks_namespace_name_and_duplicates() -> None:
     store = Store()
-    for bad, code in ((pod("a", ns="nope"), 404), (pod("Bad"), 422), ({"metadata": {
-            "name": "x"}, "spec": {}}, 422)):
+    for bad, code in (
+        (pod("a", ns="nope"), 404),
+        (pod("Bad"), 422),
+        ({"metadata": {"name": "x"}, "spec": {}}, 422),
+    ):
         with pytest.raises(ApiError) as err:
             store.create("pods", bad)
         assert err.value.code == code
@@ -66,8 +72,9 @@ def test_listeners_see_changes_in_order_even_when_they_write() -> None:
     def bind_on_add(kind: str, res: str, obj: dict[str, Any]) -> None:
         seen.append((kind, res, obj["metadata"]["resourceVersion"]))
         if kind == "ADDED" and res == "pods":
-            store.mutate("pods", "default", obj["metadata"]["name"],
-                         lambda p: p["spec"].update(nodeName="n"))
+            store.mutate(
+                "pods", "default", obj["metadata"]["name"], lambda p: p["spec"].update(nodeName="n")
+            )
 
     store.add_listener(bind_on_add)
     store.add_listener(lambda k, r, o: seen.append((k, r, o["metadata"]["resourceVersion"])))
@@ -84,8 +91,10 @@ def test_bound_pods_terminate_gracefully_unbound_go_at_once() -> None:
     assert store.list("pods")[0][0]["metadata"]["name"] == "bound"
     terminating = store.delete("pods", "default", "bound", grace_seconds=10)
     assert terminating["metadata"]["deletionGracePeriodSeconds"] == 10
-    assert store.delete("pods", "default", "bound")["metadata"]["resourceVersion"] == \
-        terminating["metadata"]["resourceVersion"]  # a longer grace changes nothing
+    assert (
+        store.delete("pods", "default", "bound")["metadata"]["resourceVersion"]
+        == terminating["metadata"]["resourceVersion"]
+    )  # a longer grace changes nothing
     gone = store.delete("pods", "default", "bound", grace_seconds=0)
     assert int(gone["metadata"]["resourceVersion"]) == store.rv and store.list("pods")[0] == []
 
@@ -107,7 +116,6 @@ def test_watch_from_before_the_ring_is_expired() -> None:
         store.create("nodes", {"metadata": {"name": f"n{i}"}})
     with pytest.raises(Expired):
         store.watch("nodes", namespace=None, predicate=None, since=start, capacity=10)
-    watcher = store.watch("nodes", namespace=None, predicate=None, since=store.rv - 2,
-                          capacity=10)
+    watcher = store.watch("nodes", namespace=None, predicate=None, since=store.rv - 2, capacity=10)
     assert watcher.drain().count(b"\n") == 2
     store.unwatch(watcher)
