@@ -5,6 +5,7 @@ table of watched kinds and pure decoders; ``diffing`` the cache and relist diff;
 ``quantities`` canonical resource quantities.
 """
 
+from libs.kube.client import api_client
 from libs.kube.kinds import ENDPOINT_SLICES, KINDS, NODES, POD_GROUPS, PODS, Kind, obj_of
 from libs.kube.quantities import InvalidQuantity, canonical, canonical_resources, parse_quantity
 from libs.kube.watching import ApiError, Expired, NullObserver, Observer, Options, Reflector
@@ -23,6 +24,7 @@ __all__ = [
     "Observer",
     "Options",
     "Reflector",
+    "api_client",
     "canonical",
     "canonical_resources",
     "obj_of",

@@ -1,5 +1,6 @@
 """What every service process shares: settings, logs, the ops endpoint, signal handling."""
 
+from libs.runtime.entry import run_service
 from libs.runtime.logging import configure_logging
 from libs.runtime.ops import OpsServer, serve_ops
 from libs.runtime.settings import SettingsError, load_settings
@@ -10,6 +11,7 @@ __all__ = [
     "SettingsError",
     "configure_logging",
     "load_settings",
+    "run_service",
     "run_until_signalled",
     "serve_ops",
 ]

@@ -8,20 +8,15 @@ to ``KUBECONFIG``, then to the in-cluster service account.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
 
 import msgspec
-from kubernetes_asyncio import config as kube_config
-from kubernetes_asyncio.client import ApiClient, Configuration
 
 from libs.bus import Bus
+from libs.kube import api_client
 from libs.runtime import (
-    SettingsError,
-    configure_logging,
     load_settings,
-    run_until_signalled,
+    run_service,
     serve_ops,
 )
 from services.actuator import core
@@ -67,20 +62,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         )  # fmt: skip
 
 
-async def kube_client(kubeconfig: str) -> ApiClient:
-    configuration = Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG", "")
-    if path:
-        await kube_config.load_kube_config(config_file=path, client_configuration=configuration)
-    else:
-        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = 256
-    return ApiClient(configuration)
-
-
 async def serve(settings: Settings) -> None:
     bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name="actuator")
-    client = None if settings.dry_run else await kube_client(settings.kubeconfig)
+    client = None if settings.dry_run else await api_client(settings.kubeconfig, pool=256)
     try:
         await bus.ensure_streams()
         api = None
@@ -101,22 +85,17 @@ async def serve(settings: Settings) -> None:
         await bus.close()
 
 
+def load(file: str | None) -> Settings:
+    return load_settings(Settings, PREFIX, file=file or os.environ.get(f"{PREFIX}CONFIG"))
+
+
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="baton actuator",
+    return run_service(
+        argv,
+        name="actuator",
         description="Apply actions from baton.<cluster>.action.> to the API, once each, "
         "rate limited by priority. Settings: BATON_ACTUATOR_* environment variables.",
+        load=load,
+        serve=serve,
+        dry_run="log and publish would-do only",
     )
-    parser.add_argument("--dry-run", action="store_true", help="log and publish would-do only")
-    parser.add_argument("--settings", help="YAML or JSON file of settings (env wins)")
-    args = parser.parse_args(argv)
-    file = args.settings or os.environ.get(f"{PREFIX}CONFIG")
-    try:
-        settings = load_settings(Settings, PREFIX, file=file)
-    except SettingsError as exc:
-        parser.exit(2, f"baton actuator: {exc}\n")
-    if args.dry_run:
-        settings = msgspec.structs.replace(settings, dry_run=True)
-    configure_logging(service="actuator")
-    asyncio.run(run_until_signalled(lambda: serve(settings)))
-    return 0

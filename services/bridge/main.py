@@ -15,24 +15,17 @@ Settings (environment, or a YAML/JSON file via ``--settings``):
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
 import re
-from typing import Any
 
 import msgspec
 import structlog
-from kubernetes_asyncio import config as kube_config
-from kubernetes_asyncio.client import ApiClient, Configuration
 
 from libs.bus import Bus
-from libs.kube import Options
+from libs.kube import Options, api_client
 from libs.runtime import (
-    SettingsError,
-    configure_logging,
     load_settings,
-    run_until_signalled,
+    run_service,
     serve_ops,
 )
 from services.bridge.shell import Bridge
@@ -52,11 +45,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
-            raise ValueError("page_size must be at least 1")
+            raise ValueError("BATON_BRIDGE_PAGE_SIZE must be at least 1")
         if self.watch_timeout_s < 1:
-            raise ValueError("watch_timeout_s must be at least 1")
+            raise ValueError("BATON_BRIDGE_WATCH_TIMEOUT_S must be at least 1")
         if not re.fullmatch(r"[0-9]+[smhd]?", self.tombstone_ttl):
-            raise ValueError(f"tombstone_ttl {self.tombstone_ttl!r}: expected e.g. 90s, 1h")
+            raise ValueError(f"BATON_BRIDGE_TOMBSTONE_TTL={self.tombstone_ttl!r}: expected e.g. 90s, 1h")
 
 
 def settings_from(env: dict[str, str], file: str | None = None) -> Settings:
@@ -64,17 +57,6 @@ def settings_from(env: dict[str, str], file: str | None = None) -> Settings:
     if not settings.kubeconfig and env.get("KUBECONFIG"):
         settings = msgspec.structs.replace(settings, kubeconfig=env["KUBECONFIG"])
     return settings
-
-
-async def api_client(kubeconfig: str) -> ApiClient:
-    configuration = Configuration()
-    if kubeconfig:
-        await kube_config.load_kube_config(
-            config_file=kubeconfig, client_configuration=configuration
-        )
-    else:
-        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return ApiClient(configuration=configuration)
 
 
 async def serve(settings: Settings) -> None:
@@ -99,14 +81,10 @@ async def serve(settings: Settings) -> None:
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="baton bridge", description=__doc__.splitlines()[0])
-    parser.add_argument("--settings", help="YAML or JSON file of settings (env wins)")
-    args = parser.parse_args(argv)
-    env: dict[str, Any] = dict(os.environ)
-    try:
-        settings = settings_from(env, args.settings)
-    except SettingsError as exc:
-        parser.exit(2, f"baton bridge: {exc}\n")
-    configure_logging(service="bridge")
-    asyncio.run(run_until_signalled(lambda: serve(settings)))
-    return 0
+    return run_service(
+        argv,
+        name="bridge",
+        description=(__doc__ or "").splitlines()[0],
+        load=lambda file: settings_from(dict(os.environ), file),
+        serve=serve,
+    )

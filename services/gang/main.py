@@ -7,18 +7,14 @@ optional file named by ``BATON_GANG_CONFIG``. See docs/gang.md.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
 
 import msgspec
 
 from libs.bus import Bus
 from libs.runtime import (
-    SettingsError,
-    configure_logging,
     load_settings,
-    run_until_signalled,
+    run_service,
     serve_ops,
 )
 from services.gang import core
@@ -82,22 +78,17 @@ async def serve(settings: Settings) -> None:
         await bus.close()
 
 
+def load(file: str | None) -> Settings:
+    return load_settings(Settings, PREFIX, file=file or os.environ.get(f"{PREFIX}CONFIG"))
+
+
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="baton gang",
+    return run_service(
+        argv,
+        name="gang",
         description="All-or-nothing, topology-aware gang placement: reads baton.<cluster>.k8s.>, "
         "publishes placement decisions and bind/evict actions. Settings: BATON_GANG_* variables.",
+        load=load,
+        serve=serve,
+        dry_run="publish decisions, no actions",
     )
-    parser.add_argument("--dry-run", action="store_true", help="publish decisions, no actions")
-    parser.add_argument("--settings", help="YAML or JSON file of settings (env wins)")
-    args = parser.parse_args(argv)
-    file = args.settings or os.environ.get(f"{PREFIX}CONFIG")
-    try:
-        settings = load_settings(Settings, PREFIX, file=file)
-    except SettingsError as exc:
-        parser.exit(2, f"baton gang: {exc}\n")
-    if args.dry_run:
-        settings = msgspec.structs.replace(settings, dry_run=True)
-    configure_logging(service="gang")
-    asyncio.run(run_until_signalled(lambda: serve(settings)))
-    return 0

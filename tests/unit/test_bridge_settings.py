@@ -27,7 +27,8 @@ def test_bridge_keys_win_and_convert() -> None:
         ({"BATON_BRIDGE_PAGE_SIZE": "many"}, "BATON_BRIDGE_PAGE_SIZE"),
         ({"BATON_BRIDGE_PAGE_SIZ": "10"}, "BATON_BRIDGE_PAGE_SIZ"),
         ({"BATON_OPS_PORT": "http"}, "BATON_OPS_PORT"),
-        ({"BATON_BRIDGE_TOMBSTONE_TTL": "soon"}, "tombstone_ttl"),
+        ({"BATON_BRIDGE_TOMBSTONE_TTL": "soon"}, "BATON_BRIDGE_TOMBSTONE_TTL"),
+        ({"BATON_BRIDGE_PAGE_SIZE": "0"}, "BATON_BRIDGE_PAGE_SIZE must be at least 1"),
     ],
 )
 def test_bad_settings_name_the_key(env: dict[str, str], named: str) -> None:
