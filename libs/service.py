@@ -7,6 +7,11 @@ A core is ``step(state, event, now) -> (state, outputs)``. For each message:
 3. keep the new state and ack; the state only moves once its outputs are stored
 
 so a restart or redelivery repeats a decision at most, and msg ids drop the repeat.
+
+Contract: ``core_step`` must not change the state it is given (return a new one, sharing
+what did not change). When publishing fails the message is retried against the state
+kept from before it; a core that changed that state in place would not decide again on
+the retry, and the outputs lost with the failed publish would never be sent.
 """
 
 from __future__ import annotations

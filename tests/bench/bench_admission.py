@@ -40,7 +40,7 @@ def twenty_teams(nodes_per_team: int = 50) -> core.State:
         for n in range(nodes_per_team):
             node = Node(name=f"n{t}-{n}", uid="u", labels={"baton.io/pool": f"p{t}"},
                         allocatable={GPU: 8})
-            core.step(state, NodeEvent(op="upsert", at=0.0, node=node), 0.0)
+            state, _ = core.step(state, NodeEvent(op="upsert", at=0.0, node=node), 0.0)
     return state
 
 
@@ -59,7 +59,7 @@ def bench_queue() -> list[tuple[str, str]]:
     started = time.perf_counter()
     for i in range(GANGS):
         for event in gang_events(i):
-            core.step(state, event, float(i))
+            state, _ = core.step(state, event, float(i))
     queued_s = time.perf_counter() - started
     queued = sum(len(q) for q in state.queues.values())
     admitted = 0
@@ -68,7 +68,7 @@ def bench_queue() -> list[tuple[str, str]]:
         for n in range(50):
             node = Node(name=f"n{t}-{n}", uid="u", labels={"baton.io/pool": f"p{t}"},
                         allocatable={GPU: 8})
-            _, outputs = core.step(state, NodeEvent(op="upsert", at=1e6, node=node), 1e6)
+            state, outputs = core.step(state, NodeEvent(op="upsert", at=1e6, node=node), 1e6)
             admitted += sum(type(o).__name__ == "GangAdmitted" for o in outputs)
     admit_s = time.perf_counter() - started
     return [
@@ -105,7 +105,7 @@ async def bench_webhook() -> list[tuple[str, str]]:
         state = twenty_teams()
         for i in range(2_000):
             for event in gang_events(i):
-                core.step(state, event, float(i))
+                state, _ = core.step(state, event, float(i))
         events: list[Any] = []
         runner, port = await serve_webhook(Webhook(state=lambda: state, publish=events.append),
                                            host="127.0.0.1", port=0, tls=tls)

@@ -29,20 +29,43 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI"),
 ]
 
-TEAMS = {"teams": [
-    {"name": "a", "namespaces": ["team-a"], "pools": ["pa"], "borrow": {"gpus": 16},
-     "egress": {"limit": "10G"}},
-    {"name": "b", "namespaces": ["team-b"], "pools": ["pb"]},
-]}
+TEAMS = {
+    "teams": [
+        {
+            "name": "a",
+            "namespaces": ["team-a"],
+            "pools": ["pa"],
+            "borrow": {"gpus": 16},
+            "egress": {"limit": "10G"},
+        },
+        {"name": "b", "namespaces": ["team-b"], "pools": ["pb"]},
+    ]
+}
 
 
 def make_cert(directory: Path) -> tuple[str, str]:
     cert, key = directory / "tls.crt", directory / "tls.key"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-         "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
     )
     return str(cert), str(key)
 
@@ -58,11 +81,12 @@ def state_with_teams() -> core.State:
     state = core.initial(parse(TEAMS))
     for name, pool in (("a1", "pa"), ("b1", "pb"), ("b2", "pb")):
         node = Node(name=name, uid=name, labels={"baton.io/pool": pool}, allocatable={GPU: 8})
-        core.step(state, NodeEvent(op="upsert", at=0.0, node=node), 0.0)
+        state, _ = core.step(state, NodeEvent(op="upsert", at=0.0, node=node), 0.0)
     for name, members in (("job", 1), ("wide", 2)):
-        group = PodGroup(namespace="team-a", name=name, uid=name, min_member=members,
-                         created_at=1.0)
-        core.step(state, PodGroupEvent(op="upsert", at=1.0, pod_group=group), 1.0)
+        group = PodGroup(
+            namespace="team-a", name=name, uid=name, min_member=members, created_at=1.0
+        )
+        state, _ = core.step(state, PodGroupEvent(op="upsert", at=1.0, pod_group=group), 1.0)
     return state
 
 
@@ -71,8 +95,9 @@ async def webhook(tmp_path: Path) -> AsyncIterator[Served]:
     cert, key = make_cert(tmp_path)
     with open(cert) as pem:  # noqa: ASYNC230 - a small local file in a fixture
         served = Served("", pem.read(), state_with_teams())
-    hook = Webhook(state=lambda: served.state if served.ready else None,
-                   publish=served.events.append)
+    hook = Webhook(
+        state=lambda: served.state if served.ready else None, publish=served.events.append
+    )
     runner, port = await serve_webhook(hook, host="127.0.0.1", port=0, tls=tls_context(cert, key))
     served.url = f"https://127.0.0.1:{port}"
     try:
@@ -83,10 +108,18 @@ async def webhook(tmp_path: Path) -> AsyncIterator[Served]:
 
 def review(obj: dict[str, Any], *, kind: str = "Pod", namespace: str = "team-a") -> dict[str, Any]:
     group, version = ("scheduling.x-k8s.io", "v1alpha1") if kind == "PodGroup" else ("", "v1")
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "req-1", "kind": {"group": group, "version": version, "kind": kind},
-        "namespace": namespace, "name": obj["metadata"].get("name", ""),
-        "operation": "CREATE", "object": obj}}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "req-1",
+            "kind": {"group": group, "version": version, "kind": kind},
+            "namespace": namespace,
+            "name": obj["metadata"].get("name", ""),
+            "operation": "CREATE",
+            "object": obj,
+        },
+    }
 
 
 def pod(name: str, *, gang: str = "", gpus: int = 8, **spec: Any) -> dict[str, Any]:
@@ -95,15 +128,25 @@ def pod(name: str, *, gang: str = "", gpus: int = 8, **spec: Any) -> dict[str, A
     meta: dict[str, Any] = {"name": name, "labels": labels}
     if annotations:
         meta["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {
-        "containers": [{"name": "c", "image": "x",
-                        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}], **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+            ],
+            **spec,
+        },
+    }
 
 
 async def post(served: Served, path: str, body: dict[str, Any]) -> dict[str, Any]:
     context = ssl.create_default_context(cadata=served.ca)
-    async with aiohttp.ClientSession() as http, http.post(
-            served.url + path, json=body, ssl=context) as reply:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(served.url + path, json=body, ssl=context) as reply,
+    ):
         assert reply.status == 200, await reply.text()
         answer: dict[str, Any] = await reply.json()
     assert answer["response"]["uid"] == "req-1"
@@ -116,18 +159,27 @@ def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
     return ops
 
 
-async def test_gang_pod_gets_team_toleration_affinity_scheduler_and_egress(
-        webhook: Served) -> None:
+async def test_gang_pod_gets_team_toleration_affinity_scheduler_and_egress(webhook: Served) -> None:
     ops = patch_of(await post(webhook, "/mutate", review(pod("job-0", gang="job"))))
     by_path = {op["path"]: op["value"] for op in ops}
     assert by_path["/metadata/labels/baton.io~1team"] == "a"
     assert by_path["/metadata/annotations"] == {"kubernetes.io/egress-bandwidth": "10G"}
     assert by_path["/spec/tolerations"] == [
-        {"key": "baton.io/team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}]
-    assert by_path["/spec/affinity"] == {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "baton.io/team", "operator": "In", "values": ["a"]}]}
-        ]}}}
+        {"key": "baton.io/team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
+    ]
+    assert by_path["/spec/affinity"] == {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "baton.io/team", "operator": "In", "values": ["a"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
     assert by_path["/spec/schedulerName"] == "baton"
     assert [type(e) for e in webhook.events] == [PodMutated]
 
@@ -138,41 +190,100 @@ async def test_borrowing_pod_tolerates_lenders_and_is_marked(webhook: Served) ->
     assert by_path["/metadata/annotations"]["baton.io/borrowing"] == "true"
     assert [t["value"] for t in by_path["/spec/tolerations"]] == ["a", "b"]
     terms = by_path["/spec/affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     assert terms[0]["matchExpressions"][0]["values"] == ["a", "b"]
     assert webhook.events[-1].borrowing is True  # type: ignore[union-attr]
 
 
 async def test_existing_affinity_terms_are_kept_and_narrowed(webhook: Served) -> None:
     own = {"key": "zone", "operator": "In", "values": ["z1"]}
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [own]}, {"matchFields": []}]}}}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [own]}, {"matchFields": []}]
+            }
+        }
+    }
     ops = patch_of(await post(webhook, "/mutate", review(pod("p", gpus=0, affinity=affinity))))
     paths = [op["path"] for op in ops if "affinity" in op["path"]]
     base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
-    assert paths == [f"{base}/nodeSelectorTerms/0/matchExpressions/-",
-                     f"{base}/nodeSelectorTerms/1/matchExpressions"]
+    assert paths == [
+        f"{base}/nodeSelectorTerms/0/matchExpressions/-",
+        f"{base}/nodeSelectorTerms/1/matchExpressions",
+    ]
 
 
-@pytest.mark.parametrize(("obj", "kind", "namespace", "message"), [
-    (pod("x", gang="g"), "Pod", "nobody", "namespace 'nobody' belongs to no team"),
-    (pod("x", tolerations=[{"key": "baton.io/team", "operator": "Equal", "value": "b",
-                            "effect": "NoSchedule"}]), "Pod", "team-b-not", "tolerates team 'b'"),
-    (pod("x", tolerations=[{"key": "baton.io/team", "operator": "Exists"}]), "Pod", "team-b",
-     "would let it run on every team's nodes"),
-    (pod("x", annotations={"baton.io/topology-required": "not a key!"}), "Pod", "team-a",
-     "is not a node label key"),
-    (pod("x", gang="wide", gpus=16), "Pod", "team-a",
-     "needs 32 GPUs (minMember 2 x 16) but team 'a' can never get more than 24"),
-    ({"metadata": {"name": "pg", "annotations": {"baton.io/gpus-per-pod": "eight"}},
-      "spec": {"minMember": 2}}, "PodGroup", "team-a", "is not a whole number of GPUs"),
-    ({"metadata": {"name": "pg", "annotations": {"baton.io/gpus-per-pod": "8"}},
-      "spec": {"minMember": 4}}, "PodGroup", "team-a", "lower minMember or ask for a larger"),
-    ({"metadata": {"name": "pg", "annotations": {"baton.io/admitted": "true"}},
-      "spec": {"minMember": 1}}, "PodGroup", "team-b", "is set by Baton"),
-])
+@pytest.mark.parametrize(
+    ("obj", "kind", "namespace", "message"),
+    [
+        (pod("x", gang="g"), "Pod", "nobody", "namespace 'nobody' belongs to no team"),
+        (
+            pod(
+                "x",
+                tolerations=[
+                    {
+                        "key": "baton.io/team",
+                        "operator": "Equal",
+                        "value": "b",
+                        "effect": "NoSchedule",
+                    }
+                ],
+            ),
+            "Pod",
+            "team-b-not",
+            "tolerates team 'b'",
+        ),
+        (
+            pod("x", tolerations=[{"key": "baton.io/team", "operator": "Exists"}]),
+            "Pod",
+            "team-b",
+            "would let it run on every team's nodes",
+        ),
+        (
+            pod("x", annotations={"baton.io/topology-required": "not a key!"}),
+            "Pod",
+            "team-a",
+            "is not a node label key",
+        ),
+        (
+            pod("x", gang="wide", gpus=16),
+            "Pod",
+            "team-a",
+            "needs 32 GPUs (minMember 2 x 16) but team 'a' can never get more than 24",
+        ),
+        (
+            {
+                "metadata": {"name": "pg", "annotations": {"baton.io/gpus-per-pod": "eight"}},
+                "spec": {"minMember": 2},
+            },
+            "PodGroup",
+            "team-a",
+            "is not a whole number of GPUs",
+        ),
+        (
+            {
+                "metadata": {"name": "pg", "annotations": {"baton.io/gpus-per-pod": "8"}},
+                "spec": {"minMember": 4},
+            },
+            "PodGroup",
+            "team-a",
+            "lower minMember or ask for a larger",
+        ),
+        (
+            {
+                "metadata": {"name": "pg", "annotations": {"baton.io/admitted": "true"}},
+                "spec": {"minMember": 1},
+            },
+            "PodGroup",
+            "team-b",
+            "is set by Baton",
+        ),
+    ],
+)
 async def test_validation_rejects_with_a_message_the_user_can_act_on(
-        webhook: Served, obj: dict[str, Any], kind: str, namespace: str, message: str) -> None:
+    webhook: Served, obj: dict[str, Any], kind: str, namespace: str, message: str
+) -> None:
     response = await post(webhook, "/validate", review(obj, kind=kind, namespace=namespace))
     assert response["allowed"] is False
     assert response["status"]["code"] == 403
@@ -185,8 +296,7 @@ async def test_valid_pod_is_allowed(webhook: Served) -> None:
     assert response == {"uid": "req-1", "allowed": True}
 
 
-async def test_not_ready_fails_closed_for_baton_pods_and_open_for_others(
-        webhook: Served) -> None:
+async def test_not_ready_fails_closed_for_baton_pods_and_open_for_others(webhook: Served) -> None:
     webhook.ready = False
     closed = await post(webhook, "/mutate", review(pod("g", gang="job")))
     assert closed["allowed"] is False and closed["status"]["code"] == 503
@@ -196,33 +306,47 @@ async def test_not_ready_fails_closed_for_baton_pods_and_open_for_others(
 
 async def test_malformed_review_is_a_bad_request(webhook: Served) -> None:
     context = ssl.create_default_context(cadata=webhook.ca)
-    async with aiohttp.ClientSession() as http, http.post(
-            webhook.url + "/mutate", data=b"{not json", ssl=context) as reply:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(webhook.url + "/mutate", data=b"{not json", ssl=context) as reply,
+    ):
         assert reply.status == 400
 
 
 async def test_simcluster_calls_the_configured_webhooks_on_create(webhook: Served) -> None:
     ca = base64.b64encode(webhook.ca.encode()).decode()
-    rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-              "resources": ["pods"]}]
+    rules = [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+    ]
 
     def config(kind: str, path: str) -> dict[str, Any]:
-        return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-                "metadata": {"name": "baton"}, "webhooks": [{
-                    "name": "pods.baton.io", "admissionReviewVersions": ["v1"],
-                    "sideEffects": "None", "failurePolicy": "Fail", "rules": rules,
-                    "clientConfig": {"url": webhook.url + path, "caBundle": ca}}]}
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": kind,
+            "metadata": {"name": "baton"},
+            "webhooks": [
+                {
+                    "name": "pods.baton.io",
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                    "failurePolicy": "Fail",
+                    "rules": rules,
+                    "clientConfig": {"url": webhook.url + path, "caBundle": ca},
+                }
+            ],
+        }
 
     async with running_sim() as sim:
         api = await sim.api_client()
         try:
             custom = client.CustomObjectsApi(api)
             for kind, plural, path in (
-                    ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "/mutate"),
-                    ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations",
-                     "/validate")):
+                ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "/mutate"),
+                ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "/validate"),
+            ):
                 await custom.create_cluster_custom_object(
-                    "admissionregistration.k8s.io", "v1", plural, config(kind, path))
+                    "admissionregistration.k8s.io", "v1", plural, config(kind, path)
+                )
             core_api = client.CoreV1Api(api)
             for ns in ("team-a", "team-b"):
                 await core_api.create_namespace({"metadata": {"name": ns}})
@@ -231,9 +355,20 @@ async def test_simcluster_calls_the_configured_webhooks_on_create(webhook: Serve
             assert [t.value for t in created.spec.tolerations] == ["a"]
             assert created.metadata.labels["baton.io/team"] == "a"
             with pytest.raises(ApiException) as denied:
-                await core_api.create_namespaced_pod("team-b", pod(
-                    "bad", tolerations=[{"key": "baton.io/team", "value": "a",
-                                         "operator": "Equal", "effect": "NoSchedule"}]))
+                await core_api.create_namespaced_pod(
+                    "team-b",
+                    pod(
+                        "bad",
+                        tolerations=[
+                            {
+                                "key": "baton.io/team",
+                                "value": "a",
+                                "operator": "Equal",
+                                "effect": "NoSchedule",
+                            }
+                        ],
+                    ),
+                )
             assert denied.value.status == 403
             message = json.loads(denied.value.body)["message"]
             assert message.startswith('admission webhook "pods.baton.io" denied the request: ')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -51,10 +52,29 @@ def submit(ns: str, gang: str, members: int, at: float, **kw: Any) -> list[Any]:
     return [group(ns, gang, members, at), *pods(ns, gang, members, **kw)]
 
 
-def feed(state: core.State, events: list[Any], now: float = 1.0) -> list[Any]:
+class World:
+    """The latest state a caller kept; reads pass through to it (``world.gangs``)."""
+
+    def __init__(self, state: core.State) -> None:
+        self.state = state
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.state, name)
+
+
+def world(config: dict[str, Any] | None = None) -> World:
+    return World(core.initial(parse(config)))
+
+
+def feed(state: World | core.State, events: list[Any], now: float = 1.0) -> list[Any]:
+    """Step through ``events``; every step must leave the state it was given as it was."""
+    held = state if isinstance(state, World) else World(state)
     out: list[Any] = []
     for event in events:
-        state, outputs = core.step(state, event, now)
+        before = held.state
+        snapshot = copy.deepcopy(before)
+        held.state, outputs = core.step(before, event, now)
+        assert before == snapshot, f"step changed the state it was given on {event!r}"
         out.extend(outputs)
     return out
 
@@ -63,8 +83,8 @@ def of(outputs: list[Any], type_: type) -> list[Any]:
     return [o for o in outputs if isinstance(o, type_)]
 
 
-def cluster(config: dict[str, Any] | None, nodes: list[NodeEvent]) -> core.State:
-    state = core.initial(parse(config))
+def cluster(config: dict[str, Any] | None, nodes: list[NodeEvent]) -> World:
+    state = world(config)
     feed(state, list(nodes))
     return state
 
@@ -110,7 +130,7 @@ def test_no_config_is_one_team_owning_everything() -> None:
 
 
 def test_pool_nodes_are_labelled_and_tainted_for_their_team() -> None:
-    state = core.initial(parse(TWO_TEAMS))
+    state = world(TWO_TEAMS)
     out = feed(state, [node("n1", "pa"), node("n2", "pb"), node("n3")])
     taints = {o.node: o.taint for o in of(out, SetTaint)}
     labels = {o.node: o.labels for o in of(out, SetLabels)}
@@ -120,7 +140,7 @@ def test_pool_nodes_are_labelled_and_tainted_for_their_team() -> None:
 
 
 def test_node_already_labelled_and_tainted_needs_no_action() -> None:
-    state = core.initial(parse(TWO_TEAMS))
+    state = world(TWO_TEAMS)
     n = Node(name="n1", uid="u", labels={"baton.io/pool": "pa", "baton.io/team": "a"},
              taints=(Taint(key="baton.io/team", value="a"),), allocatable={GPU: 8})
     assert feed(state, [NodeEvent(op="upsert", at=0.0, node=n)]) == []
@@ -233,3 +253,29 @@ def test_replay_gives_the_same_decisions() -> None:
     first = feed(core.initial(parse(TWO_TEAMS)), events)
     again = feed(core.initial(parse(TWO_TEAMS)), events)
     assert first == again and of(first, EvictGang)
+
+
+# -- copy on write: a dropped step is decided again -----------------------------------
+
+
+def test_a_step_whose_outputs_were_dropped_decides_again() -> None:
+    """run_core keeps the old state when publishing fails and retries the message:
+    the retry must publish the same actions (they were lost with the failed publish)."""
+    start = cluster(TWO_TEAMS, [node("a1", "pa"), node("b1", "pb")])
+    feed(start, [group("team-a", "job", 1, at=1.0)])
+    before = start.state
+    arrival = pods("team-a", "job", 1)[0]  # the member that makes the gang admissible
+    kept, dropped = core.step(before, arrival, 2.0)
+    assert of(list(dropped), Annotate) and of(list(dropped), GangAdmitted)
+    assert not before.gangs["team-a/job"].admitted and before.used.get("a", 0) == 0
+    _, again = core.step(before, arrival, 2.0)  # the redelivered message
+    assert again == dropped
+    assert kept.gangs["team-a/job"].admitted  # the kept state moved on: no repeat there
+    assert core.step(kept, arrival, 2.0)[1] == ()
+
+
+def test_node_actions_are_asked_again_after_a_dropped_step() -> None:
+    before = world(TWO_TEAMS).state
+    _, dropped = core.step(before, node("a1", "pa"), 0.0)
+    assert of(list(dropped), SetTaint)
+    assert core.step(before, node("a1", "pa"), 0.0)[1] == dropped

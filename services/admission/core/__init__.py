@@ -46,6 +46,11 @@ def initial(config: TeamConfig = DEFAULT) -> State:
 
 
 def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, ...]]:
+    """Decide on one event. ``state`` is never changed: the new state is a copy on write
+    of it, so a caller may drop the result (outputs not published) and step again."""
+    if not _relevant(event):
+        return state, ()
+    state = state.fork()
     outputs: list[Output] = []
     match event:
         case NodeEvent(op="upsert", node=node):
@@ -60,10 +65,14 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             _load(state, config)
             outputs += nodes.reassign_all(state, now)
             _rehome_gangs(state)
-        case _:
-            return state, ()
     outputs += queueing.admit(state, now)
     return state, tuple(outputs)
+
+
+def _relevant(event: Input) -> bool:
+    if isinstance(event, PodEvent):
+        return bool(event.pod.gang)
+    return isinstance(event, NodeEvent | PodGroupEvent | TeamsLoaded)
 
 
 def _load(state: State, config: TeamConfig) -> None:
@@ -74,17 +83,21 @@ def _load(state: State, config: TeamConfig) -> None:
 
 
 def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> list[Output]:
-    gang = state.gangs.get(group.key)
+    known = state.gangs.get(group.key)
     if deleted:
-        return _forget(state, gang, now) if gang is not None else []
+        return _forget(state, state.edit(group.key), now) if known is not None else []
     per_pod = _int_annotation(group.annotations.get(GPUS_PER_POD))
-    if gang is not None:
-        gang.min_member, gang.gpus_per_pod = max(1, group.min_member), per_pod
+    min_member = max(1, group.min_member)
+    if known is not None:
+        if (known.min_member, known.gpus_per_pod) == (min_member, per_pod):
+            return _changed(state, known, now)
+        gang = state.edit(group.key)
+        gang.min_member, gang.gpus_per_pod = min_member, per_pod
         return _changed(state, gang, now)
     gang = Gang(key=group.key, team=state.team_of(group.namespace),
-                min_member=max(1, group.min_member), created_at=group.created_at or now,
-                gpus_per_pod=per_pod, members=state.pending_pods.pop(group.key, {}))
-    state.gangs[gang.key] = gang
+                min_member=min_member, created_at=group.created_at or now,
+                gpus_per_pod=per_pod, members=state.take_pending(group.key))
+    state.add_gang(gang)
     if not gang.team:
         gang.reason = f"namespace {group.namespace!r} belongs to no team in the team config"
         return [GangQueued(at=now, gang=gang.key, team="", reason=gang.reason,
@@ -101,41 +114,47 @@ def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> l
 
 def _pod(state: State, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
     key = f"{pod.namespace}/{pod.gang}"
-    gang = state.gangs.get(key)
-    members = gang.members if gang is not None else state.pending_pods.setdefault(key, {})
-    if deleted:
+    known = state.gangs.get(key)
+    have = known.members if known is not None else state.pending_pods.get(key, {})
+    member = None if deleted else Member(
+        gpus=pod.requests.get(GPU, 0), priority=pod.priority, phase=pod.phase, uid=pod.uid,
+        node=pod.node_name)
+    if have.get(pod.name) == member:
+        return [] if known is None else _changed(state, known, now)
+    members = state.w_members(key) if known is not None else state.w_pending(key)
+    if member is None:
         members.pop(pod.name, None)
     else:
-        members[pod.name] = Member(gpus=pod.requests.get(GPU, 0), priority=pod.priority,
-                                   phase=pod.phase, uid=pod.uid, node=pod.node_name)
-    if gang is None:
+        members[pod.name] = member
+    if known is None:
         if not members:
-            state.pending_pods.pop(key, None)
+            state.take_pending(key)
         return []
-    return _changed(state, gang, now)
+    return _changed(state, state.gangs[key], now)
 
 
 def _changed(state: State, gang: Gang, now: float) -> list[Output]:
     """A gang's demand, priority or members changed: re-account, finish, or re-queue it."""
     if gang.admitted:
         if gang.held != gang.gpus:
+            gang = state.edit(gang.key)
             state.hold(gang, gang.gpus)
             queueing.rebalance(state, gang.team)
         members = gang.members.values()
         if len(gang.members) >= gang.min_member and all(
             m.phase in ("Succeeded", "Failed") for m in members
         ):
-            return _release(state, gang, now, finished=True)
+            return _release(state, state.edit(gang.key), now, finished=True)
         return []
     if gang.team and not gang.finished and gang.qkey != queueing.queue_key(gang):
-        state.enqueue(gang)  # its priority changed: move it
+        state.enqueue(state.edit(gang.key))  # its priority changed: move it
     return []
 
 
 def _forget(state: State, gang: Gang, now: float) -> list[Output]:
     outputs = _release(state, gang, now, finished=True) if gang.admitted else []
     state.dequeue(gang)
-    del state.gangs[gang.key]
+    state.drop_gang(gang.key)
     return outputs
 
 
@@ -150,10 +169,11 @@ def _release(state: State, gang: Gang, now: float, *, finished: bool) -> list[Ou
 
 def _rehome_gangs(state: State) -> None:
     """Namespaces may have moved between teams: move gangs (admitted ones keep running)."""
-    for gang in sorted(state.gangs.values(), key=lambda g: g.key):
-        team = state.team_of(gang.namespace)
-        if team == gang.team:
+    for known in sorted(state.gangs.values(), key=lambda g: g.key):
+        team = state.team_of(known.namespace)
+        if team == known.team:
             continue
+        gang = state.edit(known.key)
         if gang.admitted:
             held = gang.held
             state.hold(gang, 0)

@@ -29,7 +29,7 @@ def owner(state: State, node: Node) -> str:
 
 def upsert(state: State, node: Node, now: float) -> list[Output]:
     """A node appeared or changed: assign it if a team is short of nodes, then reconcile."""
-    state.nodes[node.name] = node
+    state.w_nodes()[node.name] = node
     if _poolless(state, node) and node.name not in state.counted:
         for team in state.config.teams:
             if team.nodes and _count(state, team.name) < team.nodes:
@@ -39,11 +39,11 @@ def upsert(state: State, node: Node, now: float) -> list[Output]:
 
 
 def delete(state: State, name: str, now: float) -> list[Output]:
-    state.nodes.pop(name, None)
-    state.asked.pop(name, None)
+    state.w_nodes().pop(name, None)
+    state.w_str("asked").pop(name, None)
     team = _unassign(state, name)
     _set_owner(state, name, "")
-    state.node_team.pop(name, None)
+    state.w_str("node_team").pop(name, None)
     if not team:
         return []
     outputs: list[Output] = []
@@ -75,11 +75,15 @@ def reconcile(state: State, name: str, now: float) -> list[Output]:
     node = state.nodes[name]
     team = owner(state, node)
     previous = state.node_team.get(name, "")
-    _set_owner(state, name, team)
+    if team != previous or name not in state.node_team:
+        _set_owner(state, name, team)
+    elif state.contribution.get(name, ("", 0))[1] != (node_gpus(node) if team else 0):
+        _set_owner(state, name, team)  # same owner, its GPUs changed
     outputs: list[Output] = []
     if team != previous and name in state.node_team:
         outputs.append(NodeTeamChanged(at=now, node=name, team=team, previous=previous))
-    state.node_team[name] = team
+    if state.node_team.get(name) != team:
+        state.w_str("node_team")[name] = team
     if is_default(state.config) and TEAM_LABEL not in node.labels and not _team_taints(node):
         return outputs
     spec = state.specs.get(team)
@@ -89,12 +93,13 @@ def reconcile(state: State, name: str, now: float) -> list[Output]:
     label_ok = node.labels.get(TEAM_LABEL) == want_label
     taint_ok = have_taint == ((want_taint,) if want_taint else ())
     if label_ok and taint_ok:
-        state.asked.pop(name, None)
+        if name in state.asked:
+            state.w_str("asked").pop(name)
         return outputs
     ask = f"{want_label}|{want_taint}|{node.resource_version}"
     if state.asked.get(name) == ask:
         return outputs
-    state.asked[name] = ask
+    state.w_str("asked")[name] = ask
     base = f"admission-team-{name}-{team or 'none'}-{node.resource_version or '0'}"
     reason = f"owned by team {team!r}" if team else "owned by no team"
     if not label_ok:
@@ -113,14 +118,15 @@ def _team_taints(node: Node) -> tuple[str, ...]:
 
 def _set_owner(state: State, name: str, team: str) -> None:
     """Move the node's GPUs to ``team``'s capacity."""
-    old_team, old_gpus = state.contribution.pop(name, ("", 0))
+    contribution, capacity = state.w_contribution(), state.w_int("capacity")
+    old_team, old_gpus = contribution.pop(name, ("", 0))
     if old_team:
-        state.capacity[old_team] = state.capacity.get(old_team, 0) - old_gpus
+        capacity[old_team] = capacity.get(old_team, 0) - old_gpus
     node = state.nodes.get(name)
     if team and node is not None:
         gpus = node_gpus(node)
-        state.capacity[team] = state.capacity.get(team, 0) + gpus
-        state.contribution[name] = (team, gpus)
+        capacity[team] = capacity.get(team, 0) + gpus
+        contribution[name] = (team, gpus)
 
 
 def _poolless(state: State, node: Node) -> bool:
@@ -133,14 +139,16 @@ def _count(state: State, team: str) -> int:
 
 
 def _assign(state: State, name: str, team: str) -> None:
-    state.counted[name] = team
-    state.counts[team] = state.counts.get(team, 0) + 1
+    state.w_str("counted")[name] = team
+    counts = state.w_int("counts")
+    counts[team] = counts.get(team, 0) + 1
 
 
 def _unassign(state: State, name: str) -> str:
-    team = state.counted.pop(name, "")
-    if team:
-        state.counts[team] -= 1
+    if name not in state.counted:
+        return ""
+    team = state.w_str("counted").pop(name)
+    state.w_int("counts")[team] -= 1
     return team
 
 

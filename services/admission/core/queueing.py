@@ -34,10 +34,9 @@ def admit(state: State, now: float) -> list[Output]:
         changed = False
         for team in teams:
             while state.queues.get(team.name):
-                gang = state.gangs[state.queues[team.name][0][1]]
-                step = _try(state, gang, now)
-                outputs.extend(step)
-                if not gang.admitted:
+                key = state.queues[team.name][0][1]
+                outputs.extend(_try(state, state.gangs[key], now))
+                if not state.gangs[key].admitted:
                     break
                 changed = True
     return outputs
@@ -117,6 +116,7 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
         for name, m in sorted(gang.members.items())
         if m.phase in ("Pending", "Running", "Unknown")
     )
+    gang = state.edit(gang.key)
     gpus = gang.held
     state.hold(gang, 0)
     gang.admitted, gang.borrowed, gang.reason = False, 0, ""
@@ -142,6 +142,7 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
 
 
 def _commit(state: State, gang: Gang, now: float, *, borrowed: int) -> list[Output]:
+    gang = state.edit(gang.key)
     state.dequeue(gang)
     gang.admitted, gang.borrowed, gang.reason = True, borrowed, ""
     state.hold(gang, gang.gpus)
@@ -159,7 +160,7 @@ def _commit(state: State, gang: Gang, now: float, *, borrowed: int) -> list[Outp
 def _wait(state: State, gang: Gang, now: float, *, reason: str) -> list[Output]:
     if reason == gang.reason:
         return []
-    gang.reason = reason
+    state.edit(gang.key).reason = reason
     return [GangQueued(at=now, gang=gang.key, team=gang.team, reason=reason, position=0,
                        gpus=gang.gpus)]
 
@@ -167,8 +168,9 @@ def _wait(state: State, gang: Gang, now: float, *, reason: str) -> list[Output]:
 def queued(state: State, gang: Gang, now: float) -> GangQueued:
     """The event for a gang entering its queue behind others."""
     position = state.position(gang)
-    gang.reason = f"waiting behind {position} earlier gangs of team {gang.team!r}"
-    return GangQueued(at=now, gang=gang.key, team=gang.team, reason=gang.reason,
+    reason = f"waiting behind {position} earlier gangs of team {gang.team!r}"
+    state.edit(gang.key).reason = reason
+    return GangQueued(at=now, gang=gang.key, team=gang.team, reason=reason,
                       position=position, gpus=gang.gpus)
 
 
@@ -184,5 +186,7 @@ def rebalance(state: State, team: str) -> None:
         key=lambda g: (g.priority, -g.created_at, g.key),
     )
     for gang in priority_order:
-        gang.borrowed = min(gang.held, over)
-        over -= gang.borrowed
+        borrowed = min(gang.held, over)
+        if borrowed != gang.borrowed:
+            state.edit(gang.key).borrowed = borrowed
+        over -= borrowed

@@ -1,13 +1,18 @@
 """The admission core's in-memory state: teams, nodes, gangs, per-team usage and queues.
 
-Mutable on purpose (the core assumes its decisions in place, Kueue style); only the
-core's ``step`` mutates it, so replaying the same events gives the same state.
+Copy on write: ``step`` never changes the state it is given. It works on ``fork()``, a
+draft that shares every container with its parent and copies one (a top-level dict, a
+team's queue, a gang) the first time the draft changes it, through the ``w_*`` and
+``edit`` accessors. So a caller that drops a step's outputs (a failed publish) and
+steps again from the old state gets the same decisions again, at the cost of copying
+only what the event touched.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 from proto.k8s import GPU, Node
 from services.admission.teams import DEFAULT, Team, TeamConfig, is_default
@@ -17,7 +22,7 @@ BORROWING = "baton.io/borrowing"
 GPUS_PER_POD = "baton.io/gpus-per-pod"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Member:
     gpus: int
     priority: int
@@ -42,6 +47,12 @@ class Gang:
     finished: bool = False
     reason: str = ""  # last published queue reason
     qkey: tuple[int, float, str] | None = None  # its entry in the team's queue, when queued
+
+    def copy(self) -> Gang:
+        """A shallow copy (``members`` shared); faster than ``dataclasses.replace``."""
+        return Gang(self.key, self.team, self.min_member, self.created_at, self.gpus_per_pod,
+                    self.members, self.admitted, self.held, self.borrowed, self.finished,
+                    self.reason, self.qkey)
 
     @property
     def gpus(self) -> int:
@@ -92,6 +103,94 @@ class State:
     queues: dict[str, list[tuple[tuple[int, float, str], str]]] = field(default_factory=dict)
     pending_pods: dict[str, dict[str, Member]] = field(default_factory=dict)  # gang key -> pods
     holders: dict[str, set[str]] = field(default_factory=dict)  # team -> gangs holding GPUs
+    # what this draft has copied already (see ``fork``); not part of the value
+    _own: set[str] = field(default_factory=set, compare=False, repr=False)
+    _own_gangs: set[str] = field(default_factory=set, compare=False, repr=False)
+    _own_members: set[str] = field(default_factory=set, compare=False, repr=False)
+    _own_queues: set[str] = field(default_factory=set, compare=False, repr=False)
+    _own_holders: set[str] = field(default_factory=set, compare=False, repr=False)
+    _own_pending: set[str] = field(default_factory=set, compare=False, repr=False)
+
+    # -- copy on write --------------------------------------------------------
+
+    def fork(self) -> State:
+        """A draft sharing everything with this state, which the draft never changes."""
+        return replace(self, _own=set(), _own_gangs=set(), _own_members=set(),
+                       _own_queues=set(), _own_holders=set(), _own_pending=set())
+
+    def _mut(self, name: str) -> Any:
+        if name not in self._own:
+            setattr(self, name, getattr(self, name).copy())
+            self._own.add(name)
+        return getattr(self, name)
+
+    def w_nodes(self) -> dict[str, Node]:
+        return cast(dict[str, Node], self._mut("nodes"))
+
+    def w_str(self, name: str) -> dict[str, str]:
+        """``node_team``, ``counted`` or ``asked``, writable."""
+        return cast(dict[str, str], self._mut(name))
+
+    def w_int(self, name: str) -> dict[str, int]:
+        """``counts``, ``capacity`` or ``used``, writable."""
+        return cast(dict[str, int], self._mut(name))
+
+    def w_contribution(self) -> dict[str, tuple[str, int]]:
+        return cast(dict[str, tuple[str, int]], self._mut("contribution"))
+
+    def w_gangs(self) -> dict[str, Gang]:
+        return cast(dict[str, Gang], self._mut("gangs"))
+
+    def edit(self, key: str) -> Gang:
+        """The gang ``key``, writable (its members are not: see ``w_members``)."""
+        gang = self.gangs[key]
+        if key not in self._own_gangs:
+            gang = gang.copy()
+            self.w_gangs()[key] = gang
+            self._own_gangs.add(key)
+        return gang
+
+    def add_gang(self, gang: Gang) -> None:
+        self.w_gangs()[gang.key] = gang
+        self._own_gangs.add(gang.key)
+        self._own_members.add(gang.key)
+
+    def drop_gang(self, key: str) -> None:
+        del self.w_gangs()[key]
+
+    def w_members(self, key: str) -> dict[str, Member]:
+        gang = self.edit(key)
+        if key not in self._own_members:
+            gang.members = dict(gang.members)
+            self._own_members.add(key)
+        return gang.members
+
+    def w_pending(self, key: str) -> dict[str, Member]:
+        """Pods seen before their PodGroup, writable (created when missing)."""
+        pending = cast(dict[str, dict[str, Member]], self._mut("pending_pods"))
+        if key not in self._own_pending:
+            pending[key] = dict(pending.get(key, {}))
+            self._own_pending.add(key)
+        return pending[key]
+
+    def take_pending(self, key: str) -> dict[str, Member]:
+        if key not in self.pending_pods:
+            return {}
+        return cast(dict[str, dict[str, Member]], self._mut("pending_pods")).pop(key)
+
+    def _w_queue(self, team: str) -> list[tuple[tuple[int, float, str], str]]:
+        queues = cast(dict[str, list[tuple[tuple[int, float, str], str]]], self._mut("queues"))
+        if team not in self._own_queues:
+            queues[team] = list(queues.get(team, ()))
+            self._own_queues.add(team)
+        return queues[team]
+
+    def _w_holders(self, team: str) -> set[str]:
+        holders = cast(dict[str, set[str]], self._mut("holders"))
+        if team not in self._own_holders:
+            holders[team] = set(holders.get(team, ()))
+            self._own_holders.add(team)
+        return holders[team]
 
     # -- teams ----------------------------------------------------------------
 
@@ -144,9 +243,10 @@ class State:
     # -- queues ---------------------------------------------------------------
 
     def enqueue(self, gang: Gang) -> int:
+        """Put ``gang`` (an ``edit`` copy) in its team's queue, in order."""
         if gang.qkey is not None:
             self.dequeue(gang)
-        queue = self.queues.setdefault(gang.team, [])
+        queue = self._w_queue(gang.team)
         gang.qkey = queue_key(gang)
         entry = (gang.qkey, gang.key)
         position = bisect.bisect_left(queue, entry)
@@ -156,7 +256,7 @@ class State:
     def dequeue(self, gang: Gang) -> None:
         if gang.qkey is None:
             return
-        queue = self.queues.get(gang.team, [])
+        queue = self._w_queue(gang.team)
         entry = (gang.qkey, gang.key)
         i = bisect.bisect_left(queue, entry)
         if i < len(queue) and queue[i] == entry:
@@ -174,9 +274,10 @@ class State:
 
     def hold(self, gang: Gang, gpus: int) -> None:
         """Count ``gpus`` against the gang's team (replacing what it held)."""
-        self.used[gang.team] = self.used.get(gang.team, 0) - gang.held + gpus
+        used = self.w_int("used")
+        used[gang.team] = used.get(gang.team, 0) - gang.held + gpus
         gang.held = gpus
-        holders = self.holders.setdefault(gang.team, set())
+        holders = self._w_holders(gang.team)
         if gpus > 0:
             holders.add(gang.key)
         else:
