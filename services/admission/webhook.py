@@ -141,10 +141,10 @@ def mutate_pod(state: State, pod: KPod, namespace: str,
         annotations[EGRESS] = limit
     ops = map_patch("/metadata/labels", meta.labels, labels)
     ops += map_patch("/metadata/annotations", meta.annotations, annotations)
-    ops += _toleration_patch(state, spec.tolerations, _usable_teams(state, team, borrowing))
+    usable = _usable_teams(state, team, borrowing or managed(pod))
+    ops += _toleration_patch(state, spec.tolerations, usable)
     if not is_default(state.config):
-        ops += affinity_patch(spec.affinity, key=TEAM_LABEL,
-                              values=_usable_teams(state, team, borrowing))
+        ops += affinity_patch(spec.affinity, key=TEAM_LABEL, values=usable)
     if gang and spec.scheduler_name != SCHEDULER_NAME:
         ops.append(PatchOp(op="add", path="/spec/schedulerName", value=SCHEDULER_NAME))
     if borrowing and options.borrow_priority_class and not spec.priority_class_name:
@@ -173,8 +173,12 @@ def will_borrow(state: State, *, team: str, gang: str, gpus: int) -> bool:
     return state.used.get(team, 0) + need > state.quota(team)
 
 
-def _usable_teams(state: State, team: str, borrowing: bool) -> tuple[str, ...]:
-    return (team, *state.lenders(team)) if borrowing else (team,)
+def _usable_teams(state: State, team: str, may_borrow: bool) -> tuple[str, ...]:
+    """The team's nodes, plus its lenders' when it may run there: a Baton-managed pod of
+    a team that may borrow always may (admission decides when it admits the gang, and
+    gang placement keeps it to its team's nodes or to the lenders'); another pod only
+    when it is predicted to borrow (the default scheduler places it)."""
+    return (team, *state.lenders(team)) if may_borrow else (team,)
 
 
 def _toleration_patch(state: State, have: list[KToleration] | None,
@@ -214,7 +218,8 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
         if need > state.ceiling(team):
             return (f"{where}: PodGroup {gang.key} needs {need} GPUs (minMember "
                     f"{gang.min_member} x {pod.gpus(GPU)}) but team {team!r} can never get "
-                    f"more than {state.ceiling(team)} (quota {state.quota(team)} + borrow "
+                    f"more than {state.ceiling(team)} (a gang runs within its quota, "
+                    f"{state.quota(team)}, or wholly on borrowed GPUs, at most "
                     f"{state.borrow_limit(team)}); lower minMember or ask for a larger quota")
     return None
 
@@ -237,8 +242,9 @@ def validate_pod_group(state: State, group: KPodGroup, namespace: str) -> str | 
         if need > state.ceiling(team):
             return (f"{where}: needs {need} GPUs (minMember {group.spec.min_member} x "
                     f"{per_pod}) but team {team!r} can never get more than "
-                    f"{state.ceiling(team)} (quota {state.quota(team)} + borrow "
-                    f"{state.borrow_limit(team)}); lower minMember or ask for a larger quota")
+                    f"{state.ceiling(team)} (a gang runs within its quota, {state.quota(team)}, "
+                    f"or wholly on borrowed GPUs, at most {state.borrow_limit(team)}); "
+                    "lower minMember or ask for a larger quota")
     return None
 
 

@@ -2,12 +2,49 @@
 
 from __future__ import annotations
 
-from proto.k8s import Pod
+import msgspec
+
+from proto.k8s import NodeSelectorTerm, Pod, Requirement
 from services.gang.cluster import ADMITTED, Cluster, Gang
+
+TEAM = "baton.io/team"
+BORROWING = "baton.io/borrowing"
 
 
 def members(cluster: Cluster, gang: Gang) -> list[Pod]:
-    return [cluster.pods[k] for k in sorted(gang.pending) if k in cluster.pods]
+    pods = [cluster.pods[k] for k in sorted(gang.pending) if k in cluster.pods]
+    rule = team_rule(gang, pods)
+    return [_narrowed(p, rule) for p in pods] if rule is not None else pods
+
+
+def team_rule(gang: Gang, pods: list[Pod]) -> Requirement | None:
+    """Where admission put an admitted gang of a team: on its team's nodes (within quota)
+    or only on other teams' nodes (``baton.io/borrowing``), whatever else its pods allow.
+
+    The marks are on the PodGroup, or on the pod for a lone pod (a gang of one); the
+    team is the ``baton.io/team`` label the admission webhook sets.
+    """
+    if gang.group is not None:
+        marks = gang.group.annotations
+    elif pods:
+        marks = pods[0].annotations
+    else:
+        return None
+    labels = gang.group.labels if gang.group is not None else {}
+    team = labels.get(TEAM) or next((p.labels[TEAM] for p in pods if TEAM in p.labels), "")
+    if not team or marks.get(ADMITTED) != "true":
+        return None
+    if marks.get(BORROWING) == "true":
+        return Requirement(key=TEAM, operator="NotIn", values=(team,))
+    return Requirement(key=TEAM, operator="In", values=(team,))
+
+
+def _narrowed(pod: Pod, rule: Requirement) -> Pod:
+    terms = pod.affinity or (NodeSelectorTerm(),)
+    affinity = tuple(
+        NodeSelectorTerm(match_expressions=(*t.match_expressions, rule)) for t in terms
+    )
+    return msgspec.structs.replace(pod, affinity=affinity)
 
 
 def min_member(gang: Gang) -> int:

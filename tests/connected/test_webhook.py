@@ -164,16 +164,20 @@ async def test_gang_pod_gets_team_toleration_affinity_scheduler_and_egress(webho
     by_path = {op["path"]: op["value"] for op in ops}
     assert by_path["/metadata/labels/baton.io~1team"] == "a"
     assert by_path["/metadata/annotations"] == {"kubernetes.io/egress-bandwidth": "10G"}
+    # team a may borrow from b: admission decides when it admits the gang whether it runs
+    # on a's nodes or b's, and gang placement keeps it there, so the pod may use both
     assert by_path["/spec/tolerations"] == [
-        {"key": "baton.io/team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
+        {"key": "baton.io/team", "operator": "Equal", "value": t, "effect": "NoSchedule"}
+        for t in ("a", "b")
     ]
+    assert "baton.io/borrowing" not in by_path["/metadata/annotations"]  # in quota
     assert by_path["/spec/affinity"] == {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [
                     {
                         "matchExpressions": [
-                            {"key": "baton.io/team", "operator": "In", "values": ["a"]}
+                            {"key": "baton.io/team", "operator": "In", "values": ["a", "b"]}
                         ]
                     }
                 ]
@@ -250,7 +254,7 @@ async def test_existing_affinity_terms_are_kept_and_narrowed(webhook: Served) ->
             pod("x", gang="wide", gpus=16),
             "Pod",
             "team-a",
-            "needs 32 GPUs (minMember 2 x 16) but team 'a' can never get more than 24",
+            "needs 32 GPUs (minMember 2 x 16) but team 'a' can never get more than 16",
         ),
         (
             {
@@ -352,7 +356,7 @@ async def test_simcluster_calls_the_configured_webhooks_on_create(webhook: Serve
                 await core_api.create_namespace({"metadata": {"name": ns}})
             created = await core_api.create_namespaced_pod("team-a", pod("job-0", gang="job"))
             assert created.spec.scheduler_name == "baton"
-            assert [t.value for t in created.spec.tolerations] == ["a"]
+            assert [t.value for t in created.spec.tolerations] == ["a", "b"]
             assert created.metadata.labels["baton.io/team"] == "a"
             with pytest.raises(ApiException) as denied:
                 await core_api.create_namespaced_pod(

@@ -1,4 +1,5 @@
-"""End to end on simcluster: a team at quota borrows idle nodes; the owner submits work; the
+"""End to end on simcluster: a team borrows idle nodes for a gang beyond its quota (submitted
+before its in-quota gang, which still gets the team's own node); the owner submits work; the
 borrower is preempted whole and the owner runs. The path includes the webhook (simcluster
 calls it on create), bridge, admission, gang and actuator, all over a real nats-server."""
 
@@ -120,20 +121,18 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
                 pods = (await core_api.list_namespaced_pod(ns)).items
                 return {p.metadata.name: p.spec.node_name or "" for p in pods}
 
-            await submit(core_api, custom, "team-a", "own", 1)  # team a is then at quota
-
-            async def own_running() -> bool:
-                return bool((await placement("team-a")).get("own-0"))
-
-            await until(own_running, "team a's in-quota gang bound")
-            await submit(core_api, custom, "team-a", "extra", 2)  # borrows b's idle nodes
+            # the borrower first and the in-quota gang right behind it: the borrower must
+            # run wholly on b's idle nodes and leave a's own node to a's in-quota gang
+            await submit(core_api, custom, "team-a", "extra", 2)  # 16 GPUs: beyond a's quota
+            await submit(core_api, custom, "team-a", "own", 1)  # 8 GPUs: within it
 
             async def a_running() -> dict[str, str] | None:
                 got = await placement("team-a")
                 return got if len(got) == 3 and all(got.values()) else None
 
-            first = await until(a_running, "team a's borrowing gang bound")
+            first = await until(a_running, "team a's two gangs bound")
             assert {first["extra-0"], first["extra-1"]} == {nodes[1], nodes[2]}  # b's nodes
+            assert first["own-0"] == nodes[0]  # a's own node
             extra = await custom.get_namespaced_custom_object(
                 "scheduling.x-k8s.io", "v1alpha1", "team-a", "podgroups", "extra")
             assert extra["metadata"]["annotations"]["baton.io/borrowing"] == "true"

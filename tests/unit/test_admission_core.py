@@ -205,8 +205,8 @@ def test_borrowing_within_limit_and_reclaim_preempts_the_whole_gang() -> None:
 def test_borrow_limit_and_idle_lender_capacity_bound_borrowing() -> None:
     state = cluster(TWO_TEAMS, [node("a1", "pa"), node("b1", "pb"), node("b2", "pb"),
                                 node("b3", "pb")])
-    out = feed(state, submit("team-a", "huge", 4, at=1.0))  # 32 = quota 8 + 24 > borrow 16
-    assert "can never hold more than 24" in of(out, GangQueued)[-1].reason
+    out = feed(state, submit("team-a", "huge", 3, at=1.0))  # 24: > quota 8 and > borrow 16
+    assert "so at most 16" in of(out, GangQueued)[-1].reason
     state = cluster(TWO_TEAMS, [node("a1", "pa"), node("b1", "pb")])
     feed(state, submit("team-b", "busy", 1, at=1.0))
     out = feed(state, submit("team-a", "own", 1, at=2.0) + submit("team-a", "more", 1, at=3.0))
@@ -248,8 +248,8 @@ def test_gang_demand_unknown_until_a_member_or_annotation() -> None:
 
 
 def test_replay_gives_the_same_decisions() -> None:
-    events = [node("a1", "pa"), node("b1", "pb"), *submit("team-a", "x", 2, at=1.0),
-              *submit("team-b", "y", 1, at=2.0)]
+    events = [node("a1", "pa"), node("b1", "pb"), node("b2", "pb"),
+              *submit("team-a", "x", 2, at=1.0), *submit("team-b", "y", 1, at=2.0)]
     first = feed(core.initial(parse(TWO_TEAMS)), events)
     again = feed(core.initial(parse(TWO_TEAMS)), events)
     assert first == again and of(first, EvictGang)
@@ -279,3 +279,37 @@ def test_node_actions_are_asked_again_after_a_dropped_step() -> None:
     _, dropped = core.step(before, node("a1", "pa"), 0.0)
     assert of(list(dropped), SetTaint)
     assert core.step(before, node("a1", "pa"), 0.0)[1] == dropped
+
+
+# -- a borrowing gang runs wholly on lenders' GPUs ------------------------------------
+
+
+def test_borrower_submitted_first_leaves_the_teams_quota_to_its_own_gang() -> None:
+    state = cluster(TWO_TEAMS, [node("a1", "pa"), node("b1", "pb"), node("b2", "pb")])
+    out = feed(state, submit("team-a", "extra", 2, at=1.0) + submit("team-a", "own", 1, at=2.0))
+    assert {o.gang: o.borrowed for o in of(out, GangAdmitted)} == {
+        "team-a/extra": 16, "team-a/own": 0}  # extra borrows whole, own is in quota
+    out = feed(state, submit("team-b", "mine", 1, at=3.0), now=3.0)
+    assert [e.gang for e in of(out, EvictGang)] == ["team-a/extra"]  # never the in-quota one
+    assert state.gangs["team-a/own"].admitted
+
+
+def test_in_quota_gang_reclaims_borrowers_bound_to_its_teams_nodes() -> None:
+    config = {"teams": [
+        {"name": "a", "namespaces": ["team-a"], "pools": ["pa"], "borrow": {"gpus": 8}},
+        {"name": "b", "namespaces": ["team-b"], "pools": ["pb"]},
+        {"name": "c", "namespaces": ["team-c"], "pools": ["pc"]},
+    ]}
+    state = cluster(config, [node("a1", "pa"), node("b1", "pb"), node("c1", "pc")])
+    feed(state, submit("team-a", "own", 1, at=1.0) + submit("team-a", "extra", 1, at=2.0))
+    assert state.gangs["team-a/extra"].borrowed == 8
+    bound = Pod(namespace="team-a", name="extra-0", uid="uid-extra-0", phase="Running",
+                labels={"scheduling.x-k8s.io/pod-group": "extra"}, requests={GPU: 8},
+                scheduler_name="baton", node_name="b1")
+    feed(state, [PodEvent(op="upsert", at=2.0, pod=bound)])
+    # c's nodes are free, b's are taken by a's borrower: c admits without reclaiming ...
+    assert not of(feed(state, submit("team-c", "cj", 1, at=3.0)), EvictGang)
+    # ... b has to take its node back
+    out = feed(state, submit("team-b", "bj", 1, at=4.0))
+    assert [e.gang for e in of(out, EvictGang)] == ["team-a/extra"]
+    assert [o.gang for o in of(out, GangAdmitted)] == ["team-b/bj"]

@@ -104,9 +104,7 @@ def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> l
                                     position=0, gpus=gang.gpus)]
     if group.annotations.get(ADMITTED) == "true":  # admitted before a restart: adopt
         gang.admitted = True
-        state.hold(gang, gang.gpus)
-        gang.borrowed = gang.gpus if group.annotations.get(BORROWING) == "true" else 0
-        queueing.rebalance(state, gang.team)
+        state.hold(gang, gang.gpus, borrowing=group.annotations.get(BORROWING) == "true")
         return []
     state.enqueue(gang)
     return [queueing.queued(state, gang, now)]
@@ -139,7 +137,6 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
         if gang.held != gang.gpus:
             gang = state.edit(gang.key)
             state.hold(gang, gang.gpus)
-            queueing.rebalance(state, gang.team)
         members = gang.members.values()
         if len(gang.members) >= gang.min_member and all(
             m.phase in ("Succeeded", "Failed") for m in members
@@ -160,10 +157,9 @@ def _forget(state: State, gang: Gang, now: float) -> list[Output]:
 
 def _release(state: State, gang: Gang, now: float, *, finished: bool) -> list[Output]:
     gpus = gang.held
-    state.hold(gang, 0)
-    gang.admitted, gang.borrowed, gang.finished = False, 0, finished
+    state.hold(gang, 0, borrowing=False)
+    gang.admitted, gang.finished = False, finished
     state.dequeue(gang)
-    queueing.rebalance(state, gang.team)
     return [GangReleased(at=now, gang=gang.key, team=gang.team, gpus=gpus)]
 
 
@@ -175,18 +171,15 @@ def _rehome_gangs(state: State) -> None:
             continue
         gang = state.edit(known.key)
         if gang.admitted:
-            held = gang.held
+            held, borrowing = gang.held, gang.borrowed > 0
             state.hold(gang, 0)
-            old, gang.team = gang.team, team
-            state.hold(gang, held)
-            queueing.rebalance(state, old)
+            gang.team = team
+            state.hold(gang, held, borrowing=borrowing)
         else:
             state.dequeue(gang)
             gang.team, gang.reason = team, ""
             if team and not gang.finished:
                 state.enqueue(gang)
-    for team in {g.team for g in state.gangs.values() if g.admitted}:
-        queueing.rebalance(state, team)
 
 
 def _int_annotation(value: str | None) -> int | None:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from proto.actions import Annotate, AnyAction, Binding, EvictGang
 from proto.admission import GangAdmitted, GangPreempted, GangQueued
-from services.admission.core.state import ADMITTED, BORROWING, Gang, State, queue_key
+from services.admission.core.state import ADMITTED, BORROWING, Gang, State, on_team, queue_key
 
-__all__ = ["admit", "preempt", "queue_key", "queued", "rebalance", "reclaim_plan"]
+__all__ = ["admit", "preempt", "queue_key", "queued", "reclaim_plan"]
 
 Output = AnyAction | GangAdmitted | GangQueued | GangPreempted
 
@@ -49,64 +49,78 @@ def _try(state: State, gang: Gang, now: float) -> list[Output]:
             "to learn the gang's GPU demand"
         ))
     need, team = gang.gpus, gang.team
-    used, quota = state.used.get(team, 0), state.quota(team)
+    used, quota, limit = state.used.get(team, 0), state.quota(team), state.borrow_limit(team)
     if need > state.ceiling(team):
         return _wait(state, gang, now, reason=(
-            f"needs {need} GPUs but team {team!r} can never hold more than "
-            f"{state.ceiling(team)} (quota {quota} + borrow {state.borrow_limit(team)})"
+            f"needs {need} GPUs but a gang of team {team!r} runs either within its quota "
+            f"({quota}) or wholly on borrowed GPUs (at most {limit}), so at most "
+            f"{state.ceiling(team)}"
         ))
     if used + need <= quota:
         return _in_quota(state, gang, now)
-    over = used + need - quota
-    if state.borrow_limit(team) == 0:
+    if limit == 0:
         return _wait(state, gang, now, reason=(
             f"team {team!r} uses {used} of its {quota} GPU quota; the gang needs {need} "
             "and the team may not borrow"
         ))
-    if over > state.borrow_limit(team):
+    borrowed = state.borrowed(team)
+    if borrowed + need > limit:
         return _wait(state, gang, now, reason=(
-            f"team {team!r} uses {used} of its {quota} GPU quota; the gang needs {need}, "
-            f"which would borrow {over} of at most {state.borrow_limit(team)}"
+            f"team {team!r} uses {used} of its {quota} GPU quota and borrows {borrowed}; "
+            f"the gang needs {need}, which would borrow {borrowed + need} of at most {limit}"
         ))
-    extra = over - state.borrowed(team)
-    if extra > state.lendable(team) or need > state.free():
+    lendable = min(state.lendable(team), state.free())
+    if need > lendable:
         return _wait(state, gang, now, reason=(
             f"team {team!r} is at quota ({used}/{quota} GPUs) and other teams lend only "
-            f"{min(state.lendable(team), state.free())} idle GPUs; the gang needs {need}"
+            f"{lendable} idle GPUs; the gang needs {need}"
         ))
-    return _commit(state, gang, now, borrowed=extra)
+    return _commit(state, gang, now, borrowing=True)
 
 
 def _in_quota(state: State, gang: Gang, now: float) -> list[Output]:
-    need, free = gang.gpus, state.free()
+    """Within quota: on the team's own nodes, reclaiming borrowed GPUs if they are short."""
+    need, team = gang.gpus, gang.team
+    room, free = state.room(team), state.free()
     outputs: list[Output] = []
-    if need > free:
-        victims = reclaim_plan(state, team=gang.team, short=need - free)
+    if need > room or need > free:
+        victims = reclaim_plan(state, team=team, short_own=need - room, short=need - free)
         if not victims:
             return _wait(state, gang, now, reason=(
-                f"within team {gang.team!r} quota, waiting for capacity: needs {need} GPUs, "
-                f"{free} free in the cluster"
+                f"within team {team!r} quota, waiting for capacity: needs {need} GPUs, "
+                f"{max(0, min(room, free))} free on the team's nodes"
             ))
         for victim in victims:
             outputs.extend(preempt(state, victim, now, for_gang=gang))
-    return outputs + _commit(state, gang, now, borrowed=0)
+    return outputs + _commit(state, gang, now, borrowing=False)
 
 
-def reclaim_plan(state: State, *, team: str, short: int) -> list[Gang]:
-    """Borrowing gangs of other teams to preempt whole, freeing ``short`` GPUs ([]: cannot)."""
+def reclaim_plan(state: State, *, team: str, short_own: int, short: int) -> list[Gang]:
+    """Borrowing gangs of other teams to preempt whole ([]: not enough): first those
+    bound to ``team``'s nodes until ``short_own`` GPUs are back there, then any until
+    ``short`` GPUs are free in the cluster; lowest team priority, then lowest gang
+    priority, then newest first."""
     priority = {t.name: t.priority for t in state.config.teams}
     candidates = sorted(
         (g for g in state.holding() if g.admitted and g.borrowed > 0 and g.team != team),
         key=lambda g: (priority.get(g.team, 0), g.priority, -g.created_at, g.key),
     )
     victims: list[Gang] = []
-    freed = 0
+    back = freed = 0
+    for gang in candidates:
+        if back >= short_own:
+            break
+        here = on_team(state, gang, team)
+        if here:
+            victims.append(gang)
+            back, freed = back + here, freed + gang.held
     for gang in candidates:
         if freed >= short:
             break
-        victims.append(gang)
-        freed += gang.held
-    return victims if freed >= short else []
+        if gang not in victims:
+            victims.append(gang)
+            freed += gang.held
+    return victims if back >= short_own and freed >= short else []
 
 
 def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Output]:
@@ -118,10 +132,9 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
     )
     gang = state.edit(gang.key)
     gpus = gang.held
-    state.hold(gang, 0)
-    gang.admitted, gang.borrowed, gang.reason = False, 0, ""
+    state.hold(gang, 0, borrowing=False)
+    gang.admitted, gang.reason = False, ""
     state.enqueue(gang)
-    rebalance(state, gang.team)
     reason = f"reclaimed by team {for_gang.team!r} for {for_gang.key}"
     action_id = f"admission-preempt-{gang.key}-{now:.6f}"
     return [
@@ -141,11 +154,12 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
     ]
 
 
-def _commit(state: State, gang: Gang, now: float, *, borrowed: int) -> list[Output]:
+def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Output]:
     gang = state.edit(gang.key)
     state.dequeue(gang)
-    gang.admitted, gang.borrowed, gang.reason = True, borrowed, ""
-    state.hold(gang, gang.gpus)
+    gang.admitted, gang.reason = True, ""
+    state.hold(gang, gang.gpus, borrowing=borrowing)
+    borrowed = gang.borrowed
     annotations: dict[str, str | None] = {ADMITTED: "true", BORROWING: "true" if borrowed else None}
     return [
         Annotate(
@@ -172,21 +186,3 @@ def queued(state: State, gang: Gang, now: float) -> GangQueued:
     state.edit(gang.key).reason = reason
     return GangQueued(at=now, gang=gang.key, team=gang.team, reason=reason,
                       position=position, gpus=gang.gpus)
-
-
-def rebalance(state: State, team: str) -> None:
-    """Keep the sum of a team's gangs' ``borrowed`` equal to what it uses beyond quota.
-
-    When an in-quota gang finishes, a borrowing gang of the same team is no longer
-    borrowing (and can no longer be reclaimed) for the GPUs that freed up.
-    """
-    over = state.borrowed(team)
-    priority_order = sorted(
-        (g for g in state.holding(team) if g.admitted and g.borrowed > 0),
-        key=lambda g: (g.priority, -g.created_at, g.key),
-    )
-    for gang in priority_order:
-        borrowed = min(gang.held, over)
-        if borrowed != gang.borrowed:
-            state.edit(gang.key).borrowed = borrowed
-        over -= borrowed

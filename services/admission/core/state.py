@@ -98,7 +98,8 @@ class State:
     contribution: dict[str, tuple[str, int]] = field(default_factory=dict)  # node -> team, GPUs
     asked: dict[str, str] = field(default_factory=dict)  # node -> team we last asked for
     capacity: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its ready nodes
-    used: dict[str, int] = field(default_factory=dict)  # team -> GPUs held by admitted gangs
+    used: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its in-quota gangs
+    lent: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its borrowing gangs
     gangs: dict[str, Gang] = field(default_factory=dict)
     queues: dict[str, list[tuple[tuple[int, float, str], str]]] = field(default_factory=dict)
     pending_pods: dict[str, dict[str, Member]] = field(default_factory=dict)  # gang key -> pods
@@ -221,10 +222,10 @@ class State:
         return sum(self.capacity.values())
 
     def free(self) -> int:
-        return self.total_capacity() - sum(self.used.values())
+        return self.total_capacity() - sum(self.used.values()) - sum(self.lent.values())
 
     def borrowed(self, team: str) -> int:
-        return max(0, self.used.get(team, 0) - self.quota(team))
+        return self.lent.get(team, 0)
 
     def lendable(self, team: str) -> int:
         """GPUs ``team`` could still borrow: idle lender quota minus what others borrowed."""
@@ -237,8 +238,16 @@ class State:
         return max(0, idle - taken)
 
     def ceiling(self, team: str) -> int:
-        """The most GPUs a team could ever hold: its quota plus what it may borrow."""
-        return self.quota(team) + self.borrow_limit(team)
+        """The largest gang a team could ever run: one runs either within its quota on
+        the team's nodes, or wholly on GPUs borrowed from other teams."""
+        return max(self.quota(team), self.borrow_limit(team))
+
+    def room(self, team: str) -> int:
+        """GPUs free on the team's nodes for its in-quota gangs: its capacity less its
+        in-quota gangs and what other teams' borrowing gangs take there (``on_team``)."""
+        taken = sum(on_team(self, g, team) for g in self.holding() if g.borrowed > 0
+                    and g.team != team)
+        return self.capacity.get(team, 0) - self.used.get(team, 0) - taken
 
     # -- queues ---------------------------------------------------------------
 
@@ -272,16 +281,39 @@ class State:
         teams = [team] if team is not None else list(self.holders)
         return [self.gangs[k] for t in teams for k in self.holders.get(t, ()) if k in self.gangs]
 
-    def hold(self, gang: Gang, gpus: int) -> None:
-        """Count ``gpus`` against the gang's team (replacing what it held)."""
-        used = self.w_int("used")
-        used[gang.team] = used.get(gang.team, 0) - gang.held + gpus
-        gang.held = gpus
+    def hold(self, gang: Gang, gpus: int, *, borrowing: bool | None = None) -> None:
+        """Count ``gpus`` against the gang's team (replacing what it held): against its
+        quota, or as borrowed (``borrowing``; None: as before). ``gang`` is an ``edit``."""
+        if gang.held:
+            was = self.w_int("lent" if gang.borrowed else "used")
+            was[gang.team] -= gang.held
+        borrowing = gang.borrowed > 0 if borrowing is None else borrowing
+        if gpus:
+            now = self.w_int("lent" if borrowing else "used")
+            now[gang.team] = now.get(gang.team, 0) + gpus
+        gang.held, gang.borrowed = gpus, gpus if borrowing else 0
         holders = self._w_holders(gang.team)
         if gpus > 0:
             holders.add(gang.key)
         else:
             holders.discard(gang.key)
+
+
+def on_team(state: State, gang: Gang, team: str) -> int:
+    """GPUs a borrowing ``gang`` takes (or may take) on ``team``'s nodes: its members
+    bound there, plus what it has not placed yet if ``team`` lends to it."""
+    here = placed = 0
+    for m in gang.members.values():
+        if m.node and m.phase in ACTIVE:
+            placed += m.gpus
+            if state.node_team.get(m.node) == team:
+                here += m.gpus
+    if placed < gang.held and team in state.lenders(gang.team):
+        here += gang.held - placed
+    return here
+
+
+ACTIVE = ("Pending", "Running", "Unknown")
 
 
 def node_gpus(node: Node) -> int:
