@@ -147,12 +147,33 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
             await until(owner_runs, "the borrower evicted whole and the owner bound")
             after = await placement("team-a")
             assert after == {"own-0": first["own-0"]}  # the in-quota gang kept running
+
+            # lone Baton pods are gangs of one: b has 8 GPUs of quota left, for one of them
+            for name in ("solo-1", "solo-2"):
+                await core_api.create_namespaced_pod("team-b", lone_pod(name))
+
+            async def one_solo_runs() -> bool:
+                b = await placement("team-b")
+                state = admission.status.state
+                waiting = state.gangs.get("team-b/solo-2")
+                return bool(b.get("solo-1")) and waiting is not None and (
+                    "may not borrow" in waiting.reason)
+
+            await until(one_solo_runs, "the first lone pod admitted and bound, the second queued")
+            assert not (await placement("team-b"))["solo-2"]
         await bus.close()
         await api.close()
 
 
 async def _true(value: bool) -> bool:
     return value
+
+
+def lone_pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"schedulerName": "baton", "containers": [{"name": "c", "image": "x",
+                     "resources": {"requests": {"nvidia.com/gpu": "8"},
+                                   "limits": {"nvidia.com/gpu": "8"}}}]}}
 
 
 async def submit(core_api: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str,

@@ -313,3 +313,38 @@ def test_in_quota_gang_reclaims_borrowers_bound_to_its_teams_nodes() -> None:
     out = feed(state, submit("team-b", "bj", 1, at=4.0))
     assert [e.gang for e in of(out, EvictGang)] == ["team-a/extra"]
     assert [o.gang for o in of(out, GangAdmitted)] == ["team-b/bj"]
+
+
+# -- lone pods: gangs of one -----------------------------------------------------------
+
+
+def lone(ns: str, name: str, *, gpus: int = 8, phase: str = "Pending", op: str = "upsert",
+         **annotations: str) -> PodEvent:
+    p = Pod(namespace=ns, name=name, uid=f"uid-{name}", phase=phase,  # type: ignore[arg-type]
+            requests={GPU: gpus}, scheduler_name="baton", annotations=annotations)
+    return PodEvent(op=op, at=0.0, pod=p)  # type: ignore[arg-type]
+
+
+def test_lone_baton_pods_are_quota_gated_as_gangs_of_one() -> None:
+    state = cluster(TWO_TEAMS, [node("b1", "pb"), node("b2", "pb")])
+    out = feed(state, [lone("team-b", "p1"), lone("team-b", "p2"), lone("team-b", "p3")])
+    admits = of(out, Annotate)
+    assert [(a.kind, a.name, a.annotations) for a in admits] == [
+        ("Pod", "p1", {"baton.io/admitted": "true", "baton.io/borrowing": None}),
+        ("Pod", "p2", {"baton.io/admitted": "true", "baton.io/borrowing": None})]
+    assert "may not borrow" in of(out, GangQueued)[-1].reason
+    out = feed(state, [lone("team-b", "p1", phase="Succeeded")])
+    assert [o.gang for o in of(out, GangReleased)] == ["team-b/p1"]
+    assert [o.gang for o in of(out, GangAdmitted)] == ["team-b/p3"]
+    out = feed(state, [lone("team-b", "p2", op="delete")])
+    assert [o.gang for o in of(out, GangReleased)] == ["team-b/p2"]
+    assert "team-b/p2" not in state.gangs
+
+
+def test_other_pods_and_admitted_lone_pods_after_a_restart() -> None:
+    state = cluster(TWO_TEAMS, [node("b1", "pb")])
+    plain = Pod(namespace="team-b", name="web", uid="u", requests={GPU: 8})
+    assert feed(state, [PodEvent(op="upsert", at=0.0, pod=plain)]) == []  # not Baton's
+    assert feed(state, [lone("team-b", "old", **{"baton.io/admitted": "true"})]) == []
+    assert state.used["b"] == 8  # adopted as admitted
+    assert "may not borrow" in of(feed(state, [lone("team-b", "new")]), GangQueued)[-1].reason

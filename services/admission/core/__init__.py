@@ -12,7 +12,16 @@ import msgspec
 
 from proto.actions import AnyAction
 from proto.admission import AnyAdmissionEvent, GangQueued, GangReleased
-from proto.k8s import GPU, EndpointSliceEvent, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
+from proto.k8s import (
+    GPU,
+    SCHEDULER_NAME,
+    EndpointSliceEvent,
+    NodeEvent,
+    Pod,
+    PodEvent,
+    PodGroup,
+    PodGroupEvent,
+)
 from services.admission.core import nodes, queueing
 from services.admission.core.state import (
     ADMITTED,
@@ -61,6 +70,8 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             outputs += _pod_group(state, group, now, deleted=op == "delete")
         case PodEvent(op=op, pod=pod) if pod.gang:
             outputs += _pod(state, pod, now, deleted=op == "delete")
+        case PodEvent(op=op, pod=pod):
+            outputs += _lone(state, pod, now, deleted=op == "delete")
         case TeamsLoaded(config=config):
             _load(state, config)
             outputs += nodes.reassign_all(state, now)
@@ -71,7 +82,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
 
 def _relevant(event: Input) -> bool:
     if isinstance(event, PodEvent):
-        return bool(event.pod.gang)
+        return bool(event.pod.gang) or event.pod.scheduler_name == SCHEDULER_NAME
     return isinstance(event, NodeEvent | PodGroupEvent | TeamsLoaded)
 
 
@@ -97,14 +108,19 @@ def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> l
     gang = Gang(key=group.key, team=state.team_of(group.namespace),
                 min_member=min_member, created_at=group.created_at or now,
                 gpus_per_pod=per_pod, members=state.take_pending(group.key))
+    return _new_gang(state, gang, group.annotations, now)
+
+
+def _new_gang(state: State, gang: Gang, marks: dict[str, str], now: float) -> list[Output]:
+    """Queue a gang seen for the first time, or adopt it if it was admitted before a restart."""
     state.add_gang(gang)
     if not gang.team:
-        gang.reason = f"namespace {group.namespace!r} belongs to no team in the team config"
+        gang.reason = f"namespace {gang.namespace!r} belongs to no team in the team config"
         return [GangQueued(at=now, gang=gang.key, team="", reason=gang.reason,
                                     position=0, gpus=gang.gpus)]
-    if group.annotations.get(ADMITTED) == "true":  # admitted before a restart: adopt
+    if marks.get(ADMITTED) == "true":  # admitted before a restart: adopt
         gang.admitted = True
-        state.hold(gang, gang.gpus, borrowing=group.annotations.get(BORROWING) == "true")
+        state.hold(gang, gang.gpus, borrowing=marks.get(BORROWING) == "true")
         return []
     state.enqueue(gang)
     return [queueing.queued(state, gang, now)]
@@ -114,9 +130,7 @@ def _pod(state: State, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
     key = f"{pod.namespace}/{pod.gang}"
     known = state.gangs.get(key)
     have = known.members if known is not None else state.pending_pods.get(key, {})
-    member = None if deleted else Member(
-        gpus=pod.requests.get(GPU, 0), priority=pod.priority, phase=pod.phase, uid=pod.uid,
-        node=pod.node_name)
+    member = None if deleted else _member(pod)
     if have.get(pod.name) == member:
         return [] if known is None else _changed(state, known, now)
     members = state.w_members(key) if known is not None else state.w_pending(key)
@@ -129,6 +143,30 @@ def _pod(state: State, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
             state.take_pending(key)
         return []
     return _changed(state, state.gangs[key], now)
+
+
+def _lone(state: State, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
+    """A Baton pod with no PodGroup is a gang of one, marked admitted on the pod itself."""
+    known = state.gangs.get(pod.key)
+    if known is not None and not known.lone:
+        return []  # a PodGroup of the same name holds the key
+    if deleted:
+        return _forget(state, state.edit(pod.key), now) if known is not None else []
+    member = _member(pod)
+    if known is None:
+        if pod.phase in ("Succeeded", "Failed") or pod.terminating:
+            return []
+        gang = Gang(key=pod.key, team=state.team_of(pod.namespace), min_member=1,
+                    created_at=pod.created_at or now, members={pod.name: member}, lone=True)
+        return _new_gang(state, gang, pod.annotations, now)
+    if known.members.get(pod.name) != member:
+        state.w_members(pod.key)[pod.name] = member
+    return _changed(state, state.gangs[pod.key], now)
+
+
+def _member(pod: Pod) -> Member:
+    return Member(gpus=pod.requests.get(GPU, 0), priority=pod.priority, phase=pod.phase,
+                  uid=pod.uid, node=pod.node_name)
 
 
 def _changed(state: State, gang: Gang, now: float) -> list[Output]:

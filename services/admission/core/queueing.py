@@ -140,7 +140,7 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
     return [
         Annotate(
             id=f"{action_id}-unadmit", by="admission", at=now, priority="admission",
-            reason=reason, kind="PodGroup", namespace=gang.namespace, name=gang.name,
+            reason=reason, kind=gang.kind, namespace=gang.namespace, name=gang.name,
             annotations={ADMITTED: None, BORROWING: None},
         ),
         EvictGang(
@@ -165,7 +165,7 @@ def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Ou
         Annotate(
             id=f"admission-admit-{gang.key}-{now:.6f}", by="admission", at=now,
             priority="admission", reason="borrowing" if borrowed else "within quota",
-            kind="PodGroup", namespace=gang.namespace, name=gang.name, annotations=annotations,
+            kind=gang.kind, namespace=gang.namespace, name=gang.name, annotations=annotations,
         ),
         GangAdmitted(at=now, gang=gang.key, team=gang.team, gpus=gang.gpus, borrowed=borrowed),
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from proto.k8s import GPU, Node
 from services.admission.teams import DEFAULT, Team, TeamConfig, is_default
@@ -47,12 +47,13 @@ class Gang:
     finished: bool = False
     reason: str = ""  # last published queue reason
     qkey: tuple[int, float, str] | None = None  # its entry in the team's queue, when queued
+    lone: bool = False  # a pod with schedulerName baton and no PodGroup: a gang of one
 
     def copy(self) -> Gang:
         """A shallow copy (``members`` shared); faster than ``dataclasses.replace``."""
         return Gang(self.key, self.team, self.min_member, self.created_at, self.gpus_per_pod,
                     self.members, self.admitted, self.held, self.borrowed, self.finished,
-                    self.reason, self.qkey)
+                    self.reason, self.qkey, self.lone)
 
     @property
     def gpus(self) -> int:
@@ -70,6 +71,11 @@ class Gang:
     @property
     def priority(self) -> int:
         return max((m.priority for m in self.members.values()), default=0)
+
+    @property
+    def kind(self) -> Literal["Pod", "PodGroup"]:
+        """What carries the gang's admission marks."""
+        return "Pod" if self.lone else "PodGroup"
 
     @property
     def namespace(self) -> str:
