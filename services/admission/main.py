@@ -9,10 +9,15 @@ Settings (environment, or a YAML/JSON file via ``--settings``):
 | ``BATON_OPS_PORT`` | ``9090`` | ``/metrics``, ``/healthz``, ``/readyz`` |
 | ``BATON_ADMISSION_TEAMS_FILE`` | unset: one team owns everything | team config (YAML) |
 | ``BATON_ADMISSION_TLS_CERT`` / ``_TLS_KEY`` | unset: no webhook | PEM files for HTTPS |
+| ``BATON_ADMISSION_TLS_SELF_SIGNED_DIR`` | unset | no cert given: self-signed one made here |
+| ``BATON_ADMISSION_TLS_HOSTS`` | ``127.0.0.1,localhost`` | names in the self-signed certificate |
 | ``BATON_ADMISSION_WEBHOOK_PORT`` | ``8443`` | webhook port |
 | ``BATON_ADMISSION_NOT_READY`` | ``baton-closed`` | before the state is loaded (see below) |
 | ``BATON_ADMISSION_BORROW_PRIORITY_CLASS`` | unset | PriorityClass given to pods that borrow |
 | ``BATON_ADMISSION_RELOAD_S`` | ``5`` | how often the team config file is checked for changes |
+
+Self-signed: ``tls.crt``/``tls.key`` are made with the openssl CLI (without it the webhook
+is off, logged) and reused while present; ``caBundle`` is base64 of ``tls.crt``.
 
 Not ready: ``baton-closed`` rejects Baton-managed objects (gang pods, PodGroups, pods
 with schedulerName baton) and admits the rest; ``closed`` rejects all; ``open`` admits all.
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import ssl
 from typing import Any, Literal
 
 import msgspec
@@ -36,6 +42,7 @@ from libs.runtime import (
     run_until_signalled,
     serve_ops,
 )
+from services.admission.certificates import CertificateError, self_signed
 from services.admission.serving import tls_context
 from services.admission.shell import Admission, load_teams
 from services.admission.teams import TeamConfigError
@@ -52,6 +59,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     teams_file: str = ""
     tls_cert: str = ""
     tls_key: str = ""
+    tls_self_signed_dir: str = ""
+    tls_hosts: str = "127.0.0.1,localhost"
     webhook_host: str = "0.0.0.0"
     webhook_port: int = 8443
     not_ready: Literal["baton-closed", "closed", "open"] = "baton-closed"
@@ -61,10 +70,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("tls_cert and tls_key: set both (the webhook serves HTTPS) or neither")
+        if self.tls_cert and self.tls_self_signed_dir:
+            raise ValueError("tls_self_signed_dir: set it or tls_cert/tls_key, not both")
+        if not self.hosts:
+            raise ValueError("tls_hosts: expected comma-separated names or IPs")
         if not 0 <= self.webhook_port <= 65535:
             raise ValueError(f"webhook_port {self.webhook_port}: expected 0..65535")
         if self.reload_s <= 0:
             raise ValueError("reload_s must be positive")
+
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(h.strip() for h in self.tls_hosts.split(",") if h.strip())
 
 
 def settings_from(env: dict[str, str], file: str | None = None) -> Settings:
@@ -78,7 +96,7 @@ async def serve(settings: Settings) -> None:
     admission = Admission(bus=bus, teams_file=settings.teams_file, options=options,
                           reload_s=settings.reload_s)
     ops = await serve_ops(settings.ops_port, ready=lambda: admission.ready)
-    tls = tls_context(settings.tls_cert, settings.tls_key) if settings.tls_cert else None
+    tls = _tls(settings)
     if tls is None:
         log.warning("no TLS certificate: the webhook is off; quotas and team taints still run")
     log.info("admission starting", cluster=settings.cluster, ops_port=ops.port)
@@ -87,6 +105,18 @@ async def serve(settings: Settings) -> None:
     finally:
         await ops.close()
         await bus.close()
+
+
+def _tls(settings: Settings) -> ssl.SSLContext | None:
+    cert, key = settings.tls_cert, settings.tls_key
+    if not cert and settings.tls_self_signed_dir:
+        try:
+            cert, key = self_signed(settings.tls_self_signed_dir, hosts=settings.hosts)
+        except CertificateError as exc:
+            log.warning("no self-signed certificate: the webhook is off", error=str(exc))
+            return None
+        log.info("webhook serves a self-signed certificate", cert=cert, hosts=settings.hosts)
+    return tls_context(cert, key) if cert else None
 
 
 def run(argv: list[str]) -> int:

@@ -20,7 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from libs.testing.sim import running_sim
 from proto.admission import PodMutated, PodRejected
 from proto.k8s import GPU, Node, NodeEvent, PodGroup, PodGroupEvent
-from services.admission import core
+from services.admission import core, main
 from services.admission.serving import Webhook, serve_webhook, tls_context
 from services.admission.teams import parse
 
@@ -379,3 +379,29 @@ async def test_simcluster_calls_the_configured_webhooks_on_create(webhook: Serve
             assert "tolerates team 'a'" in message
         finally:
             await api.close()
+
+
+async def test_self_signed_certificate_is_made_once_and_serves(tmp_path: Path) -> None:
+    settings = main.Settings(tls_self_signed_dir=str(tmp_path / "tls"))
+    tls = main._tls(settings)
+    assert tls is not None
+    cert = (tmp_path / "tls" / "tls.crt").read_bytes()
+    assert main._tls(settings) is not None
+    assert (tmp_path / "tls" / "tls.crt").read_bytes() == cert
+    served = Served("", cert.decode(), state_with_teams())
+    hook = Webhook(state=lambda: served.state, publish=served.events.append)
+    runner, port = await serve_webhook(hook, host="127.0.0.1", port=0, tls=tls)
+    served.url = f"https://127.0.0.1:{port}"
+    try:
+        ops = patch_of(await post(served, "/mutate", review(pod("job-0", gang="job"))))
+        assert any(op["path"] == "/spec/schedulerName" for op in ops)
+    finally:
+        await runner.cleanup()
+
+
+def test_without_openssl_the_webhook_is_off(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no openssl there
+    assert main._tls(main.Settings(tls_self_signed_dir=str(tmp_path / "tls"))) is None
+    with pytest.raises(ValueError, match="tls_self_signed_dir"):
+        main.Settings(tls_cert="c", tls_key="k", tls_self_signed_dir="d")
