@@ -197,6 +197,7 @@ class Admission:
             state = self.status.state
             for team in state.config.teams:
                 metrics.QUEUED.labels(team=team.name).set(len(state.queues.get(team.name, [])))
-                metrics.USED.labels(team=team.name).set(state.used.get(team.name, 0))
+                metrics.USED.labels(team=team.name).set(
+                    state.used.get(team.name, 0) + state.borrowed(team.name))
                 metrics.QUOTA.labels(team=team.name).set(state.quota(team.name))
             await asyncio.sleep(5)

@@ -3,9 +3,9 @@
 One cycle (``admit``), per team in order of team priority:
 
 1. snapshot: the head of the team's queue and what the team uses;
-2. decide: in quota (and free capacity, reclaiming borrowed GPUs from other teams'
-   borrowing gangs if the cluster is short), or borrowing within the team's limit
-   and what lenders have idle, or wait with a reason;
+2. decide: in quota (room on the team's own nodes, reclaiming other teams' borrowing
+   gangs there if short), or borrowing, whole, within the team's limit and what
+   lenders have idle (it then runs on lenders' nodes only), or wait with a reason;
 3. assume: count the gang's GPUs against its team at once;
 4. commit: an ``Annotate`` action marks the PodGroup admitted (``EvictGang`` and
    un-annotate for a preempted borrower).
