@@ -14,6 +14,7 @@ decode is an error naming the line.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -23,6 +24,7 @@ from typing import IO, Any, get_args
 
 import msgspec
 import nats
+from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from libs.bus.streams import HISTORY
@@ -152,7 +154,7 @@ async def record(url: str, *, cluster: str, out: IO[bytes], idle: float = 2.0) -
     seconds without one).
     """
     stream = subjects.stream_name(cluster, HISTORY)
-    nc = await nats.connect(url, name="baton-replay-record")
+    nc = await _connect(url)
     written = 0
     try:
         js = nc.jetstream()
@@ -160,9 +162,11 @@ async def record(url: str, *, cluster: str, out: IO[bytes], idle: float = 2.0) -
         if last == 0:
             return 0
         sub = await js.subscribe(
-            subjects.wildcard(cluster), stream=stream, ordered_consumer=True,
+            subjects.wildcard(cluster),
+            stream=stream,
+            ordered_consumer=True,
             deliver_policy=DeliverPolicy.ALL,
-        )  # fmt: skip
+        )
         while True:
             msg = await sub.next_msg(timeout=idle)
             done = msg.metadata.sequence.stream >= last
@@ -186,6 +190,27 @@ async def record(url: str, *, cluster: str, out: IO[bytes], idle: float = 2.0) -
     finally:
         await nc.close()
     return written
+
+
+async def _connect(url: str) -> Client:
+    async def quiet(exc: Exception) -> None:
+        pass
+
+    try:
+        return await asyncio.wait_for(
+            nats.connect(
+                url,
+                name="baton-replay-record",
+                error_cb=quiet,
+                max_reconnect_attempts=0,
+                connect_timeout=2,
+            ),
+            timeout=5,
+        )
+    except (TimeoutError, OSError, nats.errors.Error) as exc:
+        raise RecordingError(
+            f"cannot reach NATS at {url} ({str(exc) or type(exc).__name__})"
+        ) from exc
 
 
 class _Line(msgspec.Struct, kw_only=True, omit_defaults=True):
