@@ -135,14 +135,15 @@ def explain(service: Service, found: Divergence, run: Run) -> list[str]:
 
 
 def print_run(service: Service, run: Run, *, gang: str, out: Callable[[str], None]) -> None:
-    """One line per decision and action (and, for one gang, the inputs about it)."""
+    """One line per decision and action (and, for one gang, the inputs about it), in feed
+    order."""
     outputs = [o for o in run.decisions + run.actions if not gang or gang_of(o.event) == gang]
-    lines = [(o.cause.line, 1, f"{_line(o.cause)}  {describe(o.event)}") for o in outputs]
+    lines = [(o.fed, 1, f"{_line(o.cause)}  {describe(o.event)}") for o in outputs]
     if gang:  # the inputs about it too, and the results of its actions
         ids = {o.event.id for o in outputs if isinstance(o.event, BindGang | EvictGang)}
         lines += [
-            (r.line, 0, f"{_line(r)}  <- {describe(r.event)}")
-            for r in run.inputs
+            (fed, 0, f"{_line(r)}  <- {describe(r.event)}")
+            for fed, r in enumerate(run.inputs)
             if touches(r.event, gang)
             or (isinstance(r.event, ActionResult) and r.event.action_id in ids)
         ]
