@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -27,6 +28,7 @@ from nats.js.api import DeliverPolicy
 from proto import subjects
 from proto.codec import Undecodable, decode
 from proto.k8s import K8sEvent
+from services.cli.installing import install_webhook
 from services.cli.processes import (
     Child,
     baton,
@@ -70,109 +72,117 @@ def available(service: str) -> bool:
     return importlib.util.find_spec(f"services.{service}.main") is not None
 
 
-def start_children(
-    args: argparse.Namespace, run_dir: Path
-) -> tuple[list[Child], str, Path, dict[str, int]]:
-    children: list[Child] = []
-    logs = run_dir / "logs"
+@dataclass
+class Stack:
+    """What ``baton up`` started; children are appended as they start, so a failed
+    start still stops the ones already running."""
+
+    run_dir: Path
+    children: list[Child] = field(default_factory=list)
+    nats_url: str = ""
+    kubeconfig: Path = Path()
+    ops: dict[str, int] = field(default_factory=dict)  # service -> ops port
+    webhook: tuple[int, Path] | None = None  # admission's port and TLS dir, when we register it
+
+    def start(self, child: Child) -> Child:
+        child.start()
+        self.children.append(child)
+        return child
+
+
+def start_all(args: argparse.Namespace, stack: Stack) -> None:
+    logs = stack.run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-
-    nats_url = args.nats
-    if not nats_url:
-        port = free_port()
-        store = args.store or run_dir / "jetstream"
-        argv = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
-        child = Child("nats", argv, logs / "nats.log")
-        child.start()
-        children.append(child)
-        wait_until(lambda: port_open(port), child=child, timeout=20)
-        nats_url = f"nats://127.0.0.1:{port}"
-
-    kubeconfig = args.kubeconfig
-    if kubeconfig is None:
-        kubeconfig = run_dir / "kubeconfig"
-        argv = baton("sim", "--nodes", str(args.nodes), "--listen", f"127.0.0.1:{free_port()}")
-        argv += ["--kubeconfig", str(kubeconfig)]
-        if args.workload != "none":
-            argv += ["--trace", args.workload, "--speed", str(args.speed)]
-        child = Child("simcluster", argv, logs / "simcluster.log")
-        child.start()
-        children.append(child)
-        wait_until(kubeconfig.exists, child=child, timeout=120)
-
-    env = {"BATON_NATS_URL": nats_url, "BATON_CLUSTER": args.cluster, "KUBECONFIG": str(kubeconfig)}
+    stack.nats_url = args.nats or start_nats(args, stack, logs)
+    stack.kubeconfig = args.kubeconfig or start_sim(args, stack, logs)
+    env = {
+        "BATON_NATS_URL": stack.nats_url,
+        "BATON_CLUSTER": args.cluster,
+        "KUBECONFIG": str(stack.kubeconfig),
+    }
     if args.dry_run:
         env["BATON_DRY_RUN"] = "1"
     if args.teams:
         env["BATON_ADMISSION_TEAMS_FILE"] = str(args.teams)
-    ops_ports: dict[str, int] = {}
     wanted = [s for s in args.services.split(",") if s]
-    if "admission" in wanted and available("admission"):
+    for name in [s for s in wanted if not available(s)]:
+        print(f"baton up: service {name!r} is not part of this build; skipping", file=sys.stderr)
+    wanted = [s for s in wanted if available(s)]
+    if "admission" in wanted:
         env["BATON_GANG_REQUIRE_ADMISSION"] = "1"  # gang places only gangs admission let in
     for name in wanted:
-        if not available(name):
-            print(
-                f"baton up: service {name!r} is not part of this build; skipping", file=sys.stderr
-            )
-            continue
-        ops_ports[name] = free_port()
-        child = Child(
-            name, baton(name), logs / f"{name}.log", {**env, "BATON_OPS_PORT": str(ops_ports[name])}
-        )
-        child.start()
-        children.append(child)
-    return children, nats_url, kubeconfig, ops_ports
+        stack.ops[name] = free_port()
+        child_env = {**env, "BATON_OPS_PORT": str(stack.ops[name])}
+        if name == "admission" and args.kubeconfig is None:  # our simcluster calls the webhook
+            stack.webhook = (free_port(), stack.run_dir / "admission-tls")
+            child_env["BATON_ADMISSION_WEBHOOK_PORT"] = str(stack.webhook[0])
+            child_env["BATON_ADMISSION_TLS_SELF_SIGNED_DIR"] = str(stack.webhook[1])
+        stack.start(Child(name, baton(name), logs / f"{name}.log", child_env))
 
 
-def write_endpoints(path: Path, *, nats_url: str, kubeconfig: Path, cluster: str) -> None:
+def start_nats(args: argparse.Namespace, stack: Stack, logs: Path) -> str:
+    port = free_port()
+    store = args.store or stack.run_dir / "jetstream"
+    argv = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
+    child = stack.start(Child("nats", argv, logs / "nats.log"))
+    wait_until(lambda: port_open(port), child=child, timeout=20)
+    return f"nats://127.0.0.1:{port}"
+
+
+def start_sim(args: argparse.Namespace, stack: Stack, logs: Path) -> Path:
+    kubeconfig = stack.run_dir / "kubeconfig"
+    argv = baton("sim", "--nodes", str(args.nodes), "--listen", f"127.0.0.1:{free_port()}")
+    argv += ["--kubeconfig", str(kubeconfig)]
+    if args.workload != "none":
+        argv += ["--trace", args.workload, "--speed", str(args.speed)]
+    child = stack.start(Child("simcluster", argv, logs / "simcluster.log"))
+    wait_until(kubeconfig.exists, child=child, timeout=120)
+    return kubeconfig
+
+
+def write_endpoints(path: Path, stack: Stack, *, cluster: str) -> None:
     path.write_text(
-        f"BATON_NATS_URL={nats_url}\nKUBECONFIG={kubeconfig}\nBATON_CLUSTER={cluster}\n"
+        f"BATON_NATS_URL={stack.nats_url}\nKUBECONFIG={stack.kubeconfig}\nBATON_CLUSTER={cluster}\n"
     )
 
 
 def run(argv: list[str]) -> int:
     args = parse_args(argv)
-    run_dir = Path(tempfile.mkdtemp(prefix="baton-up-"))
-    children: list[Child] = []
+    stack = Stack(run_dir=Path(tempfile.mkdtemp(prefix="baton-up-")))
     try:
-        children, nats_url, kubeconfig, ops = start_children(args, run_dir)
+        start_all(args, stack)
         if args.endpoints_file:
-            write_endpoints(
-                args.endpoints_file, nats_url=nats_url, kubeconfig=kubeconfig, cluster=args.cluster
-            )
-        print(
-            f"baton up: NATS {nats_url}  KUBECONFIG={kubeconfig}  logs in {run_dir / 'logs'}",
-            flush=True,
-        )
-        return asyncio.run(watch(args, nats_url=nats_url, children=children, ops=ops))
+            write_endpoints(args.endpoints_file, stack, cluster=args.cluster)
+        logs = stack.run_dir / "logs"
+        print(f"baton up: NATS {stack.nats_url}  KUBECONFIG={stack.kubeconfig}  logs in {logs}")
+        return asyncio.run(watch(args, stack))
     except KeyboardInterrupt:
         return 0
     finally:
-        for child in reversed(children):
+        for child in reversed(stack.children):
             child.stop()
         print("baton up: stopped", flush=True)
 
 
-async def watch(
-    args: argparse.Namespace, *, nats_url: str, children: list[Child], ops: dict[str, int]
-) -> int:
+async def watch(args: argparse.Namespace, stack: Stack) -> int:
     """Follow the bus and redraw the status until Ctrl-C, SIGTERM or --duration."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     view = View()
-    nc = await nats.connect(nats_url, name="baton-up", max_reconnect_attempts=-1)
+    nc = await nats.connect(stack.nats_url, name="baton-up", max_reconnect_attempts=-1)
     tty = sys.stdout.isatty()
     started = time.monotonic()
     try:
         await follow(nc, view, cluster=args.cluster)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as http:
+            installing = start_installing(stack, view, http)
             last_print = 0.0
             while not stop.is_set():
                 elapsed = time.monotonic() - started
                 update_rates(view, interval=1.0)
-                health = [await probe(http, c, ops.get(c.name)) for c in children]
+                health = [await probe(http, c, stack.ops.get(c.name)) for c in stack.children]
                 if tty:
                     print("\x1b[H\x1b[2J" + render(view, health, elapsed=elapsed), flush=True)
                 elif elapsed - last_print >= 5:
@@ -180,14 +190,42 @@ async def watch(
                     print(render(view, health, elapsed=elapsed) + "\n", flush=True)
                 if args.duration and elapsed >= args.duration:
                     break
-                if dead := [c for c in children if not c.alive]:
+                if dead := [c for c in stack.children if not c.alive]:
                     print(f"baton up: {dead[0].name} exited:\n{dead[0].tail()}", file=sys.stderr)
                     return 1
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
+            if installing is not None:
+                installing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await installing
     finally:
         await nc.close()
     return 0
+
+
+def start_installing(
+    stack: Stack, view: View, http: aiohttp.ClientSession
+) -> asyncio.Task[None] | None:
+    """Register admission's webhook with our simcluster once it serves (in the background)."""
+    if stack.webhook is None:
+        return None
+    port, tls_dir = stack.webhook
+    admission = next(c for c in stack.children if c.name == "admission")
+
+    async def ready() -> bool:
+        return (await probe(http, admission, stack.ops["admission"])).ready
+
+    async def install() -> None:
+        try:
+            url = await install_webhook(
+                kubeconfig=stack.kubeconfig, port=port, tls_dir=tls_dir, ready=ready
+            )
+            view.note(f"{time.strftime('%H:%M:%S')} admission webhook registered at {url}")
+        except Exception as exc:  # the demo runs on without the webhook; say why
+            view.note(f"admission webhook NOT registered: {exc!r}"[:120])
+
+    return asyncio.create_task(install(), name="install-webhook")
 
 
 async def follow(nc: NATS, view: View, *, cluster: str) -> None:
@@ -201,7 +239,8 @@ async def follow(nc: NATS, view: View, *, cluster: str) -> None:
     async def on_any(msg: Msg) -> None:
         domain = msg.subject.split(".")[2]
         view.counts[domain] += 1
-        if domain not in {subjects.K8S, subjects.TELEMETRY}:
+        kind = msg.subject.split(".")[3] if msg.subject.count(".") >= 3 else ""
+        if domain not in {subjects.K8S, subjects.TELEMETRY} and kind != "tick":  # ticks: replay
             view.note(describe(msg.subject, msg.data))
 
     for attempt in range(100):  # the bridge creates the stream; wait for it

@@ -21,7 +21,7 @@ from proto.k8s import GPU, POD_GROUP_LABEL, SCHEDULER_NAME
 
 DURATION_ANNOTATION = "sim.baton.io/duration-seconds"
 JOB_LABEL = "sim.baton.io/job"
-TEAM_LABEL = "baton.io/team"
+TEAM_LABEL = "sim.baton.io/team"  # the trace's vc; baton.io/team is Baton's to set
 CPU_PER_GPU = 20  # cores; an 8-GPU pod asks 160 of an HGX node's 192
 MEMORY_PER_GPU_GI = 200
 

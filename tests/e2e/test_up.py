@@ -1,4 +1,5 @@
-"""`baton up` as a user runs it: every piece as its own process, work gets placed."""
+"""`baton up` as a user runs it: every piece as its own process, the admission webhook
+installed in the simulated API server, and work placed."""
 
 import re
 import subprocess
@@ -32,4 +33,5 @@ def test_baton_up_runs_the_synthetic_workload_to_completion(tmp_path: Path) -> N
     for service in ("bridge", "actuator", "admission", "gang"):
         assert f"{service}:ok" in last, last
     assert "placement.placed.v1" in output  # decisions scrolled past as they happened
+    assert "admission webhook registered" in output  # pods went through the real webhook
     assert "baton up: stopped" in output

@@ -56,7 +56,7 @@ def test_multi_node_job_becomes_whole_node_pods() -> None:
     assert group["metadata"] == {
         "name": "job-7",
         "namespace": "team-vc1",
-        "labels": {"sim.baton.io/job": "7", "baton.io/team": "vc1"},
+        "labels": {"sim.baton.io/job": "7", "sim.baton.io/team": "vc1"},
     }
     assert group["spec"]["minMember"] == 3
     assert [p["metadata"]["name"] for p in pods] == ["job-7-0", "job-7-1", "job-7-2"]

@@ -1,0 +1,52 @@
+"""The webhook configurations that point an API server at Baton's admission webhook.
+
+deploy/base/admission.yaml holds the in-cluster form (a Service, CA from
+cert-manager); this is the same registration for a webhook reached by URL, which
+``baton up`` installs into the embedded simcluster.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Literal
+
+GROUP, VERSION = "admissionregistration.k8s.io", "v1"
+
+RULES = [
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+    {
+        "apiGroups": ["scheduling.x-k8s.io"],
+        "apiVersions": ["v1alpha1"],
+        "operations": ["CREATE"],
+        "resources": ["podgroups"],
+    },
+]
+
+
+def configurations(
+    base_url: str, *, ca_pem: bytes, failure_policy: Literal["Fail", "Ignore"] = "Ignore"
+) -> list[tuple[str, dict[str, Any]]]:
+    """(plural, object) for the mutating and the validating configuration."""
+    bundle = base64.b64encode(ca_pem).decode()
+    out = []
+    for kind, plural, path in (
+        ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "/mutate"),
+        ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "/validate"),
+    ):
+        webhook = {
+            "name": "pods.baton.io",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": failure_policy,
+            "timeoutSeconds": 5,
+            "rules": RULES,
+            "clientConfig": {"url": base_url + path, "caBundle": bundle},
+        }
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": kind,
+            "metadata": {"name": "baton"},
+            "webhooks": [webhook],
+        }
+        out.append((plural, body))
+    return out
