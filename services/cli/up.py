@@ -221,9 +221,11 @@ def start_installing(
             url = await install_webhook(
                 kubeconfig=stack.kubeconfig, port=port, tls_dir=tls_dir, ready=ready
             )
-            view.note(f"{time.strftime('%H:%M:%S')} admission webhook registered at {url}")
+            line = f"admission webhook registered at {url}"
         except Exception as exc:  # the demo runs on without the webhook; say why
-            view.note(f"admission webhook NOT registered: {exc!r}"[:120])
+            line = f"admission webhook NOT registered: {exc!r}"[:160]
+        view.note(f"{time.strftime('%H:%M:%S')} {line}")
+        print(f"baton up: {line}", flush=True)
 
     return asyncio.create_task(install(), name="install-webhook")
 
