@@ -66,13 +66,34 @@ class Bus:
         log.info("nats connected", url=url, cluster=cluster)
         return cls(nc, cluster=cluster, name=name)
 
-    async def ensure_streams(self, configs: Iterable[StreamConfig] | None = None) -> None:
-        """Create or update every Baton stream of this cluster (idempotent)."""
-        for config in configs if configs is not None else streams.stream_configs(self.cluster):
+    async def ensure_streams(
+        self, configs: Iterable[StreamConfig] | None = None, *, sources_timeout: float = 5.0
+    ) -> None:
+        """Create or update every Baton stream of this cluster (idempotent), then wait
+        until each sourcing stream (HISTORY) copies from all its sources: until then an
+        object updated twice in K8S (one message per subject) would lose its first
+        version from the history, and replay would diverge."""
+        configs = list(configs if configs is not None else streams.stream_configs(self.cluster))
+        for config in configs:
             try:
                 await self.js.add_stream(config)
             except nats.js.errors.BadRequestError:
                 await self.js.update_stream(config)  # exists with another config
+        for config in configs:
+            if config.sources and config.name:
+                await self._sources_active(config.name, within=sources_timeout)
+
+    async def _sources_active(self, stream: str, *, within: float) -> None:
+        deadline = asyncio.get_running_loop().time() + within
+        while True:
+            info = await self.js.stream_info(stream)
+            idle = [s.name for s in info.sources or [] if s.active is None or s.active < 0]
+            if not idle:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                log.warning("stream sources not active yet", stream=stream, sources=idle)
+                return
+            await asyncio.sleep(0.02)
 
     async def publish(
         self,

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from libs.bus import Bus, Message, Outgoing
@@ -68,6 +69,28 @@ async def test_ensure_streams_is_idempotent_and_declares_every_stream(bus: Bus) 
     k8s = await bus.js.stream_info(subjects.stream_name(CLUSTER, K8S))
     assert k8s.config.max_msgs_per_subject == 1
     assert k8s.config.allow_msg_ttl
+
+
+async def test_history_keeps_every_version_from_the_first_publish(nats_url: str) -> None:
+    """K8S keeps one message per object; HISTORY must still get each version, even
+    an update superseded right after ensure_streams returns."""
+    bus = await Bus.connect(nats_url, cluster=CLUSTER, name="first")
+    try:
+        await bus.ensure_streams()
+        for rv in ("1", "2", "3"):
+            subject, event = pod_event("early", rv)
+            await bus.publish(subject, event, msg_id=f"early:{rv}")
+        history = subjects.stream_name(CLUSTER, HISTORY)
+
+        async def copied() -> bool:
+            return (await bus.js.stream_info(history)).state.messages >= 3
+
+        await eventually(copied)
+        stored = [(await bus.js.get_msg(history, seq)).data for seq in (1, 2, 3)]
+        versions = [msgspec.json.decode(data)["pod"]["resource_version"] for data in stored]
+        assert versions == ["1", "2", "3"]
+    finally:
+        await bus.close()
 
 
 async def test_same_msg_id_is_stored_once(bus: Bus) -> None:
