@@ -19,8 +19,9 @@ class CertificateError(RuntimeError):
     """No certificate could be made (no openssl, or it failed)."""
 
 
-def self_signed(directory: str, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
-                days: int = 365) -> tuple[str, str]:
+def self_signed(
+    directory: str, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"), days: int = 365
+) -> tuple[str, str]:
     """``(cert, key)`` paths in ``directory``, made there first if missing."""
     folder = Path(directory)
     cert, key = folder / CERT, folder / KEY
@@ -32,10 +33,28 @@ def self_signed(directory: str, *, hosts: tuple[str, ...] = ("127.0.0.1", "local
     folder.mkdir(parents=True, exist_ok=True)
     names = ",".join(f"IP:{h}" if _is_ip(h) else f"DNS:{h}" for h in hosts)
     done = subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-         "-out", str(cert), "-days", str(days), "-subj", f"/CN={hosts[0]}",
-         "-addext", f"subjectAltName={names}"],
-        capture_output=True, text=True, check=False, timeout=60,
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            str(days),
+            "-subj",
+            f"/CN={hosts[0]}",
+            "-addext",
+            f"subjectAltName={names}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     if done.returncode != 0:
         raise CertificateError(f"openssl failed: {done.stderr.strip()[-300:]}")

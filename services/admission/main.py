@@ -79,7 +79,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         if self.reload_s <= 0:
             raise ValueError("reload_s must be positive")
 
-
     @property
     def hosts(self) -> tuple[str, ...]:
         return tuple(h.strip() for h in self.tls_hosts.split(",") if h.strip())
@@ -91,10 +90,12 @@ def settings_from(env: dict[str, str], file: str | None = None) -> Settings:
 
 async def serve(settings: Settings) -> None:
     bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name="admission")
-    options = Options(policy=settings.not_ready,
-                      borrow_priority_class=settings.borrow_priority_class)
-    admission = Admission(bus=bus, teams_file=settings.teams_file, options=options,
-                          reload_s=settings.reload_s)
+    options = Options(
+        policy=settings.not_ready, borrow_priority_class=settings.borrow_priority_class
+    )
+    admission = Admission(
+        bus=bus, teams_file=settings.teams_file, options=options, reload_s=settings.reload_s
+    )
     ops = await serve_ops(settings.ops_port, ready=lambda: admission.ready)
     tls = _tls(settings)
     if tls is None:

@@ -15,9 +15,7 @@ REVIEW_SECONDS = Histogram(
     ["webhook"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
 )
-DECISIONS = Counter(
-    "baton_admission_decisions_total", "Core outputs by type", ["type"]
-)
+DECISIONS = Counter("baton_admission_decisions_total", "Core outputs by type", ["type"])
 QUEUED = Gauge("baton_admission_queued_gangs", "Gangs waiting in each team's queue", ["team"])
 USED = Gauge("baton_admission_used_gpus", "GPUs held by each team's admitted gangs", ["team"])
 QUOTA = Gauge("baton_admission_quota_gpus", "Each team's GPU quota", ["team"])

@@ -23,8 +23,9 @@ def map_patch(path: str, have: dict[str, str] | None, want: dict[str, str]) -> l
     ]
 
 
-def affinity_patch(affinity: dict[str, Any] | None, *, key: str,
-                   values: tuple[str, ...]) -> list[PatchOp]:
+def affinity_patch(
+    affinity: dict[str, Any] | None, *, key: str, values: tuple[str, ...]
+) -> list[PatchOp]:
     """AND a required ``key In values`` node requirement into every node selector term."""
     requirement = {"key": key, "operator": "In", "values": list(values)}
     term = {"matchExpressions": [requirement]}

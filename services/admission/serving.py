@@ -55,8 +55,15 @@ class Webhook:
             return web.Response(status=400, text=f"{exc}\n")
         metrics.REVIEW_SECONDS.labels(webhook=name).observe(time.perf_counter() - started)
         event = verdict.event
-        outcome = ("not-ready" if state is None else "rejected" if isinstance(event, PodRejected)
-                   else "patched" if event is not None else "allowed")
+        outcome = (
+            "not-ready"
+            if state is None
+            else "rejected"
+            if isinstance(event, PodRejected)
+            else "patched"
+            if event is not None
+            else "allowed"
+        )
         kind = event.kind if event is not None else ""
         metrics.REVIEWS.labels(webhook=name, kind=kind, outcome=outcome).inc()
         if event is not None:
@@ -71,8 +78,9 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return context
 
 
-async def serve_webhook(webhook: Webhook, *, host: str, port: int,
-                        tls: ssl.SSLContext) -> tuple[web.AppRunner, int]:
+async def serve_webhook(
+    webhook: Webhook, *, host: str, port: int, tls: ssl.SSLContext
+) -> tuple[web.AppRunner, int]:
     """Start serving; returns the runner (``cleanup()`` to stop) and the bound port."""
     runner = web.AppRunner(webhook.app(), access_log=None)
     await runner.setup()

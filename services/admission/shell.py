@@ -58,8 +58,9 @@ def route(cluster: str, output: Any) -> tuple[str, str | None] | None:
             return subjects.subject(cluster, subjects.ACTION, "annotate", *key), output.id
         case EvictGang():
             namespace, _, name = output.gang.partition("/")
-            return subjects.subject(cluster, subjects.ACTION, "evict-gang", namespace, name), \
-                output.id
+            return subjects.subject(
+                cluster, subjects.ACTION, "evict-gang", namespace, name
+            ), output.id
         case Action():
             return None
         case NodeTeamChanged():
@@ -83,8 +84,9 @@ def _event_subject(cluster: str, event: AdmissionEvent) -> str:
 
 
 class Admission:
-    def __init__(self, *, bus: Bus, teams_file: str, options: Options,
-                 reload_s: float = 5.0) -> None:
+    def __init__(
+        self, *, bus: Bus, teams_file: str, options: Options, reload_s: float = 5.0
+    ) -> None:
         self.bus = bus
         self.cluster = bus.cluster
         self.teams_file = teams_file
@@ -101,8 +103,14 @@ class Admission:
     def state(self) -> core.State | None:
         return self.status.state if self.status.caught_up else None
 
-    async def run(self, *, tls: ssl.SSLContext | None = None, host: str = "0.0.0.0",
-                  port: int = 8443, bound: asyncio.Future[int] | None = None) -> None:
+    async def run(
+        self,
+        *,
+        tls: ssl.SSLContext | None = None,
+        host: str = "0.0.0.0",
+        port: int = 8443,
+        bound: asyncio.Future[int] | None = None,
+    ) -> None:
         await self.bus.ensure_streams()
         runner: web.AppRunner | None = None
         if tls is not None:
@@ -114,11 +122,17 @@ class Admission:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._watch_config())
                 group.create_task(self._gauges())
-                group.create_task(run_core(
-                    self.bus, name="admission", core_step=self._step, state=self.status.state,
-                    inputs=self._inputs(), route=lambda o: route(self.cluster, o),
-                    status=self.status,
-                ))
+                group.create_task(
+                    run_core(
+                        self.bus,
+                        name="admission",
+                        core_step=self._step,
+                        state=self.status.state,
+                        inputs=self._inputs(),
+                        route=lambda o: route(self.cluster, o),
+                        status=self.status,
+                    )
+                )
         finally:
             if runner is not None:
                 await runner.cleanup()
@@ -133,8 +147,7 @@ class Admission:
             for kind in ("node", "podgroup", "pod")
         ]
 
-    def _step(self, state: core.State, event: Any, now: float
-              ) -> tuple[core.State, Sequence[Any]]:
+    def _step(self, state: core.State, event: Any, now: float) -> tuple[core.State, Sequence[Any]]:
         state, outputs = core.step(state, event, now)
         for output in outputs:
             metrics.DECISIONS.labels(type=type(output).__name__).inc()
@@ -185,11 +198,11 @@ class Admission:
         event = core.TeamsLoaded(config=config, at=time.time())
         state, outputs = self._step(self.status.state, event, event.at)
         self.status.state = state
-        items = [Outgoing(t[0], o, t[1]) for o in outputs
-                 if (t := route(self.cluster, o)) is not None]
+        items = [
+            Outgoing(t[0], o, t[1]) for o in outputs if (t := route(self.cluster, o)) is not None
+        ]
         await self._send(items)
-        log.info("team config loaded", teams=[t.name for t in config.teams],
-                 actions=len(items))
+        log.info("team config loaded", teams=[t.name for t in config.teams], actions=len(items))
         return True
 
     async def _gauges(self) -> None:
@@ -198,6 +211,7 @@ class Admission:
             for team in state.config.teams:
                 metrics.QUEUED.labels(team=team.name).set(len(state.queues.get(team.name, [])))
                 metrics.USED.labels(team=team.name).set(
-                    state.used.get(team.name, 0) + state.borrowed(team.name))
+                    state.used.get(team.name, 0) + state.borrowed(team.name)
+                )
                 metrics.QUOTA.labels(team=team.name).set(state.quota(team.name))
             await asyncio.sleep(5)

@@ -68,8 +68,9 @@ _group = msgspec.json.Decoder(KPodGroup)
 _out = msgspec.json.Encoder()
 
 
-def review(state: State | None, body: bytes, *, mutate: bool, now: float,
-           options: Options = Options()) -> Verdict:
+def review(
+    state: State | None, body: bytes, *, mutate: bool, now: float, options: Options = Options()
+) -> Verdict:
     """Answer one AdmissionReview; ``state`` None means the bus state is not loaded yet."""
     try:
         request = _review.decode(body).request
@@ -88,20 +89,37 @@ def review(state: State | None, body: bytes, *, mutate: bool, now: float,
     try:
         if mutate:
             ops, team, borrowing = (
-                mutate_pod(state, obj, namespace, options) if isinstance(obj, KPod)
+                mutate_pod(state, obj, namespace, options)
+                if isinstance(obj, KPod)
                 else mutate_pod_group(state, obj, namespace)
             )
-            event = PodMutated(at=now, kind=kind, namespace=namespace, name=name, team=team,
-                               paths=tuple(op.path for op in ops), borrowing=borrowing)
+            event = PodMutated(
+                at=now,
+                kind=kind,
+                namespace=namespace,
+                name=name,
+                team=team,
+                paths=tuple(op.path for op in ops),
+                borrowing=borrowing,
+            )
             return Verdict(_encode(request, allowed=True, patch=ops), event if ops else None)
-        message = (validate_pod(state, obj, namespace) if isinstance(obj, KPod)
-                   else validate_pod_group(state, obj, namespace))
+        message = (
+            validate_pod(state, obj, namespace)
+            if isinstance(obj, KPod)
+            else validate_pod_group(state, obj, namespace)
+        )
     except InvalidQuantity as exc:
         message = f"{kind} {namespace}/{name}: {exc}"
     if message is None:
         return _answer(request, allowed=True)
-    rejected = PodRejected(at=now, kind=kind, namespace=namespace, name=name,
-                           team=state.team_of(namespace), message=message)
+    rejected = PodRejected(
+        at=now,
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        team=state.team_of(namespace),
+        message=message,
+    )
     return Verdict(_encode(request, allowed=False, message=message), rejected)
 
 
@@ -110,31 +128,44 @@ def managed(obj: KPod | KPodGroup) -> bool:
     if isinstance(obj, KPodGroup):
         return True
     return obj.spec.scheduler_name == SCHEDULER_NAME or POD_GROUP_LABEL in (
-        obj.metadata.labels or {})
+        obj.metadata.labels or {}
+    )
 
 
 def _not_ready(request: Request, obj: KPod | KPodGroup, policy: Policy) -> Verdict:
     closed = policy == "closed" or (policy == "baton-closed" and managed(obj))
     if not closed:
         return _answer(request, allowed=True)
-    return Verdict(_encode(request, allowed=False, code=503, reason="ServiceUnavailable", message=(
-        "Baton admission is starting and has not loaded the cluster state yet; "
-        "retry in a few seconds")), None)
+    return Verdict(
+        _encode(
+            request,
+            allowed=False,
+            code=503,
+            reason="ServiceUnavailable",
+            message=(
+                "Baton admission is starting and has not loaded the cluster state yet; "
+                "retry in a few seconds"
+            ),
+        ),
+        None,
+    )
 
 
 # -- mutating -------------------------------------------------------------------------
 
 
-def mutate_pod(state: State, pod: KPod, namespace: str,
-               options: Options = Options()) -> tuple[list[PatchOp], str, bool]:
+def mutate_pod(
+    state: State, pod: KPod, namespace: str, options: Options = Options()
+) -> tuple[list[PatchOp], str, bool]:
     team = state.team_of(namespace)
     if not team:
         return [], "", False
     meta, spec = pod.metadata, pod.spec
     labels = {TEAM_LABEL: team} if not is_default(state.config) else {}
     gang = (meta.labels or {}).get(POD_GROUP_LABEL, "")
-    borrowing = will_borrow(state, team=team, gang=f"{namespace}/{gang}" if gang else "",
-                            gpus=pod.gpus(GPU))
+    borrowing = will_borrow(
+        state, team=team, gang=f"{namespace}/{gang}" if gang else "", gpus=pod.gpus(GPU)
+    )
     annotations: dict[str, str] = {BORROWING: "true"} if borrowing else {}
     limit = state.specs[team].egress.limit
     if limit and EGRESS not in (meta.annotations or {}):
@@ -148,13 +179,15 @@ def mutate_pod(state: State, pod: KPod, namespace: str,
     if gang and spec.scheduler_name != SCHEDULER_NAME:
         ops.append(PatchOp(op="add", path="/spec/schedulerName", value=SCHEDULER_NAME))
     if borrowing and options.borrow_priority_class and not spec.priority_class_name:
-        ops.append(PatchOp(op="add", path="/spec/priorityClassName",
-                           value=options.borrow_priority_class))
+        ops.append(
+            PatchOp(op="add", path="/spec/priorityClassName", value=options.borrow_priority_class)
+        )
     return ops, team, borrowing
 
 
-def mutate_pod_group(state: State, group: KPodGroup,
-                     namespace: str) -> tuple[list[PatchOp], str, bool]:
+def mutate_pod_group(
+    state: State, group: KPodGroup, namespace: str
+) -> tuple[list[PatchOp], str, bool]:
     team = state.team_of(namespace)
     if not team or is_default(state.config):
         return [], team, False
@@ -168,8 +201,11 @@ def will_borrow(state: State, *, team: str, gang: str, gpus: int) -> bool:
     known = state.gangs.get(gang) if gang else None
     if known is not None and known.admitted:
         return known.borrowed > 0
-    need = known.gpus if known is not None and known.known else gpus * (
-        known.min_member if known is not None else 1)
+    need = (
+        known.gpus
+        if known is not None and known.known
+        else gpus * (known.min_member if known is not None else 1)
+    )
     return state.used.get(team, 0) + need > state.quota(team)
 
 
@@ -181,14 +217,18 @@ def _usable_teams(state: State, team: str, may_borrow: bool) -> tuple[str, ...]:
     return (team, *state.lenders(team)) if may_borrow else (team,)
 
 
-def _toleration_patch(state: State, have: list[KToleration] | None,
-                      teams: tuple[str, ...]) -> list[PatchOp]:
+def _toleration_patch(
+    state: State, have: list[KToleration] | None, teams: tuple[str, ...]
+) -> list[PatchOp]:
     tainted = [t for t in teams if t in state.specs and state.specs[t].taint]
     if is_default(state.config) or not tainted:
         return []
     present = {(t.key, t.value) for t in have or []}
-    wanted = [{"key": TEAM_LABEL, "operator": "Equal", "value": t, "effect": "NoSchedule"}
-              for t in tainted if (TEAM_LABEL, t) not in present]
+    wanted = [
+        {"key": TEAM_LABEL, "operator": "Equal", "value": t, "effect": "NoSchedule"}
+        for t in tainted
+        if (TEAM_LABEL, t) not in present
+    ]
     if not wanted:
         return []
     if have is None:
@@ -204,9 +244,11 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
     team = state.team_of(namespace)
     where = f"pod {namespace}/{meta.name or meta.generate_name}"
     if not team and managed(pod):
-        return (f"{where}: namespace {namespace!r} belongs to no team, so Baton cannot schedule "
-                "it; ask your platform team to add the namespace to a team "
-                "(teams[].namespaces in the Baton team config)")
+        return (
+            f"{where}: namespace {namespace!r} belongs to no team, so Baton cannot schedule "
+            "it; ask your platform team to add the namespace to a team "
+            "(teams[].namespaces in the Baton team config)"
+        )
     if problem := _annotation_problem(meta.annotations or {}, meta.labels or {}, team):
         return f"{where}: {problem}"
     if problem := _toleration_problem(state, pod.spec.tolerations or [], team, namespace):
@@ -216,11 +258,13 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
     if gang is not None and team:
         need = pod.gpus(GPU) * gang.min_member
         if need > state.ceiling(team):
-            return (f"{where}: PodGroup {gang.key} needs {need} GPUs (minMember "
-                    f"{gang.min_member} x {pod.gpus(GPU)}) but team {team!r} can never get "
-                    f"more than {state.ceiling(team)} (a gang runs within its quota, "
-                    f"{state.quota(team)}, or wholly on borrowed GPUs, at most "
-                    f"{state.borrow_limit(team)}); lower minMember or ask for a larger quota")
+            return (
+                f"{where}: PodGroup {gang.key} needs {need} GPUs (minMember "
+                f"{gang.min_member} x {pod.gpus(GPU)}) but team {team!r} can never get "
+                f"more than {state.ceiling(team)} (a gang runs within its quota, "
+                f"{state.quota(team)}, or wholly on borrowed GPUs, at most "
+                f"{state.borrow_limit(team)}); lower minMember or ask for a larger quota"
+            )
     return None
 
 
@@ -229,8 +273,10 @@ def validate_pod_group(state: State, group: KPodGroup, namespace: str) -> str | 
     team = state.team_of(namespace)
     where = f"PodGroup {namespace}/{meta.name}"
     if not team:
-        return (f"{where}: namespace {namespace!r} belongs to no team; ask your platform team "
-                "to add it to a team (teams[].namespaces in the Baton team config)")
+        return (
+            f"{where}: namespace {namespace!r} belongs to no team; ask your platform team "
+            "to add it to a team (teams[].namespaces in the Baton team config)"
+        )
     if group.spec.min_member < 1:
         return f"{where}: spec.minMember must be at least 1, got {group.spec.min_member}"
     annotations = meta.annotations or {}
@@ -240,37 +286,49 @@ def validate_pod_group(state: State, group: KPodGroup, namespace: str) -> str | 
     if per_pod is not None:
         need = int(per_pod) * group.spec.min_member
         if need > state.ceiling(team):
-            return (f"{where}: needs {need} GPUs (minMember {group.spec.min_member} x "
-                    f"{per_pod}) but team {team!r} can never get more than "
-                    f"{state.ceiling(team)} (a gang runs within its quota, {state.quota(team)}, "
-                    f"or wholly on borrowed GPUs, at most {state.borrow_limit(team)}); "
-                    "lower minMember or ask for a larger quota")
+            return (
+                f"{where}: needs {need} GPUs (minMember {group.spec.min_member} x "
+                f"{per_pod}) but team {team!r} can never get more than "
+                f"{state.ceiling(team)} (a gang runs within its quota, {state.quota(team)}, "
+                f"or wholly on borrowed GPUs, at most {state.borrow_limit(team)}); "
+                "lower minMember or ask for a larger quota"
+            )
     return None
 
 
-def _annotation_problem(annotations: dict[str, str], labels: dict[str, str],
-                        team: str) -> str | None:
+def _annotation_problem(
+    annotations: dict[str, str], labels: dict[str, str], team: str
+) -> str | None:
     if ADMITTED in annotations:
-        return (f"annotation {ADMITTED} is set by Baton when the team's quota admits the gang; "
-                "remove it")
+        return (
+            f"annotation {ADMITTED} is set by Baton when the team's quota admits the gang; "
+            "remove it"
+        )
     per_pod = annotations.get(GPUS_PER_POD)
     if per_pod is not None and not per_pod.isdigit():
-        return f"annotation {GPUS_PER_POD}: {per_pod!r} is not a whole number of GPUs (e.g. \"8\")"
+        return f'annotation {GPUS_PER_POD}: {per_pod!r} is not a whole number of GPUs (e.g. "8")'
     for key in TOPOLOGY_KEYS:
         value = annotations.get(key)
         if value is not None and not is_label_key(value):
-            return (f"annotation {key}: {value!r} is not a node label key "
-                    "(e.g. topology.kubernetes.io/zone)")
-    for where, value in (("label", labels.get(TEAM_LABEL)), ("annotation",
-                                                            annotations.get(TEAM_LABEL))):
+            return (
+                f"annotation {key}: {value!r} is not a node label key "
+                "(e.g. topology.kubernetes.io/zone)"
+            )
+    for where, value in (
+        ("label", labels.get(TEAM_LABEL)),
+        ("annotation", annotations.get(TEAM_LABEL)),
+    ):
         if value is not None and team and value != team:
-            return (f"{where} {TEAM_LABEL}={value!r} does not match the namespace's team "
-                    f"{team!r}; remove it (Baton sets it)")
+            return (
+                f"{where} {TEAM_LABEL}={value!r} does not match the namespace's team "
+                f"{team!r}; remove it (Baton sets it)"
+            )
     return None
 
 
-def _toleration_problem(state: State, tolerations: list[KToleration], team: str,
-                        namespace: str) -> str | None:
+def _toleration_problem(
+    state: State, tolerations: list[KToleration], team: str, namespace: str
+) -> str | None:
     if is_default(state.config):
         return None
     allowed = {team, *state.lenders(team)} if team else set()
@@ -278,13 +336,17 @@ def _toleration_problem(state: State, tolerations: list[KToleration], team: str,
         if t.key != TEAM_LABEL:
             continue
         if t.operator == "Exists":
-            return (f"toleration {TEAM_LABEL} Exists would let it run on every team's nodes; "
-                    "remove it (Baton adds the toleration for your team)")
+            return (
+                f"toleration {TEAM_LABEL} Exists would let it run on every team's nodes; "
+                "remove it (Baton adds the toleration for your team)"
+            )
         if t.value not in allowed:
             owner = f"team {team!r}" if team else "no team"
-            return (f"it tolerates team {t.value!r}'s nodes (toleration {TEAM_LABEL}={t.value}) "
-                    f"but namespace {namespace!r} belongs to {owner}; remove the toleration "
-                    "(Baton adds the one for your team)")
+            return (
+                f"it tolerates team {t.value!r}'s nodes (toleration {TEAM_LABEL}={t.value}) "
+                f"but namespace {namespace!r} belongs to {owner}; remove the toleration "
+                "(Baton adds the one for your team)"
+            )
     return None
 
 
@@ -295,10 +357,18 @@ def _answer(request: Request, *, allowed: bool) -> Verdict:
     return Verdict(_encode(request, allowed=allowed), None)
 
 
-def _encode(request: Request, *, allowed: bool, patch: list[PatchOp] | None = None,
-            message: str = "", code: int = 403, reason: str = "Forbidden") -> bytes:
+def _encode(
+    request: Request,
+    *,
+    allowed: bool,
+    patch: list[PatchOp] | None = None,
+    message: str = "",
+    code: int = 403,
+    reason: str = "Forbidden",
+) -> bytes:
     response = Response(
-        uid=request.uid, allowed=allowed,
+        uid=request.uid,
+        allowed=allowed,
         status=None if allowed else Status(code=code, message=message, reason=reason),
         patch_type="JSONPatch" if patch else None,
         patch=encode_patch(patch) if patch else None,

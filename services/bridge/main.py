@@ -49,7 +49,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         if self.watch_timeout_s < 1:
             raise ValueError("BATON_BRIDGE_WATCH_TIMEOUT_S must be at least 1")
         if not re.fullmatch(r"[0-9]+[smhd]?", self.tombstone_ttl):
-            raise ValueError(f"BATON_BRIDGE_TOMBSTONE_TTL={self.tombstone_ttl!r}: expected e.g. 90s, 1h")
+            raise ValueError(
+                f"BATON_BRIDGE_TOMBSTONE_TTL={self.tombstone_ttl!r}: expected e.g. 90s, 1h"
+            )
 
 
 def settings_from(env: dict[str, str], file: str | None = None) -> Settings:

@@ -32,14 +32,25 @@ CONCURRENCY = 16
 
 
 def twenty_teams(nodes_per_team: int = 50) -> core.State:
-    config = parse({"teams": [
-        {"name": f"t{i}", "namespaces": [f"ns{i}"], "pools": [f"p{i}"], "borrow": {"gpus": 64}}
-        for i in range(TEAMS)]})
+    config = parse(
+        {
+            "teams": [
+                {
+                    "name": f"t{i}",
+                    "namespaces": [f"ns{i}"],
+                    "pools": [f"p{i}"],
+                    "borrow": {"gpus": 64},
+                }
+                for i in range(TEAMS)
+            ]
+        }
+    )
     state = core.initial(config)
     for t in range(TEAMS):
         for n in range(nodes_per_team):
-            node = Node(name=f"n{t}-{n}", uid="u", labels={"baton.io/pool": f"p{t}"},
-                        allocatable={GPU: 8})
+            node = Node(
+                name=f"n{t}-{n}", uid="u", labels={"baton.io/pool": f"p{t}"}, allocatable={GPU: 8}
+            )
             state, _ = core.step(state, NodeEvent(op="upsert", at=0.0, node=node), 0.0)
     return state
 
@@ -47,9 +58,20 @@ def twenty_teams(nodes_per_team: int = 50) -> core.State:
 def gang_events(i: int) -> list[Any]:
     ns, name = f"ns{i % TEAMS}", f"g{i}"
     group = PodGroup(namespace=ns, name=name, uid=name, min_member=2, created_at=float(i))
-    pods = [PodEvent(op="upsert", at=float(i), pod=Pod(
-        namespace=ns, name=f"{name}-{m}", uid=f"{name}-{m}", requests={GPU: 8},
-        labels={"scheduling.x-k8s.io/pod-group": name})) for m in range(2)]
+    pods = [
+        PodEvent(
+            op="upsert",
+            at=float(i),
+            pod=Pod(
+                namespace=ns,
+                name=f"{name}-{m}",
+                uid=f"{name}-{m}",
+                requests={GPU: 8},
+                labels={"scheduling.x-k8s.io/pod-group": name},
+            ),
+        )
+        for m in range(2)
+    ]
     return [PodGroupEvent(op="upsert", at=float(i), pod_group=group), *pods]
 
 
@@ -66,8 +88,9 @@ def bench_queue() -> list[tuple[str, str]]:
     started = time.perf_counter()
     for t in range(TEAMS):  # 50 x 8-GPU nodes per team arrive: 25 gangs per team fit
         for n in range(50):
-            node = Node(name=f"n{t}-{n}", uid="u", labels={"baton.io/pool": f"p{t}"},
-                        allocatable={GPU: 8})
+            node = Node(
+                name=f"n{t}-{n}", uid="u", labels={"baton.io/pool": f"p{t}"}, allocatable={GPU: 8}
+            )
             state, outputs = core.step(state, NodeEvent(op="upsert", at=1e6, node=node), 1e6)
             admitted += sum(type(o).__name__ == "GangAdmitted" for o in outputs)
     admit_s = time.perf_counter() - started
@@ -75,8 +98,10 @@ def bench_queue() -> list[tuple[str, str]]:
         ("gangs queued (20 teams)", f"{queued:,}"),
         ("enqueue rate (PodGroup + 2 pods per gang)", f"{GANGS / queued_s:,.0f} gangs/s"),
         ("gangs admitted as 1,000 nodes join", f"{admitted:,}"),
-        ("admission rate with 10k queued", f"{admitted / admit_s:,.0f} gangs/s "
-                                          f"({1000 / admit_s:,.0f} node events/s)"),
+        (
+            "admission rate with 10k queued",
+            f"{admitted / admit_s:,.0f} gangs/s ({1000 / admit_s:,.0f} node events/s)",
+        ),
     ]
 
 
@@ -85,14 +110,17 @@ async def _load(url: str, ca: str, body: bytes) -> list[float]:
     latencies: list[float] = []
     connector = aiohttp.TCPConnector(limit=CONCURRENCY, ssl=context)
     async with aiohttp.ClientSession(connector=connector) as http:
+
         async def worker(n: int) -> None:
             for _ in range(n):
                 started = time.perf_counter()
-                async with http.post(url, data=body,
-                                     headers={"Content-Type": "application/json"}) as reply:
+                async with http.post(
+                    url, data=body, headers={"Content-Type": "application/json"}
+                ) as reply:
                     await reply.read()
                     assert reply.status == 200
                 latencies.append(time.perf_counter() - started)
+
         await asyncio.gather(*(worker(REQUESTS // CONCURRENCY) for _ in range(CONCURRENCY)))
     return latencies
 
@@ -107,10 +135,16 @@ async def bench_webhook() -> list[tuple[str, str]]:
             for event in gang_events(i):
                 state, _ = core.step(state, event, float(i))
         events: list[Any] = []
-        runner, port = await serve_webhook(Webhook(state=lambda: state, publish=events.append),
-                                           host="127.0.0.1", port=0, tls=tls)
-        constant = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                               "response": {"uid": "x", "allowed": True}}).encode()
+        runner, port = await serve_webhook(
+            Webhook(state=lambda: state, publish=events.append), host="127.0.0.1", port=0, tls=tls
+        )
+        constant = json.dumps(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {"uid": "x", "allowed": True},
+            }
+        ).encode()
 
         async def fixed(_: web.Request) -> web.Response:
             return web.Response(body=constant, content_type="application/json")
@@ -122,17 +156,26 @@ async def bench_webhook() -> list[tuple[str, str]]:
         site = web.TCPSite(raw, "127.0.0.1", 0, ssl_context=tls)
         await site.start()
         raw_port = raw.addresses[0][1]
-        pod = {"metadata": {"name": "g5-0", "labels": {"scheduling.x-k8s.io/pod-group": "g5"}},
-               "spec": {"containers": [{"name": "c", "resources": {
-                   "limits": {"nvidia.com/gpu": "8"}}}]}}
+        pod = {
+            "metadata": {"name": "g5-0", "labels": {"scheduling.x-k8s.io/pod-group": "g5"}},
+            "spec": {
+                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]
+            },
+        }
         body = json.dumps(review(pod, namespace="ns5")).encode()
         rows = []
         try:
-            for label, url in (("baseline: constant answer, same TLS server stack",
-                                f"https://127.0.0.1:{raw_port}/"),
-                               ("mutate (gang pod, 20 teams, 2k gangs in state)",
-                                f"https://127.0.0.1:{port}/mutate"),
-                               ("validate", f"https://127.0.0.1:{port}/validate")):
+            for label, url in (
+                (
+                    "baseline: constant answer, same TLS server stack",
+                    f"https://127.0.0.1:{raw_port}/",
+                ),
+                (
+                    "mutate (gang pod, 20 teams, 2k gangs in state)",
+                    f"https://127.0.0.1:{port}/mutate",
+                ),
+                ("validate", f"https://127.0.0.1:{port}/validate"),
+            ):
                 lat = sorted(await _load(url, ca, body))
                 p50, p99 = statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
                 rows.append((label, f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms"))

@@ -399,8 +399,9 @@ async def test_self_signed_certificate_is_made_once_and_serves(tmp_path: Path) -
         await runner.cleanup()
 
 
-def test_without_openssl_the_webhook_is_off(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_openssl_the_webhook_is_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no openssl there
     assert main._tls(main.Settings(tls_self_signed_dir=str(tmp_path / "tls"))) is None
     with pytest.raises(ValueError, match="tls_self_signed_dir"):

@@ -53,8 +53,9 @@ async def tasks(*coros: Coroutine[Any, Any, Any]) -> AsyncIterator[list[asyncio.
         await asyncio.gather(*running, return_exceptions=True)
 
 
-async def until(check: Callable[[], Coroutine[Any, Any, Any]], what: str,
-                within: float = 45.0) -> Any:
+async def until(
+    check: Callable[[], Coroutine[Any, Any, Any]], what: str, within: float = 45.0
+) -> Any:
     deadline = time.monotonic() + within
     while True:
         for task in asyncio.all_tasks():  # a crashed service fails the test at once
@@ -69,14 +70,32 @@ async def until(check: Callable[[], Coroutine[Any, Any, Any]], what: str,
 
 
 def gang_objects(name: str, members: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-             "metadata": {"name": name}, "spec": {"minMember": members}}
-    pods = [{"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": f"{name}-{i}",
-                          "labels": {"scheduling.x-k8s.io/pod-group": name}},
-             "spec": {"containers": [{"name": "c", "image": "x", "resources": {
-                 "requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]}}
-            for i in range(members)]
+    group = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"minMember": members},
+    }
+    pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{name}-{i}", "labels": {"scheduling.x-k8s.io/pod-group": name}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "x",
+                        "resources": {
+                            "requests": {"nvidia.com/gpu": "8"},
+                            "limits": {"nvidia.com/gpu": "8"},
+                        },
+                    }
+                ]
+            },
+        }
+        for i in range(members)
+    ]
     return group, pods
 
 
@@ -103,16 +122,18 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
             admission.run(tls=tls_context(cert, key), host="127.0.0.1", port=0, bound=bound),
             bridge_main.serve(bridge_main.Settings(**common, kubeconfig=sim.kubeconfig)),
             actuator_main.serve(actuator_main.Settings(**common, kubeconfig=sim.kubeconfig)),
-            gang_main.serve(gang_main.Settings(**common, require_admission=True,
-                                               cycle_interval=0.1)),
+            gang_main.serve(
+                gang_main.Settings(**common, require_admission=True, cycle_interval=0.1)
+            ),
         ):
             port = await asyncio.wait_for(bound, 10)
             await register_webhooks(custom, port=port, ca=ca)
 
             async def tainted() -> bool:
                 items = (await core_api.list_node()).items
-                return all(any(t.key == "baton.io/team" for t in n.spec.taints or [])
-                           for n in items)
+                return all(
+                    any(t.key == "baton.io/team" for t in n.spec.taints or []) for n in items
+                )
 
             await until(tainted, "team taints on every node")
             await until(lambda: _true(admission.ready), "admission caught up")
@@ -134,7 +155,8 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
             assert {first["extra-0"], first["extra-1"]} == {nodes[1], nodes[2]}  # b's nodes
             assert first["own-0"] == nodes[0]  # a's own node
             extra = await custom.get_namespaced_custom_object(
-                "scheduling.x-k8s.io", "v1alpha1", "team-a", "podgroups", "extra")
+                "scheduling.x-k8s.io", "v1alpha1", "team-a", "podgroups", "extra"
+            )
             assert extra["metadata"]["annotations"]["baton.io/borrowing"] == "true"
 
             await submit(core_api, custom, "team-b", "mine", 1)
@@ -156,8 +178,11 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
                 b = await placement("team-b")
                 state = admission.status.state
                 waiting = state.gangs.get("team-b/solo-2")
-                return bool(b.get("solo-1")) and waiting is not None and (
-                    "may not borrow" in waiting.reason)
+                return (
+                    bool(b.get("solo-1"))
+                    and waiting is not None
+                    and ("may not borrow" in waiting.reason)
+                )
 
             await until(one_solo_runs, "the first lone pod admitted and bound, the second queued")
             assert not (await placement("team-b"))["solo-2"]
@@ -170,17 +195,33 @@ async def _true(value: bool) -> bool:
 
 
 def lone_pod(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"schedulerName": "baton", "containers": [{"name": "c", "image": "x",
-                     "resources": {"requests": {"nvidia.com/gpu": "8"},
-                                   "limits": {"nvidia.com/gpu": "8"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "baton",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "x",
+                    "resources": {
+                        "requests": {"nvidia.com/gpu": "8"},
+                        "limits": {"nvidia.com/gpu": "8"},
+                    },
+                }
+            ],
+        },
+    }
 
 
-async def submit(core_api: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str,
-                 name: str, members: int) -> None:
+async def submit(
+    core_api: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, name: str, members: int
+) -> None:
     group, pods = gang_objects(name, members)
     await custom.create_namespaced_custom_object(
-        "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", group)
+        "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", group
+    )
     for pod in pods:
         created = await core_api.create_namespaced_pod(ns, pod)
         assert created.spec.scheduler_name == "baton"  # set by the mutating webhook
@@ -188,17 +229,39 @@ async def submit(core_api: client.CoreV1Api, custom: client.CustomObjectsApi, ns
 
 async def register_webhooks(custom: client.CustomObjectsApi, *, port: int, ca: bytes) -> None:
     bundle = base64.b64encode(ca).decode()
-    rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-              "resources": ["pods"]},
-             {"apiGroups": ["scheduling.x-k8s.io"], "apiVersions": ["v1alpha1"],
-              "operations": ["CREATE"], "resources": ["podgroups"]}]
+    rules = [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+        {
+            "apiGroups": ["scheduling.x-k8s.io"],
+            "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE"],
+            "resources": ["podgroups"],
+        },
+    ]
     for kind, plural, path in (
-            ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "/mutate"),
-            ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "/validate")):
-        await custom.create_cluster_custom_object("admissionregistration.k8s.io", "v1", plural, {
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-            "metadata": {"name": "baton"},
-            "webhooks": [{"name": "baton.io", "admissionReviewVersions": ["v1"],
-                          "sideEffects": "None", "failurePolicy": "Fail", "rules": rules,
-                          "clientConfig": {"url": f"https://127.0.0.1:{port}{path}",
-                                           "caBundle": bundle}}]})
+        ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "/mutate"),
+        ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "/validate"),
+    ):
+        await custom.create_cluster_custom_object(
+            "admissionregistration.k8s.io",
+            "v1",
+            plural,
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {"name": "baton"},
+                "webhooks": [
+                    {
+                        "name": "baton.io",
+                        "admissionReviewVersions": ["v1"],
+                        "sideEffects": "None",
+                        "failurePolicy": "Fail",
+                        "rules": rules,
+                        "clientConfig": {
+                            "url": f"https://127.0.0.1:{port}{path}",
+                            "caBundle": bundle,
+                        },
+                    }
+                ],
+            },
+        )

@@ -26,24 +26,42 @@ TWO_TEAMS: dict[str, Any] = {
 def node(name: str, pool: str = "", gpus: int = 8, **labels: str) -> NodeEvent:
     if pool:
         labels["baton.io/pool"] = pool
-    n = Node(name=name, uid=f"uid-{name}", resource_version="1", labels=labels,
-             allocatable={GPU: gpus})
+    n = Node(
+        name=name, uid=f"uid-{name}", resource_version="1", labels=labels, allocatable={GPU: gpus}
+    )
     return NodeEvent(op="upsert", at=0.0, node=n)
 
 
 def group(ns: str, name: str, members: int, at: float, **annotations: str) -> PodGroupEvent:
-    g = PodGroup(namespace=ns, name=name, uid=f"uid-{name}", min_member=members,
-                 created_at=at, annotations=annotations)
+    g = PodGroup(
+        namespace=ns,
+        name=name,
+        uid=f"uid-{name}",
+        min_member=members,
+        created_at=at,
+        annotations=annotations,
+    )
     return PodGroupEvent(op="upsert", at=at, pod_group=g)
 
 
-def pods(ns: str, gang: str, members: int, *, gpus: int = 8, phase: str = "Pending",
-         priority: int = 0) -> list[PodEvent]:
+def pods(
+    ns: str, gang: str, members: int, *, gpus: int = 8, phase: str = "Pending", priority: int = 0
+) -> list[PodEvent]:
     return [
-        PodEvent(op="upsert", at=0.0, pod=Pod(
-            namespace=ns, name=f"{gang}-{i}", uid=f"uid-{gang}-{i}", phase=phase,  # type: ignore[arg-type]
-            labels={"scheduling.x-k8s.io/pod-group": gang}, requests={GPU: gpus},
-            priority=priority, scheduler_name="baton"))
+        PodEvent(
+            op="upsert",
+            at=0.0,
+            pod=Pod(
+                namespace=ns,
+                name=f"{gang}-{i}",
+                uid=f"uid-{gang}-{i}",
+                phase=phase,  # type: ignore[arg-type]
+                labels={"scheduling.x-k8s.io/pod-group": gang},
+                requests={GPU: gpus},
+                priority=priority,
+                scheduler_name="baton",
+            ),
+        )
         for i in range(members)
     ]
 
@@ -95,18 +113,37 @@ def cluster(config: dict[str, Any] | None, nodes: list[NodeEvent]) -> World:
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"teams": [{"name": "a", "namespaces": ["x"], "quota": {"gpus": -1}}]},
-         "teams[0].quota.gpus: expected int >= 0"),
-        ({"teams": [{"name": "a", "namespaces": ["x"]}, {"name": "b", "namespaces": ["y"]},
-                    {"name": "c", "namespaces": ["z"], "quota": {"gpus": "many"}}]},
-         "teams[2].quota.gpus: expected int, got str"),
-        ({"teams": [{"name": "a", "namespaces": ["x"], "qouta": {"gpus": 1}}]},
-         "teams[0].qouta: unknown key"),
-        ({"teams": [{"name": "a", "namespaces": ["x"]}, {"name": "b", "namespaces": ["x"]}]},
-         "teams[1].namespaces[0]: namespace 'x' is already owned by team 'a'"),
-        ({"teams": [{"name": "a", "namespaces": ["x"], "pools": ["p"]},
-                    {"name": "b", "namespaces": ["y"], "pools": ["p"]}]},
-         "teams[1].pools[0]: pool 'p' is already owned by team 'a'"),
+        (
+            {"teams": [{"name": "a", "namespaces": ["x"], "quota": {"gpus": -1}}]},
+            "teams[0].quota.gpus: expected int >= 0",
+        ),
+        (
+            {
+                "teams": [
+                    {"name": "a", "namespaces": ["x"]},
+                    {"name": "b", "namespaces": ["y"]},
+                    {"name": "c", "namespaces": ["z"], "quota": {"gpus": "many"}},
+                ]
+            },
+            "teams[2].quota.gpus: expected int, got str",
+        ),
+        (
+            {"teams": [{"name": "a", "namespaces": ["x"], "qouta": {"gpus": 1}}]},
+            "teams[0].qouta: unknown key",
+        ),
+        (
+            {"teams": [{"name": "a", "namespaces": ["x"]}, {"name": "b", "namespaces": ["x"]}]},
+            "teams[1].namespaces[0]: namespace 'x' is already owned by team 'a'",
+        ),
+        (
+            {
+                "teams": [
+                    {"name": "a", "namespaces": ["x"], "pools": ["p"]},
+                    {"name": "b", "namespaces": ["y"], "pools": ["p"]},
+                ]
+            },
+            "teams[1].pools[0]: pool 'p' is already owned by team 'a'",
+        ),
         ({"teams": [{"name": "A_", "namespaces": ["x"]}]}, "teams[0].name: expected str matching"),
         ({"teams": [{"namespaces": ["x"]}]}, "teams[0].name: required key missing"),
     ],
@@ -134,15 +171,22 @@ def test_pool_nodes_are_labelled_and_tainted_for_their_team() -> None:
     out = feed(state, [node("n1", "pa"), node("n2", "pb"), node("n3")])
     taints = {o.node: o.taint for o in of(out, SetTaint)}
     labels = {o.node: o.labels for o in of(out, SetLabels)}
-    assert taints == {"n1": Taint(key="baton.io/team", value="a"),
-                      "n2": Taint(key="baton.io/team", value="b")}
+    assert taints == {
+        "n1": Taint(key="baton.io/team", value="a"),
+        "n2": Taint(key="baton.io/team", value="b"),
+    }
     assert labels == {"n1": {"baton.io/team": "a"}, "n2": {"baton.io/team": "b"}}
 
 
 def test_node_already_labelled_and_tainted_needs_no_action() -> None:
     state = world(TWO_TEAMS)
-    n = Node(name="n1", uid="u", labels={"baton.io/pool": "pa", "baton.io/team": "a"},
-             taints=(Taint(key="baton.io/team", value="a"),), allocatable={GPU: 8})
+    n = Node(
+        name="n1",
+        uid="u",
+        labels={"baton.io/pool": "pa", "baton.io/team": "a"},
+        taints=(Taint(key="baton.io/team", value="a"),),
+        allocatable={GPU: 8},
+    )
     assert feed(state, [NodeEvent(op="upsert", at=0.0, node=n)]) == []
 
 
@@ -160,12 +204,15 @@ def test_node_counts_are_sticky_and_refilled_when_a_node_goes() -> None:
 def test_config_change_moves_nodes_without_evicting() -> None:
     state = cluster(TWO_TEAMS, [node("n1", "pa"), node("n2", "pb")])
     feed(state, submit("team-a", "job", 1, at=1.0))
-    moved = {"teams": [{"name": "a", "namespaces": ["team-a"]},
-                       {"name": "b", "namespaces": ["team-b"], "pools": ["pb", "pa"]}]}
+    moved = {
+        "teams": [
+            {"name": "a", "namespaces": ["team-a"]},
+            {"name": "b", "namespaces": ["team-b"], "pools": ["pb", "pa"]},
+        ]
+    }
     out = feed(state, [core.TeamsLoaded(config=parse(moved), at=2.0)])
     assert [(o.node, o.taint.value) for o in of(out, SetTaint)] == [("n1", "b")]
-    assert of(out, NodeTeamChanged) == [NodeTeamChanged(at=1.0, node="n1", team="b",
-                                                        previous="a")]
+    assert of(out, NodeTeamChanged) == [NodeTeamChanged(at=1.0, node="n1", team="b", previous="a")]
     assert not of(out, EvictGang)
     assert state.gangs["team-a/job"].admitted
 
@@ -188,23 +235,27 @@ def test_borrowing_within_limit_and_reclaim_preempts_the_whole_gang() -> None:
     admitted = {o.gang: o.borrowed for o in of(out, GangAdmitted)}
     assert admitted == {"team-a/own": 0, "team-a/extra": 16}
     assert [a.annotations for a in of(out, Annotate)][-1] == {
-        "baton.io/admitted": "true", "baton.io/borrowing": "true"}
+        "baton.io/admitted": "true",
+        "baton.io/borrowing": "true",
+    }
 
     out = feed(state, submit("team-b", "owner", 1, at=3.0), now=3.0)
     evicted = of(out, EvictGang)
     assert [(e.gang, sorted(p.pod for p in e.pods)) for e in evicted] == [
-        ("team-a/extra", ["extra-0", "extra-1"])]
+        ("team-a/extra", ["extra-0", "extra-1"])
+    ]
     assert of(out, GangPreempted)[0].for_gang == "team-b/owner"
     assert [o.gang for o in of(out, GangAdmitted)] == ["team-b/owner"]
     unadmit = [a for a in of(out, Annotate) if a.name == "extra"]
     assert unadmit[0].annotations == {"baton.io/admitted": None, "baton.io/borrowing": None}
-    assert state.gangs["team-a/extra"] .admitted is False
+    assert state.gangs["team-a/extra"].admitted is False
     assert state.queues["a"][0][1] == "team-a/extra"
 
 
 def test_borrow_limit_and_idle_lender_capacity_bound_borrowing() -> None:
-    state = cluster(TWO_TEAMS, [node("a1", "pa"), node("b1", "pb"), node("b2", "pb"),
-                                node("b3", "pb")])
+    state = cluster(
+        TWO_TEAMS, [node("a1", "pa"), node("b1", "pb"), node("b2", "pb"), node("b3", "pb")]
+    )
     out = feed(state, submit("team-a", "huge", 3, at=1.0))  # 24: > quota 8 and > borrow 16
     assert "so at most 16" in of(out, GangQueued)[-1].reason
     state = cluster(TWO_TEAMS, [node("a1", "pa"), node("b1", "pb")])
@@ -215,11 +266,13 @@ def test_borrow_limit_and_idle_lender_capacity_bound_borrowing() -> None:
 
 
 def test_reclaim_takes_lowest_priority_borrower_first() -> None:
-    config = {"teams": [
-        {"name": "lo", "namespaces": ["lo"], "borrow": {"gpus": 8}, "priority": 1},
-        {"name": "hi", "namespaces": ["hi"], "borrow": {"gpus": 8}, "priority": 5},
-        {"name": "own", "namespaces": ["own"], "pools": ["p"]},
-    ]}
+    config = {
+        "teams": [
+            {"name": "lo", "namespaces": ["lo"], "borrow": {"gpus": 8}, "priority": 1},
+            {"name": "hi", "namespaces": ["hi"], "borrow": {"gpus": 8}, "priority": 5},
+            {"name": "own", "namespaces": ["own"], "pools": ["p"]},
+        ]
+    }
     state = cluster(config, [node("o1", "p"), node("o2", "p")])
     feed(state, submit("hi", "h", 1, at=1.0) + submit("lo", "l", 1, at=2.0))
     out = feed(state, submit("own", "mine", 1, at=3.0))
@@ -228,8 +281,12 @@ def test_reclaim_takes_lowest_priority_borrower_first() -> None:
 
 def test_queue_is_in_order_and_release_admits_the_next() -> None:
     state = cluster(TWO_TEAMS, [node("b1", "pb"), node("b2", "pb")])
-    out = feed(state, submit("team-b", "first", 1, at=1.0) + submit("team-b", "big", 2, at=2.0)
-               + submit("team-b", "small", 1, at=3.0))
+    out = feed(
+        state,
+        submit("team-b", "first", 1, at=1.0)
+        + submit("team-b", "big", 2, at=2.0)
+        + submit("team-b", "small", 1, at=3.0),
+    )
     assert [o.gang for o in of(out, GangAdmitted)] == ["team-b/first"]
     assert [q[1] for q in state.queues["b"]] == ["team-b/big", "team-b/small"]  # no jumping
     out = feed(state, pods("team-b", "first", 1, phase="Succeeded"))
@@ -248,8 +305,13 @@ def test_gang_demand_unknown_until_a_member_or_annotation() -> None:
 
 
 def test_replay_gives_the_same_decisions() -> None:
-    events = [node("a1", "pa"), node("b1", "pb"), node("b2", "pb"),
-              *submit("team-a", "x", 2, at=1.0), *submit("team-b", "y", 1, at=2.0)]
+    events = [
+        node("a1", "pa"),
+        node("b1", "pb"),
+        node("b2", "pb"),
+        *submit("team-a", "x", 2, at=1.0),
+        *submit("team-b", "y", 1, at=2.0),
+    ]
     first = feed(core.initial(parse(TWO_TEAMS)), events)
     again = feed(core.initial(parse(TWO_TEAMS)), events)
     assert first == again and of(first, EvictGang)
@@ -288,24 +350,35 @@ def test_borrower_submitted_first_leaves_the_teams_quota_to_its_own_gang() -> No
     state = cluster(TWO_TEAMS, [node("a1", "pa"), node("b1", "pb"), node("b2", "pb")])
     out = feed(state, submit("team-a", "extra", 2, at=1.0) + submit("team-a", "own", 1, at=2.0))
     assert {o.gang: o.borrowed for o in of(out, GangAdmitted)} == {
-        "team-a/extra": 16, "team-a/own": 0}  # extra borrows whole, own is in quota
+        "team-a/extra": 16,
+        "team-a/own": 0,
+    }  # extra borrows whole, own is in quota
     out = feed(state, submit("team-b", "mine", 1, at=3.0), now=3.0)
     assert [e.gang for e in of(out, EvictGang)] == ["team-a/extra"]  # never the in-quota one
     assert state.gangs["team-a/own"].admitted
 
 
 def test_in_quota_gang_reclaims_borrowers_bound_to_its_teams_nodes() -> None:
-    config = {"teams": [
-        {"name": "a", "namespaces": ["team-a"], "pools": ["pa"], "borrow": {"gpus": 8}},
-        {"name": "b", "namespaces": ["team-b"], "pools": ["pb"]},
-        {"name": "c", "namespaces": ["team-c"], "pools": ["pc"]},
-    ]}
+    config = {
+        "teams": [
+            {"name": "a", "namespaces": ["team-a"], "pools": ["pa"], "borrow": {"gpus": 8}},
+            {"name": "b", "namespaces": ["team-b"], "pools": ["pb"]},
+            {"name": "c", "namespaces": ["team-c"], "pools": ["pc"]},
+        ]
+    }
     state = cluster(config, [node("a1", "pa"), node("b1", "pb"), node("c1", "pc")])
     feed(state, submit("team-a", "own", 1, at=1.0) + submit("team-a", "extra", 1, at=2.0))
     assert state.gangs["team-a/extra"].borrowed == 8
-    bound = Pod(namespace="team-a", name="extra-0", uid="uid-extra-0", phase="Running",
-                labels={"scheduling.x-k8s.io/pod-group": "extra"}, requests={GPU: 8},
-                scheduler_name="baton", node_name="b1")
+    bound = Pod(
+        namespace="team-a",
+        name="extra-0",
+        uid="uid-extra-0",
+        phase="Running",
+        labels={"scheduling.x-k8s.io/pod-group": "extra"},
+        requests={GPU: 8},
+        scheduler_name="baton",
+        node_name="b1",
+    )
     feed(state, [PodEvent(op="upsert", at=2.0, pod=bound)])
     # c's nodes are free, b's are taken by a's borrower: c admits without reclaiming ...
     assert not of(feed(state, submit("team-c", "cj", 1, at=3.0)), EvictGang)
@@ -318,10 +391,24 @@ def test_in_quota_gang_reclaims_borrowers_bound_to_its_teams_nodes() -> None:
 # -- lone pods: gangs of one -----------------------------------------------------------
 
 
-def lone(ns: str, name: str, *, gpus: int = 8, phase: str = "Pending", op: str = "upsert",
-         **annotations: str) -> PodEvent:
-    p = Pod(namespace=ns, name=name, uid=f"uid-{name}", phase=phase,  # type: ignore[arg-type]
-            requests={GPU: gpus}, scheduler_name="baton", annotations=annotations)
+def lone(
+    ns: str,
+    name: str,
+    *,
+    gpus: int = 8,
+    phase: str = "Pending",
+    op: str = "upsert",
+    **annotations: str,
+) -> PodEvent:
+    p = Pod(
+        namespace=ns,
+        name=name,
+        uid=f"uid-{name}",
+        phase=phase,  # type: ignore[arg-type]
+        requests={GPU: gpus},
+        scheduler_name="baton",
+        annotations=annotations,
+    )
     return PodEvent(op=op, at=0.0, pod=p)  # type: ignore[arg-type]
 
 
@@ -331,7 +418,8 @@ def test_lone_baton_pods_are_quota_gated_as_gangs_of_one() -> None:
     admits = of(out, Annotate)
     assert [(a.kind, a.name, a.annotations) for a in admits] == [
         ("Pod", "p1", {"baton.io/admitted": "true", "baton.io/borrowing": None}),
-        ("Pod", "p2", {"baton.io/admitted": "true", "baton.io/borrowing": None})]
+        ("Pod", "p2", {"baton.io/admitted": "true", "baton.io/borrowing": None}),
+    ]
     assert "may not borrow" in of(out, GangQueued)[-1].reason
     out = feed(state, [lone("team-b", "p1", phase="Succeeded")])
     assert [o.gang for o in of(out, GangReleased)] == ["team-b/p1"]

@@ -36,8 +36,9 @@ from services.admission.teams import DEFAULT, TeamConfig
 __all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step"]
 
 
-class TeamsLoaded(msgspec.Struct, frozen=True, kw_only=True, tag_field="type",
-                  tag="admission.teams-loaded.v1"):
+class TeamsLoaded(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="admission.teams-loaded.v1"
+):
     """The team config was (re)read and validated by the shell."""
 
     config: TeamConfig
@@ -105,9 +106,14 @@ def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> l
         gang = state.edit(group.key)
         gang.min_member, gang.gpus_per_pod = min_member, per_pod
         return _changed(state, gang, now)
-    gang = Gang(key=group.key, team=state.team_of(group.namespace),
-                min_member=min_member, created_at=group.created_at or now,
-                gpus_per_pod=per_pod, members=state.take_pending(group.key))
+    gang = Gang(
+        key=group.key,
+        team=state.team_of(group.namespace),
+        min_member=min_member,
+        created_at=group.created_at or now,
+        gpus_per_pod=per_pod,
+        members=state.take_pending(group.key),
+    )
     return _new_gang(state, gang, group.annotations, now)
 
 
@@ -116,8 +122,11 @@ def _new_gang(state: State, gang: Gang, marks: dict[str, str], now: float) -> li
     state.add_gang(gang)
     if not gang.team:
         gang.reason = f"namespace {gang.namespace!r} belongs to no team in the team config"
-        return [GangQueued(at=now, gang=gang.key, team="", reason=gang.reason,
-                                    position=0, gpus=gang.gpus)]
+        return [
+            GangQueued(
+                at=now, gang=gang.key, team="", reason=gang.reason, position=0, gpus=gang.gpus
+            )
+        ]
     if marks.get(ADMITTED) == "true":  # admitted before a restart: adopt
         gang.admitted = True
         state.hold(gang, gang.gpus, borrowing=marks.get(BORROWING) == "true")
@@ -156,8 +165,14 @@ def _lone(state: State, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
     if known is None:
         if pod.phase in ("Succeeded", "Failed") or pod.terminating:
             return []
-        gang = Gang(key=pod.key, team=state.team_of(pod.namespace), min_member=1,
-                    created_at=pod.created_at or now, members={pod.name: member}, lone=True)
+        gang = Gang(
+            key=pod.key,
+            team=state.team_of(pod.namespace),
+            min_member=1,
+            created_at=pod.created_at or now,
+            members={pod.name: member},
+            lone=True,
+        )
         return _new_gang(state, gang, pod.annotations, now)
     if known.members.get(pod.name) != member:
         state.w_members(pod.key)[pod.name] = member
@@ -165,8 +180,13 @@ def _lone(state: State, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
 
 
 def _member(pod: Pod) -> Member:
-    return Member(gpus=pod.requests.get(GPU, 0), priority=pod.priority, phase=pod.phase,
-                  uid=pod.uid, node=pod.node_name)
+    return Member(
+        gpus=pod.requests.get(GPU, 0),
+        priority=pod.priority,
+        phase=pod.phase,
+        uid=pod.uid,
+        node=pod.node_name,
+    )
 
 
 def _changed(state: State, gang: Gang, now: float) -> list[Output]:

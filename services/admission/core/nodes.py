@@ -58,8 +58,11 @@ def reassign_all(state: State, now: float) -> list[Output]:
     for name in sorted(state.counted):
         node = state.nodes.get(name)
         assigned = state.counted[name]
-        if (node is None or not _poolless(state, node)
-                or _count(state, assigned) > wanted.get(assigned, 0)):
+        if (
+            node is None
+            or not _poolless(state, node)
+            or _count(state, assigned) > wanted.get(assigned, 0)
+        ):
             _unassign(state, name)
     for team in state.config.teams:
         if team.nodes:
@@ -103,12 +106,31 @@ def reconcile(state: State, name: str, now: float) -> list[Output]:
     base = f"admission-team-{name}-{team or 'none'}-{node.resource_version or '0'}"
     reason = f"owned by team {team!r}" if team else "owned by no team"
     if not label_ok:
-        outputs.append(SetLabels(id=f"{base}-label", by="admission", at=now, priority="admission",
-                                 reason=reason, node=name, labels={TEAM_LABEL: want_label}))
+        outputs.append(
+            SetLabels(
+                id=f"{base}-label",
+                by="admission",
+                at=now,
+                priority="admission",
+                reason=reason,
+                node=name,
+                labels={TEAM_LABEL: want_label},
+            )
+        )
     if not taint_ok:
         taint = Taint(key=TEAM_LABEL, value=want_taint or "", effect="NoSchedule")
-        outputs.append(SetTaint(id=f"{base}-taint", by="admission", at=now, priority="admission",
-                                reason=reason, node=name, taint=taint, present=bool(want_taint)))
+        outputs.append(
+            SetTaint(
+                id=f"{base}-taint",
+                by="admission",
+                at=now,
+                priority="admission",
+                reason=reason,
+                node=name,
+                taint=taint,
+                present=bool(want_taint),
+            )
+        )
     return outputs
 
 

@@ -44,37 +44,62 @@ def admit(state: State, now: float) -> list[Output]:
 
 def _try(state: State, gang: Gang, now: float) -> list[Output]:
     if not gang.known:
-        return _wait(state, gang, now, reason=(
-            "waiting for a member pod (or the PodGroup annotation baton.io/gpus-per-pod) "
-            "to learn the gang's GPU demand"
-        ))
+        return _wait(
+            state,
+            gang,
+            now,
+            reason=(
+                "waiting for a member pod (or the PodGroup annotation baton.io/gpus-per-pod) "
+                "to learn the gang's GPU demand"
+            ),
+        )
     need, team = gang.gpus, gang.team
     used, quota, limit = state.used.get(team, 0), state.quota(team), state.borrow_limit(team)
     if need > state.ceiling(team):
-        return _wait(state, gang, now, reason=(
-            f"needs {need} GPUs but a gang of team {team!r} runs either within its quota "
-            f"({quota}) or wholly on borrowed GPUs (at most {limit}), so at most "
-            f"{state.ceiling(team)}"
-        ))
+        return _wait(
+            state,
+            gang,
+            now,
+            reason=(
+                f"needs {need} GPUs but a gang of team {team!r} runs either within its quota "
+                f"({quota}) or wholly on borrowed GPUs (at most {limit}), so at most "
+                f"{state.ceiling(team)}"
+            ),
+        )
     if used + need <= quota:
         return _in_quota(state, gang, now)
     if limit == 0:
-        return _wait(state, gang, now, reason=(
-            f"team {team!r} uses {used} of its {quota} GPU quota; the gang needs {need} "
-            "and the team may not borrow"
-        ))
+        return _wait(
+            state,
+            gang,
+            now,
+            reason=(
+                f"team {team!r} uses {used} of its {quota} GPU quota; the gang needs {need} "
+                "and the team may not borrow"
+            ),
+        )
     borrowed = state.borrowed(team)
     if borrowed + need > limit:
-        return _wait(state, gang, now, reason=(
-            f"team {team!r} uses {used} of its {quota} GPU quota and borrows {borrowed}; "
-            f"the gang needs {need}, which would borrow {borrowed + need} of at most {limit}"
-        ))
+        return _wait(
+            state,
+            gang,
+            now,
+            reason=(
+                f"team {team!r} uses {used} of its {quota} GPU quota and borrows {borrowed}; "
+                f"the gang needs {need}, which would borrow {borrowed + need} of at most {limit}"
+            ),
+        )
     lendable = min(state.lendable(team), state.free())
     if need > lendable:
-        return _wait(state, gang, now, reason=(
-            f"team {team!r} is at quota ({used}/{quota} GPUs) and other teams lend only "
-            f"{lendable} idle GPUs; the gang needs {need}"
-        ))
+        return _wait(
+            state,
+            gang,
+            now,
+            reason=(
+                f"team {team!r} is at quota ({used}/{quota} GPUs) and other teams lend only "
+                f"{lendable} idle GPUs; the gang needs {need}"
+            ),
+        )
     return _commit(state, gang, now, borrowing=True)
 
 
@@ -86,10 +111,15 @@ def _in_quota(state: State, gang: Gang, now: float) -> list[Output]:
     if need > room or need > free:
         victims = reclaim_plan(state, team=team, short_own=need - room, short=need - free)
         if not victims:
-            return _wait(state, gang, now, reason=(
-                f"within team {team!r} quota, waiting for capacity: needs {need} GPUs, "
-                f"{max(0, min(room, free))} free on the team's nodes"
-            ))
+            return _wait(
+                state,
+                gang,
+                now,
+                reason=(
+                    f"within team {team!r} quota, waiting for capacity: needs {need} GPUs, "
+                    f"{max(0, min(room, free))} free on the team's nodes"
+                ),
+            )
         for victim in victims:
             outputs.extend(preempt(state, victim, now, for_gang=gang))
     return outputs + _commit(state, gang, now, borrowing=False)
@@ -139,17 +169,32 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
     action_id = f"admission-preempt-{gang.key}-{now:.6f}"
     return [
         Annotate(
-            id=f"{action_id}-unadmit", by="admission", at=now, priority="admission",
-            reason=reason, kind=gang.kind, namespace=gang.namespace, name=gang.name,
+            id=f"{action_id}-unadmit",
+            by="admission",
+            at=now,
+            priority="admission",
+            reason=reason,
+            kind=gang.kind,
+            namespace=gang.namespace,
+            name=gang.name,
             annotations={ADMITTED: None, BORROWING: None},
         ),
         EvictGang(
-            id=action_id, by="admission", at=now, priority="admission", reason=reason,
-            gang=gang.key, pods=pods,
+            id=action_id,
+            by="admission",
+            at=now,
+            priority="admission",
+            reason=reason,
+            gang=gang.key,
+            pods=pods,
         ),
         GangPreempted(
-            at=now, gang=gang.key, team=gang.team, for_team=for_gang.team,
-            for_gang=for_gang.key, gpus=gpus,
+            at=now,
+            gang=gang.key,
+            team=gang.team,
+            for_team=for_gang.team,
+            for_gang=for_gang.key,
+            gpus=gpus,
         ),
     ]
 
@@ -163,9 +208,15 @@ def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Ou
     annotations: dict[str, str | None] = {ADMITTED: "true", BORROWING: "true" if borrowed else None}
     return [
         Annotate(
-            id=f"admission-admit-{gang.key}-{now:.6f}", by="admission", at=now,
-            priority="admission", reason="borrowing" if borrowed else "within quota",
-            kind=gang.kind, namespace=gang.namespace, name=gang.name, annotations=annotations,
+            id=f"admission-admit-{gang.key}-{now:.6f}",
+            by="admission",
+            at=now,
+            priority="admission",
+            reason="borrowing" if borrowed else "within quota",
+            kind=gang.kind,
+            namespace=gang.namespace,
+            name=gang.name,
+            annotations=annotations,
         ),
         GangAdmitted(at=now, gang=gang.key, team=gang.team, gpus=gang.gpus, borrowed=borrowed),
     ]
@@ -175,8 +226,9 @@ def _wait(state: State, gang: Gang, now: float, *, reason: str) -> list[Output]:
     if reason == gang.reason:
         return []
     state.edit(gang.key).reason = reason
-    return [GangQueued(at=now, gang=gang.key, team=gang.team, reason=reason, position=0,
-                       gpus=gang.gpus)]
+    return [
+        GangQueued(at=now, gang=gang.key, team=gang.team, reason=reason, position=0, gpus=gang.gpus)
+    ]
 
 
 def queued(state: State, gang: Gang, now: float) -> GangQueued:
@@ -184,5 +236,6 @@ def queued(state: State, gang: Gang, now: float) -> GangQueued:
     position = state.position(gang)
     reason = f"waiting behind {position} earlier gangs of team {gang.team!r}"
     state.edit(gang.key).reason = reason
-    return GangQueued(at=now, gang=gang.key, team=gang.team, reason=reason,
-                      position=position, gpus=gang.gpus)
+    return GangQueued(
+        at=now, gang=gang.key, team=gang.team, reason=reason, position=position, gpus=gang.gpus
+    )

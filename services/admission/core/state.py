@@ -51,9 +51,21 @@ class Gang:
 
     def copy(self) -> Gang:
         """A shallow copy (``members`` shared); faster than ``dataclasses.replace``."""
-        return Gang(self.key, self.team, self.min_member, self.created_at, self.gpus_per_pod,
-                    self.members, self.admitted, self.held, self.borrowed, self.finished,
-                    self.reason, self.qkey, self.lone)
+        return Gang(
+            self.key,
+            self.team,
+            self.min_member,
+            self.created_at,
+            self.gpus_per_pod,
+            self.members,
+            self.admitted,
+            self.held,
+            self.borrowed,
+            self.finished,
+            self.reason,
+            self.qkey,
+            self.lone,
+        )
 
     @property
     def gpus(self) -> int:
@@ -122,8 +134,15 @@ class State:
 
     def fork(self) -> State:
         """A draft sharing everything with this state, which the draft never changes."""
-        return replace(self, _own=set(), _own_gangs=set(), _own_members=set(),
-                       _own_queues=set(), _own_holders=set(), _own_pending=set())
+        return replace(
+            self,
+            _own=set(),
+            _own_gangs=set(),
+            _own_members=set(),
+            _own_queues=set(),
+            _own_holders=set(),
+            _own_pending=set(),
+        )
 
     def _mut(self, name: str) -> Any:
         if name not in self._own:
@@ -251,8 +270,9 @@ class State:
     def room(self, team: str) -> int:
         """GPUs free on the team's nodes for its in-quota gangs: its capacity less its
         in-quota gangs and what other teams' borrowing gangs take there (``on_team``)."""
-        taken = sum(on_team(self, g, team) for g in self.holding() if g.borrowed > 0
-                    and g.team != team)
+        taken = sum(
+            on_team(self, g, team) for g in self.holding() if g.borrowed > 0 and g.team != team
+        )
         return self.capacity.get(team, 0) - self.used.get(team, 0) - taken
 
     # -- queues ---------------------------------------------------------------
