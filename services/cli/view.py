@@ -10,7 +10,17 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from proto.k8s import GPU, K8sEvent, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
+from proto.k8s import (
+    GPU,
+    SCHEDULER_NAME,
+    K8sEvent,
+    Node,
+    NodeEvent,
+    Pod,
+    PodEvent,
+    PodGroup,
+    PodGroupEvent,
+)
 
 TERMINAL = {"Succeeded", "Failed"}
 T = TypeVar("T")
@@ -29,7 +39,7 @@ class View:
     nodes: dict[str, Node] = field(default_factory=dict)
     pods: dict[str, Pod] = field(default_factory=dict)
     groups: dict[str, PodGroup] = field(default_factory=dict)
-    recent: deque[str] = field(default_factory=lambda: deque(maxlen=8))
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=12))
     counts: Counter[str] = field(default_factory=Counter)  # bus messages by domain
     rates: dict[str, float] = field(default_factory=dict)  # messages/s by domain
 
@@ -63,6 +73,26 @@ def gpu_usage(view: View) -> tuple[int, int]:
     return used, total
 
 
+def gang_states(view: View) -> Counter[str]:
+    """Each gang (PodGroup, or a lone Baton pod) as running, waiting or done, by its pods."""
+    members: dict[str, list[Pod]] = {key: [] for key in view.groups}
+    for pod in view.pods.values():
+        if pod.gang:
+            members.setdefault(f"{pod.namespace}/{pod.gang}", []).append(pod)
+        elif pod.scheduler_name == SCHEDULER_NAME:
+            members[pod.key] = [pod]
+    states: Counter[str] = Counter()
+    for pods in members.values():
+        live = [p for p in pods if p.phase not in TERMINAL and not p.terminating]
+        if pods and not live:
+            states["done"] += 1
+        elif any(p.node_name for p in live):
+            states["running"] += 1
+        else:
+            states["waiting"] += 1
+    return states
+
+
 def render(view: View, services: list[ServiceHealth], *, elapsed: float) -> str:
     ready = sum(1 for n in view.nodes.values() if n.ready and not n.unschedulable)
     tainted = sum(1 for n in view.nodes.values() if n.taints)
@@ -71,12 +101,13 @@ def render(view: View, services: list[ServiceHealth], *, elapsed: float) -> str:
     pending = [p for p in view.pods.values() if p.phase == "Pending"]
     unbound = sum(1 for p in pending if not p.node_name)
     share = f"{100 * used / total:.0f}%" if total else "-"
+    gangs = gang_states(view)
     lines = [
         f"baton up  {elapsed:6.0f}s",
         f"nodes     {len(view.nodes)} ({ready} ready, {tainted} tainted)",
         f"gpus      {used}/{total} allocated ({share})",
         "pods      " + _phases(phases) + f"  (unbound {unbound})",
-        f"gangs     {len(view.groups)} podgroups",
+        "gangs     " + "  ".join(f"{k} {gangs.get(k, 0)}" for k in ("waiting", "running", "done")),
         "bus       " + _rates(view.rates),
         "services  " + "  ".join(_health(s) for s in services),
         "recent:",

@@ -5,7 +5,7 @@ import pytest
 from proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent
 from services.cli import tail
 from services.cli.main import COMMANDS, main
-from services.cli.view import ServiceHealth, View, gpu_usage, render
+from services.cli.view import ServiceHealth, View, gang_states, gpu_usage, render
 
 pytestmark = pytest.mark.unit
 
@@ -65,3 +65,21 @@ def test_tail_formats_typed_events_for_people() -> None:
         "baton.c1.k8s.node.n1", b'{"type":"k8s.node.v1","op":"upsert"}', as_json=False
     )
     assert line == "baton.c1.k8s.node.n1  k8s.node.v1  op=upsert"
+
+
+def test_gangs_are_waiting_running_or_done_by_their_pods() -> None:
+    view = View()
+    for name, node, phase in (
+        ("a-0", "n1", "Running"),
+        ("a-1", "", "Pending"),  # partly bound still counts as running (being placed)
+        ("b-0", "", "Pending"),
+        ("c-0", "n2", "Succeeded"),
+    ):
+        gang = name.split("-")[0]
+        pod = Pod(namespace="t", name=name, uid=name, node_name=node, phase=phase,
+                  labels={"scheduling.x-k8s.io/pod-group": gang})  # fmt: skip
+        view.apply(PodEvent(op="upsert", at=0.0, pod=pod))
+    lone = Pod(namespace="t", name="solo", uid="s", scheduler_name="baton")
+    view.apply(PodEvent(op="upsert", at=0.0, pod=lone))
+    assert gang_states(view) == {"running": 1, "waiting": 2, "done": 1}
+    assert "gangs     waiting 2  running 1  done 1" in render(view, [], elapsed=0)
