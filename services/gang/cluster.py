@@ -3,7 +3,8 @@
 Usage is kept incrementally: every pod that holds resources (bound and not
 finished, or assumed by an in-flight placement) is *accounted* on one node, and
 each node's ``free`` is its allocatable minus what is accounted there. Nothing
-here is recomputed from all pods, so an event costs O(1) and a cycle O(nodes).
+here is recomputed from all pods, so an event costs O(1); every node whose
+capacity or labels change is marked dirty, for ``capacity`` to refresh.
 
 State is owned by the core and updated in place (like Kueue's cache); it is never
 shared with I/O code, so the core stays a pure function of its inputs.
@@ -64,6 +65,7 @@ class Cluster:
     accounted: dict[str, tuple[str, Resources]] = field(default_factory=dict)
     on_node: dict[str, set[str]] = field(default_factory=dict)  # node -> accounted pod keys
     gangs: dict[str, Gang] = field(default_factory=dict)
+    dirty: set[str] = field(default_factory=set)  # nodes changed since capacity last looked
 
 
 def is_usable(node: Node) -> bool:
@@ -95,10 +97,12 @@ def upsert_node(cluster: Cluster, node: Node) -> None:
         usable=is_usable(node),
         paths=domain_paths(node.labels, cluster.levels),
     )
+    cluster.dirty.add(node.name)
 
 
 def delete_node(cluster: Cluster, name: str) -> None:
     cluster.nodes.pop(name, None)
+    cluster.dirty.add(name)
 
 
 def account(cluster: Cluster, pod_key: str, node: str | None, requests: Resources) -> None:
@@ -126,6 +130,8 @@ def _add(cluster: Cluster, node: str, requests: Resources, sign: int) -> None:
             state.free[res] = state.free.get(res, 0) - sign * amount
     if sign < 0 and not any(used.values()):
         del cluster.used[node]
+    if state is not None:
+        cluster.dirty.add(node)
 
 
 def holds_resources(pod: Pod) -> bool:

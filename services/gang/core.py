@@ -16,6 +16,7 @@ from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
 from services.gang import cluster as c
 from services.gang import ordering, restarting
+from services.gang.capacity import Index
 from services.gang.fitting import Shape, group_by_shape
 from services.gang.ids import digest
 from services.gang.needs import identity, verdict
@@ -48,6 +49,7 @@ Output = BindGang | EvictGang | CreatePod | GangPlaced | GangUnschedulable | Gan
 class State:
     policy: Policy
     cluster: c.Cluster
+    index: Index = field(default_factory=Index)  # eligible counts per shape, kept incrementally
     inflight: dict[str, str] = field(default_factory=dict)  # action id -> gang key
 
 
@@ -89,7 +91,7 @@ def cycle(state: State, now: float) -> list[Output]:
     expire(state, now)
     # 1. snapshot: the gangs ready to place, highest priority then oldest first.
     queue = ordering.queue(cl, now=now, require_admission=policy.require_admission)
-    free = _free_totals(cl)
+    free = state.index.free_totals(cl)
     head, reserved = "", frozenset[str]()
     outputs: list[Output] = []
     for gang in queue:
@@ -98,10 +100,12 @@ def cycle(state: State, now: float) -> list[Output]:
         # 2. decide: all members in the narrowest, best-fitting domain, or none.
         found = None
         if _may_fit(members, free):
-            found = search(cl, members, required=required, preferred=preferred, excluded=reserved)
+            found = search(
+                cl, state.index, members, required=required, preferred=preferred, excluded=reserved
+            )
         if found is None or found.plan is None:
             if not head:  # the first gang that does not fit holds a reservation
-                reserved = reserve(cl, members, required=required, preferred=preferred)
+                reserved = reserve(cl, state.index, members, required=required, preferred=preferred)
                 head = gang.key if reserved else ""
             outputs += _unschedulable(
                 state, gang, members, found, head=head, reserved=reserved, now=now
@@ -134,10 +138,19 @@ def _unschedulable(
         if gang.verdict is not None and now - gang.checked_at < state.policy.verdict_refresh_s:
             return []
         excluded = reserved if blocked else frozenset[str]()
-        found = search(cl, members, required=required, preferred=preferred, excluded=excluded)
+        found = search(
+            cl, state.index, members, required=required, preferred=preferred, excluded=excluded
+        )
     gang.checked_at = now
     event = verdict(
-        cl, members, found, gang=gang.key, required=required, blocked_by=blocked, now=now
+        cl,
+        state.index,
+        members,
+        found,
+        gang=gang.key,
+        required=required,
+        blocked_by=blocked,
+        now=now,
     )
     if identity(event) == gang.verdict:
         return []
@@ -219,16 +232,6 @@ def _commit(cl: c.Cluster, gang: c.Gang, plan: Plan, action_id: str, now: float)
 def _levels(gang: c.Gang) -> tuple[str, str]:
     notes = gang.group.annotations if gang.group is not None else {}
     return notes.get(c.REQUIRED, ""), notes.get(c.PREFERRED, "")
-
-
-def _free_totals(cl: c.Cluster) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for state in cl.nodes.values():
-        if state.usable:
-            for res, amount in state.free.items():
-                if amount > 0:
-                    totals[res] = totals.get(res, 0) + amount
-    return totals
 
 
 def _may_fit(members: dict[Shape, list[str]], free: dict[str, int]) -> bool:

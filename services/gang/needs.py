@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from proto.placement import GangUnschedulable, Need
+from services.gang.capacity import Index
 from services.gang.cluster import Cluster
-from services.gang.fitting import Shape, eligible_counts
+from services.gang.fitting import Shape
 from services.gang.topology import Search
 
 _COMMON = frozenset({"cpu", "memory", "ephemeral-storage"})
@@ -12,6 +13,7 @@ _COMMON = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 def verdict(
     cluster: Cluster,
+    index: Index,
     members: dict[Shape, list[str]],
     found: Search,
     *,
@@ -25,8 +27,8 @@ def verdict(
     total = sum(len(k) for k in members.values())
     within = required if required in cluster.levels else ""
     fits_now = found.best.get(within, 0) if within else found.best.get("", 0)
-    empty = eligible_counts(cluster, shape, empty=True)
-    if not empty:
+    empty = index.view(cluster, shape, empty=True)
+    if not empty.eligible:
         request = _shape(dict(shape.requests))
         return GangUnschedulable(
             gang=gang,
@@ -35,18 +37,13 @@ def verdict(
             need=Need(nodes=total, shape=request, within=within),
             members=total,
         )
-    best_node, per_node = max(empty, key=lambda c: (c[1], c[0].node.name))
+    per_node, best = max((n, name) for name, n in empty.tally.n.items())
+    best_node = cluster.nodes[best]
     node_shape = _shape({r: best_node.node.allocatable.get(r, 0) for r, _ in shape.requests})
     if within:
-        level = cluster.levels.index(within)
-        sums: dict[str, int] = {}
-        for state, n in empty:
-            path = state.paths[level]
-            if path is not None:
-                sums[path] = sums.get(path, 0) + n
-        when_free = max(sums.values(), default=0)
+        when_free = max(empty.sums[cluster.levels.index(within)].values(), default=0)
     else:
-        when_free = sum(n for _, n in empty)
+        when_free = empty.total
     missing = max(total - fits_now, 0)
     where = f" in one {within}" if within else ""
     if blocked_by:

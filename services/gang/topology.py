@@ -1,10 +1,10 @@
 """Topology-aware, all-or-nothing search: which domain, and which nodes in it.
 
-Levels are node label keys from broad to narrow (zone -> block -> rack). One pass
-over the eligible nodes sums, per domain at every level, how many members of each
-shape it can take now; those aggregates pick the domain (narrowest level first,
-then best fit: least capacity left over, so large free domains stay whole), and
-only the nodes of the chosen domain are looked at again to assign members.
+Levels are node label keys from broad to narrow (zone -> block -> rack). Per domain
+at every level, how many members of each shape it can take now (kept incrementally
+by ``capacity``); those aggregates pick the domain (narrowest level first, then best
+fit: least capacity left over, so large free domains stay whole), and only the nodes
+of the chosen domain are looked at to assign members.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
+from services.gang.capacity import Index, View
 from services.gang.cluster import Cluster, NodeState
-from services.gang.fitting import Shape, count_fits, eligible_counts
+from services.gang.fitting import Shape, count_fits
 
 Counts = list[tuple[NodeState, int]]
 
@@ -48,6 +49,7 @@ def level_order(
 
 def search(
     cluster: Cluster,
+    index: Index,
     members: dict[Shape, list[str]],
     *,
     required: str = "",
@@ -55,24 +57,24 @@ def search(
     excluded: frozenset[str] = frozenset(),
 ) -> Search:
     shapes = list(members)
-    counts = {s: eligible_counts(cluster, s, excluded=excluded) for s in shapes}
-    dominant = shapes[0]
+    views = {s: index.view(cluster, s, excluded=excluded) for s in shapes}
+    dominant = views[shapes[0]]
     levels = cluster.levels
     order, may_span = level_order(levels, required=required, preferred=preferred)
-    result = Search(plan=None, eligible_nodes=len(counts[dominant]))
-    sums = {s: _sums(counts[s], len(levels)) for s in shapes}
-    min_domains = _min_domains(
-        sums[dominant][-1] if levels else {}, counts[dominant], len(members[dominant])
-    )
+    result = Search(plan=None, eligible_nodes=dominant.eligible)
+    need = len(members[shapes[0]])
+    narrow = dominant.sums[-1] if levels else {}
+    min_domains = _min_domains(narrow, dominant.loose(), need)
     for i in order:
-        dom_sums = sums[dominant][i]
+        dom_sums = dominant.sums[i]
         result.best[levels[i]] = max(dom_sums.values(), default=0)
-        need = len(members[dominant])
         fitting = [
-            p for p in dom_sums if all(sums[s][i].get(p, 0) >= len(members[s]) for s in shapes)
+            p
+            for p in dom_sums
+            if all(views[s].sums[i].get(p, 0) >= len(members[s]) for s in shapes)
         ]
         for path in sorted(fitting, key=lambda p: (dom_sums[p] - need, p)):
-            inside = {s: [c for c in counts[s] if c[0].paths[i] == path] for s in shapes}
+            inside = {s: views[s].members(i, path) for s in shapes}
             narrowest = i == len(levels) - 1
             if not narrowest:  # fewest racks: biggest first, best fit for the rest
                 inside = {s: _rack_order(inside[s], len(members[s])) for s in shapes}
@@ -83,28 +85,18 @@ def search(
                     cluster, nodes, level=levels[i], domain=value, min_domains=min_domains
                 )
                 return result
-    result.best[""] = sum(c for _, c in counts[dominant])
-    if may_span and all(sum(c for _, c in counts[s]) >= len(members[s]) for s in shapes):
-        ordered = {s: _rack_order(counts[s], len(members[s])) for s in shapes}
+    result.best[""] = dominant.total
+    if may_span and all(views[s].total >= len(members[s]) for s in shapes):
+        ordered = {s: _rack_order(views[s].all(), len(members[s])) for s in shapes}
         nodes = _assign(members, ordered, best_fit=False)
         if nodes is not None:
             result.plan = _plan(cluster, nodes, level="", domain="", min_domains=min_domains)
     return result
 
 
-def _sums(counts: Counts, depth: int) -> list[dict[str, int]]:
-    sums: list[dict[str, int]] = [{} for _ in range(depth)]
-    for state, n in counts:
-        for i, path in enumerate(state.paths):
-            if path is not None:
-                level = sums[i]
-                level[path] = level.get(path, 0) + n
-    return sums
-
-
-def _min_domains(narrow: dict[str, int], counts: Counts, need: int) -> int:
+def _min_domains(narrow: dict[str, int], loose: list[int], need: int) -> int:
     """Fewest narrowest-level domains (unlabelled nodes count alone) holding ``need``."""
-    sizes = list(narrow.values()) + [n for s, n in counts if not s.paths or s.paths[-1] is None]
+    sizes = list(narrow.values()) + loose
     total = 0
     for used, size in enumerate(sorted(sizes, reverse=True), start=1):
         total += size
@@ -211,7 +203,12 @@ def _plan(
 
 
 def reserve(
-    cluster: Cluster, members: dict[Shape, list[str]], *, required: str = "", preferred: str = ""
+    cluster: Cluster,
+    index: Index,
+    members: dict[Shape, list[str]],
+    *,
+    required: str = "",
+    preferred: str = "",
 ) -> frozenset[str]:
     """Nodes the head gang will take once they are free: the domain (narrowest level
     first) that could hold it when empty and has the most room now, and in it the
@@ -219,29 +216,24 @@ def reserve(
     counted as the biggest shape (a safe over-estimate)."""
     shape = next(iter(members))
     need = sum(len(k) for k in members.values())
-    empty = eligible_counts(cluster, shape, empty=True)
-    now = {s.node.name: count_fits(s.free, shape.requests) for s, _ in empty}
+    empty = index.view(cluster, shape, empty=True)
+    now = index.view(cluster, shape)
     order, may_span = level_order(cluster.levels, required=required, preferred=preferred)
     for i in order:
-        total: dict[str, int] = {}
-        free: dict[str, int] = {}
-        for s, n in empty:
-            path = s.paths[i]
-            if path is not None:
-                total[path] = total.get(path, 0) + n
-                free[path] = free.get(path, 0) + now[s.node.name]
+        total, free = empty.sums[i], now.sums[i]
         fitting = [p for p, n in total.items() if n >= need]
         if fitting:
-            path = min(fitting, key=lambda p: (-free[p], total[p], p))
-            return _soonest([c for c in empty if c[0].paths[i] == path], now, need)
-    if may_span and sum(n for _, n in empty) >= need:
-        return _soonest(empty, now, need)
+            path = min(fitting, key=lambda p: (-free.get(p, 0), total[p], p))
+            return _soonest(empty.members(i, path), now, need)
+    if may_span and empty.total >= need:
+        return _soonest(empty.all(), now, need)
     return frozenset()
 
 
-def _soonest(items: Counts, now: dict[str, int], need: int) -> frozenset[str]:
+def _soonest(items: Counts, now: View, need: int) -> frozenset[str]:
     out: list[str] = []
-    for state, n in sorted(items, key=lambda c: (-now[c[0].node.name], -c[1], c[0].node.name)):
+    ordered = sorted(items, key=lambda c: (-now.count(c[0].node.name), -c[1], c[0].node.name))
+    for state, n in ordered:
         if need <= 0:
             break
         out.append(state.node.name)
