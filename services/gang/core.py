@@ -33,6 +33,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True):
     backoff_max_s: float = 60.0
     assume_timeout_s: float = 30.0  # forget a placement whose pods never showed up bound
     verdict_refresh_s: float = 10.0  # recompute a cheaply rejected gang's verdict this often
+    reserve_after_s: float = 0.0  # the head reserves nodes once it has waited this long
 
 
 class Tick(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="gang.tick.v1"):
@@ -92,7 +93,7 @@ def cycle(state: State, now: float) -> list[Output]:
     # 1. snapshot: the gangs ready to place, highest priority then oldest first.
     queue = ordering.queue(cl, now=now, require_admission=policy.require_admission)
     free = state.index.free_totals(cl)
-    head, reserved = "", frozenset[str]()
+    head, reserved, young = "", frozenset[str](), False
     outputs: list[Output] = []
     for gang in queue:
         members = group_by_shape(ordering.members(cl, gang))
@@ -104,9 +105,12 @@ def cycle(state: State, now: float) -> list[Output]:
                 cl, state.index, members, required=required, preferred=preferred, excluded=reserved
             )
         if found is None or found.plan is None:
-            if not head:  # the first gang that does not fit holds a reservation
-                reserved = reserve(cl, state.index, members, required=required, preferred=preferred)
-                head = gang.key if reserved else ""
+            if not head and not young and not _timed_out(cl, gang, now):
+                # the first gang that does not fit (and has not timed out) is the head
+                nodes = reserve(cl, state.index, members, required=required, preferred=preferred)
+                young = bool(nodes) and not _waited(state, gang, now)
+                if nodes and not young:  # it reserves once it has waited reserve_after_s
+                    head, reserved = gang.key, nodes
             outputs += _unschedulable(
                 state, gang, members, found, head=head, reserved=reserved, now=now
             )
@@ -152,6 +156,9 @@ def _unschedulable(
         blocked_by=blocked,
         now=now,
     )
+    if _timed_out(cl, gang, now):
+        reason = f"timed out (scheduleTimeoutSeconds), holds no reservation: {event.reason}"
+        event = msgspec.structs.replace(event, reason=reason)
     if identity(event) == gang.verdict:
         return []
     gang.verdict = identity(event)
@@ -227,6 +234,17 @@ def _commit(cl: c.Cluster, gang: c.Gang, plan: Plan, action_id: str, now: float)
         attempt=gang.attempt,
     )
     return [bind, placed]
+
+
+def _waited(state: State, gang: c.Gang, now: float) -> bool:
+    return now - ordering.created(state.cluster, gang) >= state.policy.reserve_after_s
+
+
+def _timed_out(cl: c.Cluster, gang: c.Gang, now: float) -> bool:
+    """Past the PodGroup's ``scheduleTimeoutSeconds``: still placed when it fits, but it
+    may no longer hold nodes back from others."""
+    limit = gang.group.schedule_timeout_seconds if gang.group is not None else None
+    return limit is not None and now - ordering.created(cl, gang) >= limit
 
 
 def _levels(gang: c.Gang) -> tuple[str, str]:

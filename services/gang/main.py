@@ -36,6 +36,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     backoff_max_s: float = 60.0
     assume_timeout_s: float = 30.0
     verdict_refresh_s: float = 10.0
+    reserve_after_s: float = 0.0
     config: str = ""  # BATON_GANG_CONFIG: a settings file (read before the others)
 
     def __post_init__(self) -> None:
@@ -47,6 +48,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "BACKOFF_MAX_S": self.backoff_max_s >= self.backoff_s,
             "ASSUME_TIMEOUT_S": self.assume_timeout_s > 0,
             "VERDICT_REFRESH_S": self.verdict_refresh_s >= 0,
+            "RESERVE_AFTER_S": self.reserve_after_s >= 0,
         }
         bad = [key for key, ok in checks.items() if not ok]
         if bad:
@@ -58,6 +60,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             recreate_bare_pods=self.recreate_bare_pods, backoff_s=self.backoff_s,
             backoff_max_s=self.backoff_max_s, assume_timeout_s=self.assume_timeout_s,
             verdict_refresh_s=self.verdict_refresh_s,
+            reserve_after_s=self.reserve_after_s,
         )  # fmt: skip
 
 

@@ -142,8 +142,10 @@ class Outcome:
     )  # idle holds (from, to, gpus)
 
 
-def run_baton(jobs: list[TraceJob], nodes: list[Node]) -> Outcome:
-    state = core.initial()
+def run_baton(
+    jobs: list[TraceJob], nodes: list[Node], policy: core.Policy | None = None
+) -> Outcome:
+    state = core.initial(policy)
     for n in nodes:
         core.step(state, NodeEvent(op="upsert", at=0.0, node=n), 0.0)
     by_name = {j.name: j for j in jobs}
@@ -246,6 +248,9 @@ def summarise(jobs: list[TraceJob], out: Outcome, gpus: int) -> tuple[float, ...
     p95 = delays[int(len(delays) * 0.95)] if delays else math.nan
     never = len(jobs) - len(out.started)
     big = [out.started[j.name] - j.submit for j in jobs if j.gpus > 8 and j.name in out.started]
+    one = sorted(
+        out.started[j.name] - j.submit for j in jobs if j.gpus == 1 and j.name in out.started
+    )
     return (
         useful / (gpus * window),
         idle / (gpus * window),
@@ -254,6 +259,8 @@ def summarise(jobs: list[TraceJob], out: Outcome, gpus: int) -> tuple[float, ...
         p95 / 60,
         statistics.mean(big) / 60 if big else math.nan,
         never,
+        statistics.mean(one) / 60 if one else math.nan,
+        one[int(len(one) * 0.95)] / 60 if one else math.nan,
     )
 
 
@@ -279,17 +286,28 @@ def main() -> None:
     )
     print(
         "| placer | GPU utilisation | GPUs held idle by partial jobs | queueing mean min "
-        "| p50 min | p95 min | multi-node jobs mean min | jobs never started |"
+        "| p50 min | p95 min | multi-node jobs mean min | 1-GPU jobs mean / p95 min "
+        "| jobs never started |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for label, run in (("baton gang core", run_baton), ("pod-by-pod greedy", run_greedy)):
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    placers = [
+        ("baton gang core (head reserves at once)", lambda: run_baton(jobs, nodes)),
+        ("baton, head reserves after 30 min", lambda: run_baton(jobs, nodes, AGED)),
+        ("baton, no reservation", lambda: run_baton(jobs, nodes, NO_RESERVATION)),
+        ("pod-by-pod greedy", lambda: run_greedy(jobs, nodes)),
+    ]
+    for label, run in placers:
         started = time.perf_counter()
-        util, idle, mean, p50, p95, big, never = summarise(jobs, run(jobs, nodes), gpus)
+        util, idle, mean, p50, p95, big, never, one, one95 = summarise(jobs, run(), gpus)
         took = time.perf_counter() - started
         print(
             f"| {label} ({took:.0f} s) | {util:.1%} | {idle:.1%} | {mean:.0f} | {p50:.1f} "
-            f"| {p95:.0f} | {big:.0f} | {never:.0f} |"
+            f"| {p95:.0f} | {big:.0f} | {one:.0f} / {one95:.0f} | {never:.0f} |"
         )
+
+
+AGED = core.Policy(reserve_after_s=1800.0)
+NO_RESERVATION = core.Policy(reserve_after_s=math.inf)
 
 
 if __name__ == "__main__":
