@@ -45,8 +45,13 @@ def test_a_borrower_waits_rather_than_take_its_own_teams_nodes() -> None:
 
 
 def test_lone_pod_marks_are_on_the_pod() -> None:
-    lone = pod("solo", namespace="team-a", gpus=8, labels={TEAM: "a"},
-               annotations={"baton.io/admitted": "true", "baton.io/borrowing": "true"})
+    lone = pod(
+        "solo",
+        namespace="team-a",
+        gpus=8,
+        labels={TEAM: "a"},
+        annotations={"baton.io/admitted": "true", "baton.io/borrowing": "true"},
+    )
     state = make(two_teams(), lone, policy=core.Policy(require_admission=True))
     [bind] = binds(tick(state))
     assert [b.node for b in bind.bindings] == ["b0"]
