@@ -42,7 +42,7 @@ from proto.actions import (
 from proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased, NodeTeamChanged
 from proto.k8s import EndpointSliceEvent, NodeEvent, PodEvent, PodGroupEvent
 from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from proto.ticks import RecordedTick
+from proto.ticks import RecordedPolicy, RecordedTick
 from services.admission import core as admission_core
 from services.admission.shell import load_teams
 from services.gang import core as gang_core
@@ -233,6 +233,9 @@ class Service:
     inputs: Callable[[Sequence[Record]], tuple[list[Record], str]]  # feed order, how found
     is_decision: Callable[[Any], bool]
     is_action: Callable[[Any], bool]
+    # A fresh state under the policy the recording says the service ran with, if it says.
+    recorded_initial: Callable[[Sequence[Record]], Any | None] = lambda records: None
+    settings_prefix: str = ""  # env variables that override the recorded policy
 
     @property
     def tags(self) -> frozenset[str]:
@@ -278,6 +281,11 @@ def _gang_initial(settings: str, teams: str) -> Any:
     return gang_core.initial(load_settings(Settings, PREFIX, file=settings or None).policy())
 
 
+def _gang_recorded_initial(records: Sequence[Record]) -> Any | None:
+    policies = [r.event.policy for r in records if isinstance(r.event, RecordedPolicy)]
+    return gang_core.initial(policies[0]) if policies else None
+
+
 def _gang_step(state: Any, event: Any, now: float) -> tuple[Any, tuple[Any, ...]]:
     return gang_core.step(state, event, now)
 
@@ -310,6 +318,7 @@ SERVICES: dict[str, Service] = {
         | EndpointSliceEvent
         | ActionResult
         | RecordedTick
+        | RecordedPolicy
         | GangPlaced
         | GangUnschedulable
         | GangRestarted
@@ -322,6 +331,8 @@ SERVICES: dict[str, Service] = {
         inputs=gang_inputs,
         is_decision=lambda e: isinstance(e, GangPlaced | GangUnschedulable | GangRestarted),
         is_action=lambda e: isinstance(e, BindGang | EvictGang | CreatePod) and e.by == "gang",
+        recorded_initial=_gang_recorded_initial,
+        settings_prefix=PREFIX,
     ),
     "admission": Service(
         name="admission",

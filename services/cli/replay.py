@@ -278,6 +278,23 @@ def run(argv: list[str]) -> int:
         return 2
 
 
+def initial_state(
+    service: Service, records: Sequence[Record], *, settings: str | None, teams: str
+) -> tuple[Any, str]:
+    """The recorded policy, unless settings (a file or the service's env) say otherwise:
+    that is how a user asks "what if the policy had been ...?"."""
+    prefix = service.settings_prefix
+    overridden = sorted(k for k in os.environ if prefix and k.startswith(prefix))
+    if settings or overridden:
+        given = settings or ", ".join(overridden)
+        return service.initial(settings or "", teams), f"from {given} (what-if: not as recorded)"
+    recorded = service.recorded_initial(records)
+    if recorded is not None:
+        return recorded, "as recorded by the live service"
+    teams_note = f" and the teams in {teams}" if teams else ""
+    return service.initial("", teams), f"defaults{teams_note} (the recording holds none)"
+
+
 def _record(args: argparse.Namespace) -> int:
     with open(args.record, "wb") as out:
         written = asyncio.run(rec.record(args.nats, cluster=args.cluster, out=out))
@@ -287,10 +304,11 @@ def _record(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     service = SERVICES[args.service]
-    state = service.initial(args.settings or "", args.teams)
     started = time.perf_counter()
     records = rec.read(args.source, types=service.types, tags=service.tags)
     read_s = time.perf_counter() - started
+    state, policy_from = initial_state(service, records, settings=args.settings, teams=args.teams)
+    print(f"policy: {policy_from}")
     result = replay(service, records, state=state)
     if not args.quiet:
         print_run(service, result, gang=args.gang, out=print)

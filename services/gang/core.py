@@ -14,6 +14,7 @@ import msgspec
 from proto.actions import ActionResult, BindGang, Binding, CreatePod, EvictGang
 from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
+from proto.ticks import GangPolicy
 from services.gang import cluster as c
 from services.gang import ordering, restarting
 from services.gang.capacity import Index
@@ -22,18 +23,7 @@ from services.gang.ids import digest
 from services.gang.needs import identity, verdict
 from services.gang.topology import Plan, Search, reserve, search
 
-DEFAULT_LEVELS = ("topology.kubernetes.io/zone", "baton.io/block", "baton.io/rack")
-
-
-class Policy(msgspec.Struct, frozen=True, kw_only=True):
-    topology_keys: tuple[str, ...] = DEFAULT_LEVELS  # broad -> narrow
-    require_admission: bool = False  # place only gangs marked baton.io/admitted
-    recreate_bare_pods: bool = True  # on a gang restart, recreate pods no controller owns
-    backoff_s: float = 1.0  # first retry after a failed bind; doubles per attempt
-    backoff_max_s: float = 60.0
-    assume_timeout_s: float = 30.0  # forget a placement whose pods never showed up bound
-    verdict_refresh_s: float = 10.0  # recompute a cheaply rejected gang's verdict this often
-    reserve_after_s: float = 0.0  # the head reserves nodes once it has waited this long
+Policy = GangPolicy  # the core's knobs live in proto so the shell can record them
 
 
 class Tick(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="gang.tick.v1"):

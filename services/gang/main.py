@@ -17,6 +17,7 @@ from libs.runtime import (
     run_service,
     serve_ops,
 )
+from proto.ticks import DEFAULT_LEVELS
 from services.gang import core
 from services.gang.shell import GangShell
 
@@ -29,7 +30,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     dry_run: bool = False  # publish decisions, never actions
     ops_port: int = 9107
     cycle_interval: float = 0.5  # seconds between placement cycles
-    topology_keys: tuple[str, ...] = core.DEFAULT_LEVELS  # broad -> narrow
+    topology_keys: tuple[str, ...] = DEFAULT_LEVELS  # broad -> narrow
     require_admission: bool = False  # place only gangs the admission service admitted
     recreate_bare_pods: bool = True
     backoff_s: float = 1.0

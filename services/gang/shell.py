@@ -29,7 +29,7 @@ from proto import subjects
 from proto.actions import ActionResult, BindGang, CreatePod, EvictGang
 from proto.k8s import K8sEvent
 from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from proto.ticks import RecordedTick
+from proto.ticks import RecordedPolicy, RecordedTick
 from services.gang import core, metrics
 
 log = structlog.get_logger("baton.gang")
@@ -97,6 +97,8 @@ class GangShell:
             deliver="new",
         )  # fmt: skip
         try:
+            if self.record_ticks:  # replay needs the policy these decisions were made under
+                await self._publish_policy()
             await k8s.start()
             await results.start()
             self.caught_up = k8s.initial_pending == 0
@@ -108,6 +110,12 @@ class GangShell:
         finally:
             await k8s.close()
             await results.close()
+
+    async def _publish_policy(self) -> None:
+        at = self.clock()
+        record = RecordedPolicy(at=at, policy=self.state.policy)
+        subject = subjects.subject(self.bus.cluster, subjects.PLACEMENT, "policy")
+        await self.bus.publish(subject, record, msg_id=f"policy:{at}")
 
     async def _pump(self, sub: Subscription[Any], *, bootstrap: bool) -> None:
         async for msg in sub:

@@ -11,7 +11,7 @@ import pytest
 from libs.testing.builders import gang, node
 from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from proto.placement import GangPlaced, GangUnschedulable
-from proto.ticks import RecordedTick
+from proto.ticks import GangPolicy, RecordedPolicy, RecordedTick
 from services.cli import recording, replay
 from services.gang import core
 
@@ -225,3 +225,28 @@ def test_admission_replay_admits_within_quota_and_queues_beyond_it(
     assert "gang=default/job7 team=default reason=team 'default' uses 16 of its 16 GPU" in out
     assert "action.annotate.v1 kind=PodGroup namespace=default name=big" in out
     assert "order: K8S stream order" in out
+
+
+def test_replay_decides_under_the_recorded_policy_unless_settings_say_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """job7 is not admitted: a service that required admission placed nothing, so
+    replay must too; a what-if without the gate places it."""
+    gated = RecordedPolicy(at=99.0, policy=GangPolicy(require_admission=True))
+    lines = [Line(subject="baton.c1.placement.policy", stream="BATON_C1_EVENTS", data=gated)]
+    path = write(tmp_path / "s.jsonl", lines + session())
+    records = recording.read(path, types=GANG.types, tags=GANG.tags)
+
+    monkeypatch.delenv("BATON_GANG_REQUIRE_ADMISSION", raising=False)
+    state, source = replay.initial_state(GANG, records, settings=None, teams="")
+    assert source == "as recorded by the live service"
+    placed = [d for d in replay.replay(GANG, records, state=state).decisions
+              if isinstance(d.event, GangPlaced)]  # fmt: skip
+    assert placed == []
+
+    monkeypatch.setenv("BATON_GANG_REQUIRE_ADMISSION", "0")
+    state, source = replay.initial_state(GANG, records, settings=None, teams="")
+    assert source.endswith("(what-if: not as recorded)")
+    placed = [d for d in replay.replay(GANG, records, state=state).decisions
+              if isinstance(d.event, GangPlaced)]  # fmt: skip
+    assert [d.event.gang for d in placed] == ["default/job7"]
