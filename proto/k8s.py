@@ -192,3 +192,20 @@ class EndpointSliceEvent(ObjectEvent, frozen=True, tag="k8s.endpointslice.v1"):
 
 
 K8sEvent = NodeEvent | PodEvent | PodGroupEvent | EndpointSliceEvent
+
+
+KubeObject = Node | Pod | PodGroup | EndpointSlice
+
+
+def object_of(event: K8sEvent) -> KubeObject:
+    """The object an event carries, whatever its kind."""
+    match event:
+        case NodeEvent():
+            return event.node
+        case PodEvent():
+            return event.pod
+        case PodGroupEvent():
+            return event.pod_group
+        case EndpointSliceEvent():
+            return event.endpoint_slice
+    raise TypeError(f"not an object event: {event!r}")

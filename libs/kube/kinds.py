@@ -18,7 +18,7 @@ from libs.kube import slimming, wire
 from proto import k8s
 from proto.codec import Undecodable
 
-Obj = k8s.Node | k8s.Pod | k8s.PodGroup | k8s.EndpointSlice
+Obj = k8s.KubeObject
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
@@ -151,15 +151,4 @@ POD_GROUPS = Kind(
 KINDS: dict[str, Kind] = {k.name: k for k in (NODES, PODS, ENDPOINT_SLICES, POD_GROUPS)}
 
 
-def obj_of(event: k8s.K8sEvent) -> Obj:
-    """The object an event carries, whatever its kind."""
-    match event:
-        case k8s.NodeEvent():
-            return event.node
-        case k8s.PodEvent():
-            return event.pod
-        case k8s.PodGroupEvent():
-            return event.pod_group
-        case k8s.EndpointSliceEvent():
-            return event.endpoint_slice
-    raise TypeError(f"not an object event: {event!r}")
+obj_of = k8s.object_of  # the contract says which object an event carries

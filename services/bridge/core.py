@@ -38,7 +38,7 @@ class Rejected(msgspec.Struct, frozen=True, kw_only=True, tag="bridge.rejected.v
 
 
 Output = Publish | Rejected
-Obj = k8s.Node | k8s.Pod | k8s.PodGroup | k8s.EndpointSlice
+Obj = k8s.KubeObject
 
 
 class State(msgspec.Struct, kw_only=True):
@@ -61,17 +61,7 @@ def kind_of(event: k8s.K8sEvent) -> str:
     raise TypeError(f"not an object event: {event!r}")
 
 
-def object_of(event: k8s.K8sEvent) -> Obj:
-    match event:
-        case k8s.NodeEvent():
-            return event.node
-        case k8s.PodEvent():
-            return event.pod
-        case k8s.PodGroupEvent():
-            return event.pod_group
-        case k8s.EndpointSliceEvent():
-            return event.endpoint_slice
-    raise TypeError(f"not an object event: {event!r}")
+object_of = k8s.object_of
 
 
 def subject_of(cluster: str, event: k8s.K8sEvent) -> str:

@@ -7,7 +7,6 @@ import base64
 import json
 import shutil
 import ssl
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from libs.testing.sim import running_sim
 from proto.admission import PodMutated, PodRejected
 from proto.k8s import GPU, Node, NodeEvent, PodGroup, PodGroupEvent
 from services.admission import core, main
+from services.admission.certificates import self_signed
 from services.admission.serving import Webhook, serve_webhook, tls_context
 from services.admission.teams import parse
 
@@ -44,30 +44,7 @@ TEAMS = {
 
 
 def make_cert(directory: Path) -> tuple[str, str]:
-    cert, key = directory / "tls.crt", directory / "tls.key"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return str(cert), str(key)
+    return self_signed(str(directory), hosts=("127.0.0.1",), days=1)
 
 
 class Served:
