@@ -48,7 +48,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--workload",
         default="synthetic",
-        help="none | synthetic | a Philly-format trace CSV (default synthetic)",
+        help="none | synthetic | philly-sample | a Philly-format trace CSV (default synthetic)",
     )
     p.add_argument("--speed", type=float, default=60.0, help="trace time compression (default 60)")
     p.add_argument("--cluster", default="c1", help="cluster token in subjects (default c1)")
@@ -63,8 +63,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.nodes < 1:
         p.error("--nodes must be at least 1")
-    if args.workload not in {"none", "synthetic"} and not Path(args.workload).is_file():
-        p.error(f"--workload {args.workload!r}: not 'none', 'synthetic' or a readable trace file")
+    named = {"none", "synthetic", "philly-sample"}
+    if args.workload not in named and not Path(args.workload).is_file():
+        p.error(f"--workload {args.workload!r}: not {', '.join(sorted(named))} or a trace file")
     return args
 
 

@@ -83,3 +83,14 @@ def test_gangs_are_waiting_running_or_done_by_their_pods() -> None:
     view.apply(PodEvent(op="upsert", at=0.0, pod=lone))
     assert gang_states(view) == {"running": 1, "waiting": 2, "done": 1}
     assert "gangs     waiting 2  running 1  done 1" in render(view, [], elapsed=0)
+
+
+def test_up_takes_named_workloads_and_refuses_a_missing_trace(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from services.cli.up import parse_args
+
+    assert parse_args(["--workload", "philly-sample"]).workload == "philly-sample"
+    with pytest.raises(SystemExit):
+        parse_args(["--workload", "/no/such/trace.csv"])
+    assert "--workload '/no/such/trace.csv'" in capsys.readouterr().err
