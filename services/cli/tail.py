@@ -94,8 +94,10 @@ async def tail(args: argparse.Namespace) -> int:
 
     async def on_message(msg: Msg) -> None:
         nonlocal seen
-        stamp = dt.datetime.now().strftime("%H:%M:%S.%f")[:-3]
-        print(f"{stamp} {format_event(msg.subject, msg.data, as_json=args.json)}", flush=True)
+        line = format_event(msg.subject, msg.data, as_json=args.json)
+        if not args.json:  # --json stays pure JSON lines, for jq and baton replay --from
+            line = f"{dt.datetime.now().strftime('%H:%M:%S.%f')[:-3]} {line}"
+        print(line, flush=True)
         seen += 1
         if args.count and seen >= args.count:
             done.set()
