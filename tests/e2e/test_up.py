@@ -1,12 +1,16 @@
 """`baton up` as a user runs it: every piece as its own process, the admission webhook
 installed in the simulated API server, and work placed."""
 
+import asyncio
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from libs.testing.nats import running_nats
+from libs.testing.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -35,3 +39,20 @@ def test_baton_up_runs_the_synthetic_workload_to_completion(tmp_path: Path) -> N
     assert "placement.placed.v1" in output  # decisions scrolled past as they happened
     assert "admission webhook registered" in output  # pods went through the real webhook
     assert "baton up: stopped" in output
+
+
+async def test_baton_up_runs_against_an_existing_cluster_and_nats(tmp_path: Path) -> None:
+    """--kubeconfig and --nats: no simcluster or nats-server of its own, no webhook install."""
+    async with running_nats() as url, running_sim(nodes=8) as sim:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "services.cli", "up", "--kubeconfig", str(sim.kubeconfig),
+            "--nats", url, "--services", "bridge,gang,actuator", "--duration", "12",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
+    output = out.decode()
+    assert process.returncode == 0, output[-3000:]
+    last = output.rsplit("baton up ", 1)[-1]
+    assert re.search(r"nodes\s+8 \(8 ready", last), last
+    assert "services  bridge:ok  gang:ok  actuator:ok" in last  # none of its own nats/sim
+    assert "webhook" not in output  # a real cluster's webhooks are the admin's to install
