@@ -45,3 +45,19 @@ def test_single_watcher_and_writer_run_one_replica() -> None:
     for name in ("baton-bridge", "baton-actuator"):
         assert deployments[name]["spec"]["replicas"] == 1
         assert deployments[name]["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_compose_runs_real_commands_with_flags_they_accept() -> None:
+    from services.cli.main import COMMANDS
+    from services.simcluster.main import parse_args
+
+    compose = yaml.safe_load((BASE.parents[1] / "compose.yaml").read_text())
+    commands = {
+        name: service["command"]
+        for name, service in compose["services"].items()
+        if service.get("build") or service.get("image", "").startswith("baton")
+    }
+    assert set(commands) == {"sim", "bridge", "actuator", "gang", "admission"}
+    for argv in commands.values():
+        assert argv[0] in COMMANDS, argv
+    parse_args(commands["sim"][1:])  # exits (SystemExit) on a flag baton sim does not take
