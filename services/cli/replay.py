@@ -29,7 +29,8 @@ from proto.k8s import POD_GROUP_LABEL, NodeEvent, PodEvent, PodGroupEvent
 from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
 from proto.ticks import RecordedTick
 from services.cli import recording as rec
-from services.cli.recording import SERVICES, Record, RecordingError, Service
+from services.cli.recording import Record, RecordingError
+from services.cli.services import SERVICES, Service
 
 _CONTEXT = 6  # inputs of the diverging gang shown before a divergence
 

@@ -34,6 +34,7 @@ from proto.actions import ActionResult, BindGang
 from proto.k8s import NodeEvent, Pod, PodEvent, PodGroupEvent
 from proto.ticks import RecordedTick
 from services.cli import recording, replay
+from services.cli.services import SERVICES
 from services.gang import core
 from services.gang.shell import tick_marks
 from tests.bench.bench_gang import TraceJob, cluster_7500, philly
@@ -136,7 +137,7 @@ def synthesize(jobs: list[TraceJob], *, speed: float) -> Session:
 
 def measure(jobs: list[TraceJob], *, speed: float) -> tuple[Any, ...]:
     session = synthesize(jobs, speed=speed)
-    service = recording.SERVICES["gang"]
+    service = SERVICES["gang"]
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "session.jsonl"
         path.write_bytes(b"".join(msgspec.json.encode(x) + b"\n" for x in session.lines))

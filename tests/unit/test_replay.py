@@ -13,10 +13,11 @@ from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from proto.placement import GangPlaced, GangUnschedulable
 from proto.ticks import GangPolicy, RecordedPolicy, RecordedTick
 from services.cli import recording, replay
+from services.cli.services import SERVICES, gang_inputs
 from services.gang import core
 
 pytestmark = pytest.mark.unit
-GANG = recording.SERVICES["gang"]
+GANG = SERVICES["gang"]
 
 
 class Line(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -201,7 +202,7 @@ def test_each_tick_is_fed_after_exactly_the_inputs_it_had_seen() -> None:
             event=RecordedTick(at=3.0, k8s_seq=2),
         ),
     ]
-    feed, order = recording.gang_inputs(records)
+    feed, order = gang_inputs(records)
     assert [r.line for r in feed] == [1, 3, 2, 4]
     assert order == "ticks placed by stream sequence"
 
