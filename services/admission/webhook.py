@@ -24,7 +24,8 @@ import msgspec
 from libs.kube.quantities import InvalidQuantity
 from proto.admission import Kind, PodMutated, PodRejected
 from proto.k8s import GPU, POD_GROUP_LABEL, SCHEDULER_NAME
-from services.admission.core.state import ADMITTED, GPUS_PER_POD, State
+from services.admission.core.gangs import ADMITTED, GPUS_PER_POD
+from services.admission.core.state import State
 from services.admission.objects import (
     KPod,
     KPodGroup,

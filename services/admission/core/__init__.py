@@ -23,14 +23,8 @@ from proto.k8s import (
     PodGroupEvent,
 )
 from services.admission.core import nodes, queueing
-from services.admission.core.state import (
-    ADMITTED,
-    BORROWING,
-    GPUS_PER_POD,
-    Gang,
-    Member,
-    State,
-)
+from services.admission.core.gangs import ADMITTED, BORROWING, GPUS_PER_POD, Gang, Member
+from services.admission.core.state import State
 from services.admission.teams import DEFAULT, TeamConfig
 
 __all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step"]

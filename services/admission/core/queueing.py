@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from proto.actions import Annotate, AnyAction, Binding, EvictGang
 from proto.admission import GangAdmitted, GangPreempted, GangQueued
-from services.admission.core.state import ADMITTED, BORROWING, Gang, State, on_team, queue_key
+from services.admission.core.gangs import ADMITTED, BORROWING, Gang, queue_key
+from services.admission.core.state import State, on_team
 
 __all__ = ["admit", "preempt", "queue_key", "queued", "reclaim_plan"]
 

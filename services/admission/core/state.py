@@ -12,95 +12,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from proto.k8s import GPU, Node
+from services.admission.core.gangs import ACTIVE, Gang, Member, queue_key
 from services.admission.teams import DEFAULT, Team, TeamConfig, is_default
-
-ADMITTED = "baton.io/admitted"
-BORROWING = "baton.io/borrowing"
-GPUS_PER_POD = "baton.io/gpus-per-pod"
-
-
-@dataclass(frozen=True, slots=True)
-class Member:
-    gpus: int
-    priority: int
-    phase: str
-    uid: str
-    node: str
-
-
-@dataclass(slots=True)
-class Gang:
-    """A PodGroup as admission sees it. ``gpus`` is the whole gang's demand (0: unknown)."""
-
-    key: str
-    team: str
-    min_member: int
-    created_at: float
-    gpus_per_pod: int | None = None  # from the PodGroup annotation, else from member pods
-    members: dict[str, Member] = field(default_factory=dict)
-    admitted: bool = False
-    held: int = 0  # GPUs counted against the team while admitted
-    borrowed: int = 0
-    finished: bool = False
-    reason: str = ""  # last published queue reason
-    qkey: tuple[int, float, str] | None = None  # its entry in the team's queue, when queued
-    lone: bool = False  # a pod with schedulerName baton and no PodGroup: a gang of one
-
-    def copy(self) -> Gang:
-        """A shallow copy (``members`` shared); faster than ``dataclasses.replace``."""
-        return Gang(
-            self.key,
-            self.team,
-            self.min_member,
-            self.created_at,
-            self.gpus_per_pod,
-            self.members,
-            self.admitted,
-            self.held,
-            self.borrowed,
-            self.finished,
-            self.reason,
-            self.qkey,
-            self.lone,
-        )
-
-    @property
-    def gpus(self) -> int:
-        per_pod = self.gpus_per_pod
-        if per_pod is None:
-            if not self.members:
-                return 0
-            per_pod = max(m.gpus for m in self.members.values())
-        return per_pod * self.min_member
-
-    @property
-    def known(self) -> bool:
-        return self.gpus_per_pod is not None or bool(self.members)
-
-    @property
-    def priority(self) -> int:
-        return max((m.priority for m in self.members.values()), default=0)
-
-    @property
-    def kind(self) -> Literal["Pod", "PodGroup"]:
-        """What carries the gang's admission marks."""
-        return "Pod" if self.lone else "PodGroup"
-
-    @property
-    def namespace(self) -> str:
-        return self.key.partition("/")[0]
-
-    @property
-    def name(self) -> str:
-        return self.key.partition("/")[2]
-
-
-def queue_key(gang: Gang) -> tuple[int, float, str]:
-    """Order within a team's queue: priority (high first), then age, then name."""
-    return (-gang.priority, gang.created_at, gang.key)
 
 
 @dataclass(slots=True)
@@ -337,9 +253,6 @@ def on_team(state: State, gang: Gang, team: str) -> int:
     if placed < gang.held and team in state.lenders(gang.team):
         here += gang.held - placed
     return here
-
-
-ACTIVE = ("Pending", "Running", "Unknown")
 
 
 def node_gpus(node: Node) -> int:
