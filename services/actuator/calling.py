@@ -18,7 +18,7 @@ import msgspec
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.actuator import core, metrics
+from services.actuator import metrics, retrying
 
 MERGE = "application/merge-patch+json"
 Obj = dict[str, Any]
@@ -32,8 +32,8 @@ class ApiError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
     @property
-    def policy(self) -> core.Policy:
-        return core.policy_for(self.status)
+    def policy(self) -> retrying.Policy:
+        return retrying.policy_for(self.status)
 
 
 class Api:
@@ -74,7 +74,7 @@ class Session:
             error = ApiError(status, _message(message), reason=reason)
             if error.policy != "backoff" or attempt == api.tries:
                 raise error
-            delay = core.backoff(attempt, base=api.base, cap=api.cap, rng=api.rng)
+            delay = retrying.backoff(attempt, base=api.base, cap=api.cap, rng=api.rng)
             await asyncio.sleep(max(delay, min(retry_after, api.cap)))
         raise AssertionError("unreachable")
 

@@ -29,41 +29,8 @@ from proto.actions import (
     EvictGang,
     Outcome,
 )
-
-# Share of the burst a priority class must leave in the bucket for the classes above
-# it: under load, health actions always find tokens that balloons could not take.
-RESERVE: dict[str, float] = {
-    "health": 0.0,
-    "placement": 0.0,
-    "admission": 0.1,
-    "scaling": 0.25,
-    "balloon": 0.5,
-}
-
-# What to do with an API error, by HTTP status (0: timeout or connection error).
-Policy = Literal["backoff", "reread", "gone", "fail"]
-RETRY_POLICY: dict[int, Policy] = {
-    0: "backoff",  # timeout, connection reset: the API server may be overloaded
-    429: "backoff",  # API priority and fairness, or a PodDisruptionBudget on eviction
-    500: "backoff",
-    502: "backoff",
-    503: "backoff",
-    504: "backoff",
-    409: "reread",  # optimistic concurrency: read the object again and recompute
-    404: "gone",  # the target vanished: the action cannot apply
-    410: "gone",
-}
-
-
-def policy_for(status: int) -> Policy:
-    """The retry policy for an HTTP status; other 5xx back off, other 4xx fail."""
-    return RETRY_POLICY.get(status, "backoff" if status >= 500 else "fail")
-
-
-def backoff(attempt: int, *, base: float, cap: float, rng: random.Random) -> float:
-    """Exponential backoff with equal jitter: half fixed, half drawn from the seeded rng."""
-    ceiling: float = min(cap, base * 2.0 ** max(attempt - 1, 0))
-    return ceiling / 2 + rng.random() * ceiling / 2
+from services.actuator.pacing import Bucket
+from services.actuator.retrying import backoff
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,36 +98,6 @@ class WakeAt(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.wake.v1"):
 Output = Apply | Settle | Report | WakeAt
 
 # -- state ----------------------------------------------------------------------------
-
-
-class Bucket:
-    """A token bucket; each priority class keeps its reserve untouched (see RESERVE)."""
-
-    __slots__ = ("at", "burst", "qps", "tokens")
-
-    def __init__(self, *, qps: float, burst: int, now: float) -> None:
-        self.qps, self.burst, self.tokens, self.at = qps, float(burst), float(burst), now
-
-    def take(self, *, priority: str, cost: int, now: float) -> float:
-        """Take ``cost`` tokens and return 0, or return the seconds until it could.
-
-        A cost larger than the burst is granted when the bucket is full and leaves a
-        debt, so one 1,000-pod gang goes through and the next action waits it off.
-        """
-        if self.qps <= 0:
-            return 0.0
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.qps)
-        self.at = now
-        floor = self.burst * RESERVE[priority]
-        need = floor + min(cost, self.burst - floor)
-        if self.tokens >= need:
-            self.tokens -= cost
-            return 0.0
-        return (need - self.tokens) / self.qps
-
-    def charge(self, extra: int) -> None:
-        if self.qps > 0:
-            self.tokens -= extra
 
 
 class Entry:

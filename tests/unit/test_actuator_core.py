@@ -8,7 +8,7 @@ import pytest
 
 from proto.actions import BindGang, Binding, Cordon, CreatePod, PodTemplate, SetTaint
 from proto.k8s import Taint
-from services.actuator import core
+from services.actuator import core, pacing, retrying
 from services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle, Tick, WakeAt
 
 pytestmark = pytest.mark.unit
@@ -62,7 +62,7 @@ def test_highest_priority_goes_first_when_slots_are_full() -> None:
 def test_bucket_keeps_a_reserve_for_higher_priorities(
     priority: str, tokens_left: float, granted: bool
 ) -> None:
-    bucket = core.Bucket(qps=10, burst=10, now=0.0)
+    bucket = pacing.Bucket(qps=10, burst=10, now=0.0)
     bucket.tokens = tokens_left
     wait = bucket.take(priority=priority, cost=1, now=0.0)
     assert (wait == 0.0) is granted
@@ -71,7 +71,7 @@ def test_bucket_keeps_a_reserve_for_higher_priorities(
 
 
 def test_bucket_refills_at_qps_and_charges_gang_size() -> None:
-    bucket = core.Bucket(qps=100, burst=50, now=0.0)
+    bucket = pacing.Bucket(qps=100, burst=50, now=0.0)
     assert bucket.take(priority="placement", cost=50, now=0.0) == 0.0
     wait = bucket.take(priority="placement", cost=10, now=0.0)
     assert wait == pytest.approx(0.1)
@@ -80,7 +80,7 @@ def test_bucket_refills_at_qps_and_charges_gang_size() -> None:
 
 
 def test_a_gang_larger_than_the_burst_runs_and_leaves_a_debt() -> None:
-    bucket = core.Bucket(qps=100, burst=50, now=0.0)
+    bucket = pacing.Bucket(qps=100, burst=50, now=0.0)
     assert bucket.take(priority="placement", cost=200, now=0.0) == 0.0
     # 150 tokens of debt plus one token for the next action, at 100 per second.
     assert bucket.take(priority="placement", cost=1, now=0.0) == pytest.approx(1.51)
@@ -161,12 +161,12 @@ def test_full_queue_naks_instead_of_holding() -> None:
      (409, "reread"), (404, "gone"), (400, "fail"), (403, "fail"), (422, "fail")],
 )  # fmt: skip
 def test_retry_policy_table(status: int, policy: str) -> None:
-    assert core.policy_for(status) == policy
+    assert retrying.policy_for(status) == policy
 
 
 def test_backoff_is_exponential_capped_and_seeded() -> None:
-    first = [core.backoff(a, base=0.5, cap=4.0, rng=random.Random(7)) for a in range(1, 7)]
-    again = [core.backoff(a, base=0.5, cap=4.0, rng=random.Random(7)) for a in range(1, 7)]
+    first = [retrying.backoff(a, base=0.5, cap=4.0, rng=random.Random(7)) for a in range(1, 7)]
+    again = [retrying.backoff(a, base=0.5, cap=4.0, rng=random.Random(7)) for a in range(1, 7)]
     assert first == again
     for attempt, delay in enumerate(first, start=1):
         ceiling = min(4.0, 0.5 * 2 ** (attempt - 1))
