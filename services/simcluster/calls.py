@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from aiohttp import web
 
+from services.simcluster import tables
 from services.simcluster.objects import ApiError
 from services.simcluster.resources import Resource
 
@@ -50,6 +51,11 @@ class Call:
         if method == "DELETE" and self.name is None:
             return "DELETECOLLECTION"
         return method
+
+    @property
+    def as_table(self) -> bool:
+        """The client asked for a meta.k8s.io Table (kubectl get) rather than objects."""
+        return self.sub is None and tables.wants_table(self.request.headers.get("Accept", ""))
 
     def query(self, key: str, default: str = "") -> str:
         return self.request.query.get(key, default)

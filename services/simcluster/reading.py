@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from services.simcluster import tables
 from services.simcluster.calls import Call, json_response, raw_response
 from services.simcluster.history import Expired, Predicate, Watcher, frame
 from services.simcluster.objects import ApiError
@@ -25,6 +26,7 @@ from services.simcluster.selectors import SelectorError
 from services.simcluster.store import Entry
 
 _encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
 _LIVENESS_SECONDS = 1.0  # how often an idle watch checks that its client is still there
 
 
@@ -54,6 +56,9 @@ async def get(call: Call) -> web.StreamResponse:
     assert call.name is not None
     if call.sub == "scale":
         return json_response(scale_of(store.get(call.res.plural, call.namespace, call.name)))
+    if call.as_table:
+        obj = store.get(call.res.plural, call.namespace, call.name)
+        return json_response(_table(call, [obj], rv=str(store.rv)))
     return raw_response(store.get_raw(call.res.plural, call.namespace, call.name))
 
 
@@ -71,14 +76,18 @@ async def list_(call: Call) -> web.StreamResponse:
     pred = predicate(call)
     limit = call.int_query("limit") or 0
     token = call.query("continue")
-    rv, meta = store.rv, b""
+    rv, meta, next_token = store.rv, b"", ""
     if limit > 0 or token:
-        raws, rv, next_token = _page(call, pred, limit, token)
+        entries, rv, next_token = _page(call, pred, limit, token)
         if next_token:
             meta = b',"continue":"' + next_token.encode() + b'"'
     else:
         _check_exact(call)
-        raws = [raw for _, raw in store.entries(res.plural, call.namespace, pred)]
+        entries = store.entries(res.plural, call.namespace, pred)
+    if call.as_table:  # kubectl get: only this path pays for building rows
+        objs = [obj for obj, _ in entries]
+        return json_response(_table(call, objs, rv=str(rv), cont=next_token))
+    raws = [raw for _, raw in entries]
     head = (
         b'{"kind":"'
         + res.kind.encode()
@@ -93,6 +102,29 @@ async def list_(call: Call) -> web.StreamResponse:
     return raw_response(head + b",".join(raws) + b"]}")
 
 
+def _table(call: Call, objs: list[dict[str, Any]], *, rv: str = "", cont: str = "") -> Any:
+    include = call.query("includeObject", "Metadata")
+    if include not in ("None", "Metadata", "Object"):
+        raise ApiError(400, "BadRequest", f"invalid includeObject: {include!r}")
+    now = call.server.store.now()
+    return tables.table(call.res.plural, objs, now=now, include=include, rv=rv, cont=cont)
+
+
+def _table_lines(call: Call, lines: bytes) -> bytes:
+    """Watch event lines with each object turned into a one-row Table (kubectl get -w)."""
+    out: list[bytes] = []
+    for line in lines.splitlines():
+        event = _decode(line)
+        obj = event.get("object") or {}
+        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+            event["object"] = _table(call, [obj])
+        elif event.get("type") == "BOOKMARK":
+            rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            event["object"] = tables.table(call.res.plural, [], now=0.0, rv=rv)
+        out.append(_encode(event) + b"\n")
+    return b"".join(out)
+
+
 def _check_exact(call: Call) -> None:
     if call.query("resourceVersionMatch") == "Exact":
         wanted = call.int_query("resourceVersion")
@@ -102,7 +134,7 @@ def _check_exact(call: Call) -> None:
 
 def _page(
     call: Call, pred: Predicate | None, limit: int, token: str
-) -> tuple[list[bytes], int, str]:
+) -> tuple[list[Entry], int, str]:
     store, plural = call.server.store, call.res.plural
     rv, start = _decode_token(token) if token else (store.rv, (call.namespace or "", ""))
     try:
@@ -117,7 +149,7 @@ def _page(
         ) from None
     keys = store.sorted_keys(plural)
     i = bisect.bisect_right(keys, start) if token else bisect.bisect_left(keys, start)
-    out: list[bytes] = []
+    out: list[Entry] = []
     last: tuple[str, str] | None = None
     while i < len(keys) and (limit <= 0 or len(out) < limit):
         key = keys[i]
@@ -126,7 +158,7 @@ def _page(
             break
         entry: Entry | None = store.lookup(plural, key)
         if entry is not None and (pred is None or pred(entry[0])):
-            out.append(entry[1])
+            out.append(entry)
             last = key
     more = i < len(keys) and (call.namespace is None or keys[i][0] == call.namespace)
     return out, rv, _encode_token(rv, last) if more and last else ""
@@ -174,7 +206,8 @@ async def watch(call: Call) -> web.StreamResponse:
     gauge.inc()
     try:
         if initial:
-            await response.write(b"".join(initial))
+            first = b"".join(initial)
+            await response.write(_table_lines(call, first) if call.as_table else first)
         await _follow(call, watcher, response)
     except (ConnectionResetError, ConnectionError):
         pass
@@ -201,12 +234,14 @@ async def _follow(call: Call, watcher: Watcher, response: web.StreamResponse) ->
             return  # the client went away; aiohttp does not cancel the handler for us
         if watcher.lines:
             metrics.labels(call.res.plural).inc(len(watcher.lines))
-            await response.write(watcher.drain())
+            lines = watcher.drain()
+            await response.write(_table_lines(call, lines) if call.as_table else lines)
         if watcher.closed:
             return
         if bookmarks and time.monotonic() >= next_bookmark and not watcher.lines:
             # only with nothing queued: the bookmark promises all up to this RV was sent
-            await response.write(_bookmark(call, call.server.store.rv))
+            mark = _bookmark(call, call.server.store.rv)
+            await response.write(_table_lines(call, mark) if call.as_table else mark)
             next_bookmark = time.monotonic() + settings.bookmark_seconds
 
 
