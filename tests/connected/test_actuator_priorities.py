@@ -1,0 +1,109 @@
+"""The actuator's priority classes under a real rate limit: a real nats-server, simcluster
+over HTTP, and an actuator allowed 5 writes a second. A health action published after a
+backlog of balloon actions must jump the queue. The assertions are about order only."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import CoreV1Api
+
+from libs.bus import Bus
+from libs.testing.nats import running_nats
+from libs.testing.sim import running_sim
+from proto import subjects
+from proto.actions import ActionResult, AnyAction, SetLabels, SetTaint
+from proto.k8s import Taint
+from services.actuator import core
+from services.actuator.calling import Api
+from services.actuator.shell import Actuator
+
+pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
+
+C = "c1"
+NODES = [f"gpu-{i}" for i in range(4)]
+BALLOONS = 20
+
+
+def balloon(i: int) -> SetLabels:
+    node = NODES[i % len(NODES)]
+    labels: dict[str, str | None] = {f"baton.io/balloon-{i}": "on"}
+    return SetLabels(id=f"b{i}", by="balloon", at=0.0, node=node, labels=labels, priority="balloon")
+
+
+def health() -> SetTaint:
+    taint = Taint(key="baton.io/unhealthy", effect="NoSchedule", value="xid-79")
+    return SetTaint(id="h1", by="health", at=0.0, node=NODES[0], taint=taint, priority="health")
+
+
+async def publish(bus: Bus, kind: str, action: AnyAction, node: str) -> None:
+    await bus.publish(subjects.subject(C, subjects.ACTION, kind, node), action, msg_id=action.id)
+
+
+async def collect(sub: Any, into: list[ActionResult]) -> None:
+    async for msg in sub:
+        into.append(msg.event)
+        await msg.ack()
+
+
+async def wait_for(results: list[ActionResult], count: int, *, within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while len({r.action_id for r in results}) < count:
+        if time.monotonic() > deadline:
+            done = sorted({r.action_id for r in results})
+            raise AssertionError(f"only {len(done)} of {count} results: {done}")
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def running_actuator(url: str, api: Api, limits: core.Limits) -> AsyncIterator[None]:
+    bus = await Bus.connect(url, cluster=C, name="actuator")
+    task = asyncio.create_task(Actuator(bus, api=api, limits=limits).run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await bus.close()
+
+
+async def test_health_action_overtakes_queued_balloon_actions() -> None:
+    async with running_nats() as url, running_sim() as sim:
+        bus = await Bus.connect(url, cluster=C, name="test")
+        await bus.ensure_streams()
+        client = await sim.api_client()
+        results: list[ActionResult] = []
+        sub = bus.consume(subjects.wildcard(C, subjects.RESULT, ">"), type_=ActionResult)
+        reader = asyncio.create_task(collect(sub, results))
+        try:
+            for name in NODES:
+                await CoreV1Api(client).create_node({"metadata": {"name": name}})
+            # The backlog first, the health action last: all wait in ACTIONS.
+            for i in range(BALLOONS):
+                action = balloon(i)
+                await publish(bus, "label", action, action.node)
+            await publish(bus, "taint", health(), NODES[0])
+            limits = core.Limits(qps=5, burst=2, backoff_base=0.05)
+            async with running_actuator(url, Api(client, tries=2, base=0.01), limits):
+                await wait_for(results, BALLOONS + 1)
+            node = await CoreV1Api(client).read_node(NODES[0])
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            await sub.close()
+            await client.close()
+            await bus.close()
+
+    assert {r.outcome for r in results} == {"applied"}, [r.error for r in results if r.error]
+    assert any(t.key == "baton.io/unhealthy" for t in node.spec.taints or [])
+    order = [r.action_id for r in sorted(results, key=lambda r: r.at)]
+    before = order[: order.index("h1")]
+    # Without priorities it would come last, behind all the balloons queued before it.
+    assert len(before) < BALLOONS // 4, f"health applied after {before}"
