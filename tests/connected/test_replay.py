@@ -9,66 +9,23 @@ node goes NotReady (restarted whole, recreated, placed again).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 
-from libs.bus import Bus
 from libs.testing.nats import running_nats
 from libs.testing.sim import Sim, running_sim
 from proto import subjects
-from services.actuator import core as actuator_core
-from services.actuator.calling import Api
-from services.actuator.shell import Actuator
-from services.bridge.shell import Bridge
 from services.cli import recording, replay
-from services.gang import core
-from services.gang.shell import GangShell
 from services.simcluster.workload import Job
+from tests.pipeline import running_services, until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(180)]
 C = "c1"
 NS = "team-t1"
-
-
-@contextlib.asynccontextmanager
-async def services(url: str, sim: Sim) -> AsyncIterator[None]:
-    """bridge, gang and actuator in this loop; stopped (all of them) on exit."""
-    client = await sim.api_client()
-    buses = [await Bus.connect(url, cluster=C, name=n) for n in ("bridge", "gang", "actuator")]
-    await buses[0].ensure_streams()
-    await history_settled(url)  # HISTORY's sources start ~0.1 s after the stream (see docs)
-    limits = actuator_core.Limits(qps=0, backoff_base=0.05)
-    runners = [
-        Bridge(bus=buses[0], api=client, cluster=C),
-        GangShell(buses[1], state=core.initial(), interval=0.1),
-        Actuator(buses[2], api=Api(client, tries=2, base=0.01), limits=limits),
-    ]
-    tasks = [asyncio.create_task(r.run()) for r in runners]
-    try:
-        yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for bus in buses:
-            await bus.close()
-        await client.close()
-
-
-async def until(check: Callable[[], bool], *, within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def pods(sim: Sim, job: str) -> list[dict[str, Any]]:
@@ -105,7 +62,7 @@ async def history_settled(url: str) -> None:
 
 
 async def run_scenario(url: str, sim: Sim) -> None:
-    async with services(url, sim):
+    async with running_services(url, sim):
         jobs = [
             Job(job_id="a", submit_s=0, gpus=32, duration_s=2.0, team="t1"),
             Job(job_id="b", submit_s=0, gpus=48, duration_s=2.0, team="t1"),

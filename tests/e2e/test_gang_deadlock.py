@@ -11,22 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from libs.bus import Bus
 from libs.testing.nats import running_nats
 from libs.testing.sim import Sim, running_sim
-from services.actuator import core as actuator_core
-from services.actuator.calling import Api
-from services.actuator.shell import Actuator
-from services.bridge.shell import Bridge
-from services.gang import core
 from services.gang.shell import GangShell
 from services.simcluster.workload import Job
+from tests.pipeline import running_services, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 C = "c1"
@@ -56,34 +51,12 @@ class System:
 @contextlib.asynccontextmanager
 async def system(nodes: int) -> AsyncIterator[System]:
     """nats-server, simcluster, and the bridge, gang and actuator services in this loop."""
-    async with running_nats() as url, running_sim(nodes=nodes) as sim:
-        client = await sim.api_client()
-        buses = [await Bus.connect(url, cluster=C, name=n) for n in ("bridge", "gang", "actuator")]
-        await buses[0].ensure_streams()
-        bridge = Bridge(bus=buses[0], api=client, cluster=C)
-        gang = GangShell(buses[1], state=core.initial(), interval=0.1)
-        limits = actuator_core.Limits(qps=0, backoff_base=0.05)
-        actuator = Actuator(buses[2], api=Api(client, tries=2, base=0.01), limits=limits)
-        tasks = [asyncio.create_task(s.run()) for s in (bridge, gang, actuator)]
-        try:
-            yield System(sim=sim, gang=gang)
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            for bus in buses:
-                await bus.close()
-            await client.close()
-
-
-async def until(check: Callable[[], bool], *, within: float, what: str, step: float = 0.05) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(step)
+    async with (
+        running_nats() as url,
+        running_sim(nodes=nodes) as sim,
+        running_services(url, sim, cluster=C) as services,
+    ):
+        yield System(sim=sim, gang=services.gang)
 
 
 async def test_two_gangs_that_cannot_both_fit_run_one_after_the_other_never_half() -> None:
