@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -260,13 +261,10 @@ async def follow(nc: NATS, view: View, *, cluster: str) -> None:
     await nc.subscribe(subjects.wildcard(cluster), cb=on_any)
 
 
-_last_counts: dict[str, int] = {}
-
-
 def update_rates(view: View, *, interval: float) -> None:
     for domain, count in view.counts.items():
-        view.rates[domain] = (count - _last_counts.get(domain, 0)) / interval
-        _last_counts[domain] = count
+        view.rates[domain] = (count - view.counted.get(domain, 0)) / interval
+    view.counted = Counter(view.counts)
 
 
 def describe(subject: str, data: bytes) -> str:

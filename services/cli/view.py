@@ -41,6 +41,7 @@ class View:
     groups: dict[str, PodGroup] = field(default_factory=dict)
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=12))
     counts: Counter[str] = field(default_factory=Counter)  # bus messages by domain
+    counted: Counter[str] = field(default_factory=Counter)  # counts at the last rate update
     rates: dict[str, float] = field(default_factory=dict)  # messages/s by domain
 
     def apply(self, event: K8sEvent) -> None:

@@ -94,3 +94,14 @@ def test_up_takes_named_workloads_and_refuses_a_missing_trace(
     with pytest.raises(SystemExit):
         parse_args(["--workload", "/no/such/trace.csv"])
     assert "--workload '/no/such/trace.csv'" in capsys.readouterr().err
+
+
+def test_bus_rates_are_messages_since_the_last_update() -> None:
+    from services.cli.up import update_rates
+
+    view = View()
+    view.counts["k8s"] += 30
+    update_rates(view, interval=1.0)
+    view.counts["k8s"] += 10
+    update_rates(view, interval=2.0)
+    assert view.rates == {"k8s": 5.0}
