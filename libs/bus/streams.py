@@ -44,9 +44,6 @@ EVENT_DOMAINS: Final = (
     "autoscaler",
 )
 
-# Tombstones (op="delete") in K8S are published with this TTL, then vanish.
-TOMBSTONE_TTL: Final = "1h"
-
 
 def stream_configs(
     cluster: str,

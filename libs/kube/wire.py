@@ -22,11 +22,6 @@ class _Wire(msgspec.Struct, rename="camel", kw_only=True):
     pass
 
 
-class OwnerReference(_Wire):
-    kind: str = ""
-    name: str = ""
-
-
 class ObjectMeta(_Wire):
     name: str = ""
     namespace: str = ""

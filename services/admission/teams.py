@@ -149,13 +149,3 @@ def is_label_key(key: str) -> bool:
     """A Kubernetes label key: optional DNS prefix and '/', then a name of <= 63 characters."""
     prefix, _, name = key.rpartition("/")
     return bool(_KEY.match(key)) and len(name) <= 63 and len(prefix) <= 253
-
-
-def team_of_namespace(config: TeamConfig, namespace: str) -> str:
-    """The team owning ``namespace``, or '' (the default team owns every namespace)."""
-    if is_default(config):
-        return DEFAULT_TEAM
-    for team in config.teams:
-        if namespace in team.namespaces:
-            return team.name
-    return ""

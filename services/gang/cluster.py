@@ -37,7 +37,6 @@ class Assumption:
     action_id: str
     nodes: dict[str, str]  # pod key -> node
     at: float
-    acknowledged: bool = False  # the actuator said applied/already
 
 
 @dataclass(slots=True)

@@ -194,8 +194,6 @@ def on_result(state: State, result: ActionResult, now: float) -> None:
         return
     if result.outcome in ("failed", "rolled-back"):
         forget(state, gang, now)  # 5. forget on failure
-    else:
-        gang.assumed.acknowledged = True
 
 
 def expire(state: State, now: float) -> None:

@@ -79,7 +79,6 @@ class GangShell:
         self.dry_run = dry_run
         self.clock = clock
         self.caught_up = False
-        self.cycles = 0
         self.record_ticks = record_ticks
         self._seqs = {"k8s": 0, "result": 0}  # last applied input per stream, for RecordedTick
         self._queue: asyncio.Queue[Message[Any] | None] = asyncio.Queue(maxsize=1024)
@@ -103,8 +102,8 @@ class GangShell:
             await results.start()
             self.caught_up = k8s.initial_pending == 0
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._pump(k8s, bootstrap=True))
-                group.create_task(self._pump(results, bootstrap=False))
+                group.create_task(self._pump(k8s))
+                group.create_task(self._pump(results))
                 group.create_task(self._tick())
                 await self._loop()
         finally:
@@ -117,7 +116,7 @@ class GangShell:
         subject = subjects.subject(self.bus.cluster, subjects.PLACEMENT, "policy")
         await self.bus.publish(subject, record, msg_id=f"policy:{at}")
 
-    async def _pump(self, sub: Subscription[Any], *, bootstrap: bool) -> None:
+    async def _pump(self, sub: Subscription[Any]) -> None:
         async for msg in sub:
             await self._queue.put(msg)
 
@@ -140,7 +139,6 @@ class GangShell:
             self.state, outputs = core.step(self.state, event, now)
             record = None
             if msg is None:
-                self.cycles += 1
                 metrics.CYCLE_SECONDS.observe(time.perf_counter() - started)
                 self._gauge()
                 if marks is not None and (outputs or marks != tick_marks(self.state)):
