@@ -17,10 +17,19 @@ test *ARGS: install
 bench *ARGS: install
     {{venv}}python -m tests.bench {{ARGS}}
 
-# ruff, mypy (strict on libs and cores), and the import-linter layer contracts.
+# ruff, mypy (strict on libs and cores), the import-linter layer contracts, the alert rules.
 lint: install
     {{venv}}ruff check . && {{venv}}ruff format --check . && {{venv}}mypy libs proto services && {{venv}}lint-imports
+    promtool check rules deploy/prometheus/rules.yaml
+
+# baton status: what baton up shows, once (BATON_NATS_URL, or --nats URL).
+status *ARGS: install
+    {{venv}}baton status {{ARGS}}
 
 # Regenerate proto/schemas after changing an event type (a unit test fails when stale).
 schemas: install
     {{venv}}python -m proto.schema
+
+# The chaos run: replicas killed, NATS restarted, a leader paused; checks the invariants.
+chaos *ARGS: install
+    {{venv}}python -m tests.chaos {{ARGS}}

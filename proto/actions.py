@@ -8,20 +8,24 @@ service). ``at`` is the decision's time.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import msgspec
 
-from proto.k8s import Resources, Taint, Toleration
+from proto import subjects
+from proto.k8s import PLUGINS_API, Resources, Taint, Toleration
 
-# Lower number = applied first when the actuator is rate limited.
-Priority = Literal["health", "placement", "admission", "scaling", "balloon"]
+# Lower number = applied first when the actuator is rate limited. ``status``: what Baton
+# tells Kubernetes users (PodGroup status, pod conditions, Events), after everything else.
+Priority = Literal["health", "placement", "admission", "scaling", "balloon", "status"]
 PRIORITY_ORDER: dict[str, int] = {
     "health": 0,
     "placement": 1,
     "admission": 2,
     "scaling": 3,
     "balloon": 4,
+    "status": 5,
 }
 
 
@@ -31,6 +35,12 @@ class Action(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_
     at: float
     priority: Priority = "placement"
     reason: str = ""
+    # Fencing: the producer's lease epoch when it published (0: no lease). The actuator
+    # refuses an action whose epoch is older than its producer's current leader's.
+    epoch: int = 0
+    # The producer's bound on the action's validity (0: none): the actuator answers
+    # "stale" after it, e.g. a bind the gang will have re-decided by then.
+    expires: float = 0.0
 
 
 class Binding(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -74,16 +84,34 @@ class SetLabels(Action, frozen=True, tag="action.label.v1"):
 
 
 class Annotate(Action, frozen=True, tag="action.annotate.v1"):
-    """Set (value) or remove (None) annotations on a namespaced object in one merge patch.
+    """Set (value) or remove (None) annotations on an object in one merge patch.
 
-    ``kind`` is ``PodGroup`` (scheduling.x-k8s.io/v1alpha1) or ``Pod``. Admission uses it
-    to mark a gang ``baton.io/admitted: "true"`` (and to take that mark back).
+    ``kind`` is ``PodGroup``, ``Pod``, or ``Node`` (cluster-scoped: ``namespace`` is '');
+    a PodGroup's ``api`` says which (scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1``,
+    the default, or upstream's ``scheduling.k8s.io``). Admission uses it to mark a gang
+    ``baton.io/admitted: "true"`` (and to take that mark back); health records who
+    changed a node, why and when (``baton.io/health``).
     """
 
-    kind: Literal["Pod", "PodGroup"]
+    kind: Literal["Pod", "PodGroup", "Node"]
     namespace: str
     name: str
     annotations: dict[str, str | None]
+    api: str = PLUGINS_API
+
+
+class MarkNode(Action, frozen=True, tag="action.mark-node.v1"):
+    """A service's own marks on one node, in one merge patch: taints it must carry
+    (``taints``) and must not (``untaint``: every taint with that key and effect), labels
+    and annotations to set (value) or remove (None). What the action does not name is
+    left as it is, so marks of other services and people are never overwritten. One
+    decision about a node costs the API server one write (health's verdicts)."""
+
+    node: str
+    taints: tuple[Taint, ...] = ()
+    untaint: tuple[Taint, ...] = ()
+    labels: dict[str, str | None] = {}
+    annotations: dict[str, str | None] = {}
 
 
 class Cordon(Action, frozen=True, tag="action.cordon.v1"):
@@ -92,7 +120,8 @@ class Cordon(Action, frozen=True, tag="action.cordon.v1"):
 
 
 class PodTemplate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Enough of a pod for placeholders and preflight checks."""
+    """Enough of a pod for placeholders and preflight checks (a user's pod is recreated
+    with ``RecreatePod``, from the live object, never from a template)."""
 
     namespace: str
     name: str = ""
@@ -100,6 +129,8 @@ class PodTemplate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     image: str = "registry.k8s.io/pause:3.9"
+    command: tuple[str, ...] = ()  # the container's command ('': the image's entrypoint)
+    restart_policy: str = ""  # '' is Kubernetes' Always; a check that ends says "Never"
     requests: Resources = {}
     priority_class_name: str = ""
     priority: int | None = None
@@ -111,6 +142,25 @@ class PodTemplate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
 
 class CreatePod(Action, frozen=True, tag="action.create-pod.v1"):
     pod: PodTemplate
+
+
+class RecreatePod(Action, frozen=True, tag="action.recreate-pod.v1"):
+    """Replace a pod no controller owns with a faithful, unbound copy of the live pod.
+
+    The actuator reads the pod, deletes it (uid precondition; ``grace_seconds`` None:
+    the pod's own grace period), waits until it is gone and creates the copy under the
+    same name: spec and metadata as written (image, command, env, volumes, affinity,
+    tolerations, labels, annotations, priority, ...) without ``nodeName``, status,
+    server-set fields or ``keys.PLACEMENT_MARKS``; the copy is annotated
+    ``keys.RECREATED_FROM``.
+    A pod with a controller is only deleted: its controller makes the replacement.
+    """
+
+    gang: str  # "<namespace>/<podgroup>" or "<namespace>/<pod>" for a gang of one
+    namespace: str
+    pod: str
+    uid: str  # the pod to replace: a pod of that name with another uid is left alone
+    grace_seconds: int | None = None
 
 
 class DeletePod(Action, frozen=True, tag="action.delete-pod.v1"):
@@ -127,6 +177,84 @@ class ScaleMachineDeployment(Action, frozen=True, tag="action.scale.v1"):
     replicas: int
 
 
+# -- telling Kubernetes users what Baton decided (docs/reporter.md) -----------------
+# Their producer sends them with ``priority="status"``: the actuator writes them after
+# every other class, from what is left of its token bucket.
+
+
+class StatusCondition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A Kubernetes condition as Baton writes it; ``since`` is when it last changed
+    (``lastTransitionTime``; the actuator keeps the API's when the status is unchanged)."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    since: float = 0.0
+
+
+class GroupStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A PodGroup's status as scheduler-plugins' controller writes it (phase, counts),
+    with Baton's conditions. An upstream PodGroup has conditions only."""
+
+    phase: str = ""  # Pending, Scheduled, Running, Finished, Failed
+    scheduled: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    conditions: tuple[StatusCondition, ...] = ()
+
+
+class SetGroupStatus(Action, frozen=True, tag="action.group-status.v1"):
+    """Write a PodGroup's status (its status subresource). Only the latest status of an
+    object matters: the actuator drops a queued older one when a newer one arrives."""
+
+    namespace: str
+    name: str
+    status: GroupStatus
+    uid: str = ""  # when set, a PodGroup of that name with another uid is left alone
+    api: str = PLUGINS_API  # or proto.k8s.UPSTREAM_API
+
+
+class PodRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    name: str
+    uid: str = ""
+
+
+class SetPodCondition(Action, frozen=True, tag="action.pod-condition.v1"):
+    """Set one condition (``PodScheduled``, Baton's reason) on a gang's pending pods, as
+    kube-scheduler does on a pod it cannot place; bound pods are left as binding set
+    them. Only the latest per gang and condition type matters (coalesced)."""
+
+    gang: str  # "<namespace>/<group>"
+    namespace: str
+    pods: tuple[PodRef, ...]
+    condition: StatusCondition
+
+
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What an Event is about (``regarding``): ``namespace`` '' for a Node."""
+
+    kind: str
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    api_version: str = "v1"
+
+
+class RecordEvent(Action, frozen=True, tag="action.event.v1"):
+    """A Kubernetes Event (``events.k8s.io/v1``) about one object, as kube-scheduler and
+    Volcano emit them. The actuator turns repeats into a series (count and
+    lastObservedTime) and drops what is over its per-object or global budget."""
+
+    regarding: ObjectRef
+    reason: str  # CamelCase: FailedScheduling, Scheduled, Preempted, ...
+    note: str  # the human text (at most 1 kB is written)
+    event_type: Literal["Normal", "Warning"] = "Normal"  # the Event's ``type``
+    action: str = ""  # what was done or failed: Scheduling, Binding, Preempting, ...
+    controller: str = "baton.io/gang"  # reportingController: the part of Baton that decided
+
+
 AnyAction = (
     BindGang
     | Evict
@@ -134,13 +262,19 @@ AnyAction = (
     | SetTaint
     | SetLabels
     | Annotate
+    | MarkNode
     | Cordon
     | CreatePod
+    | RecreatePod
     | DeletePod
     | ScaleMachineDeployment
+    | SetGroupStatus
+    | SetPodCondition
+    | RecordEvent
 )
 
-Outcome = Literal["applied", "already", "would-do", "rolled-back", "failed"]
+# ``dropped``: an Event over the actuator's budget (docs/actuator.md, "Events").
+Outcome = Literal["applied", "already", "would-do", "rolled-back", "failed", "stale", "dropped"]
 
 
 class ActionResult(
@@ -155,3 +289,53 @@ class ActionResult(
     outcome: Outcome
     error: str = ""
     attempts: int = 1
+
+
+# -- where actions travel: the one action -> subject map --------------------------
+# ``baton.<cluster>.action.<kind>.<key...>``; the actuator answers on
+# ``baton.<cluster>.result.<kind>.<key...>``. The key names the object acted on, so
+# ``nats sub 'baton.c1.action.*.team-a.>'`` shows everything done to team-a.
+
+
+def _gang_key(action: BindGang | EvictGang | SetPodCondition) -> tuple[str, ...]:
+    namespace, _, name = action.gang.partition("/")
+    return (namespace, name)
+
+
+def _pod_key(action: CreatePod) -> tuple[str, ...]:
+    pod = action.pod
+    return (pod.namespace, pod.name or pod.generate_name.rstrip("-") or "unnamed")
+
+
+ACTION_SUBJECTS: dict[type[Action], tuple[str, Callable[[Any], tuple[str, ...]]]] = {
+    BindGang: ("bind-gang", _gang_key),
+    EvictGang: ("evict-gang", _gang_key),
+    Evict: ("evict", lambda a: (a.namespace, a.pod)),
+    SetTaint: ("taint", lambda a: (a.node,)),
+    SetLabels: ("label", lambda a: (a.node,)),
+    MarkNode: ("mark-node", lambda a: (a.node,)),
+    Annotate: ("annotate", lambda a: (a.namespace, a.name) if a.namespace else (a.name,)),
+    Cordon: ("cordon", lambda a: (a.node,)),
+    CreatePod: ("create-pod", _pod_key),
+    RecreatePod: ("recreate-pod", lambda a: (a.namespace, a.pod)),
+    DeletePod: ("delete-pod", lambda a: (a.namespace, a.pod)),
+    ScaleMachineDeployment: ("scale", lambda a: (a.namespace, a.name)),
+    SetGroupStatus: ("group-status", lambda a: (a.namespace, a.name)),
+    SetPodCondition: ("pod-condition", _gang_key),
+    RecordEvent: ("event", lambda a: _ref_key(a.regarding)),
+}
+
+
+def _ref_key(ref: ObjectRef) -> tuple[str, ...]:
+    return (ref.namespace, ref.name) if ref.namespace else (ref.name,)
+
+
+def action_subject(cluster: str, action: Action) -> str:
+    kind, key = ACTION_SUBJECTS[type(action)]
+    return subjects.subject(cluster, subjects.ACTION, kind, *key(action))
+
+
+def result_subject(action_subject: str) -> str:
+    """``baton.<c>.action.<kind>.<key...>`` -> ``baton.<c>.result.<kind>.<key...>``."""
+    prefix, cluster, _, rest = action_subject.split(".", 3)
+    return ".".join([prefix, cluster, subjects.RESULT, rest])

@@ -11,6 +11,8 @@ from typing import Literal
 
 import msgspec
 
+from proto.teams import TeamConfig
+
 
 class AdmissionEvent(
     msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type"
@@ -55,7 +57,7 @@ class GangReleased(AdmissionEvent, frozen=True, tag="admission.released.v1"):
     gpus: int
 
 
-Kind = Literal["Pod", "PodGroup"]
+Kind = Literal["Pod", "PodGroup", "Workload"]
 
 
 class PodMutated(AdmissionEvent, frozen=True, tag="admission.mutated.v1"):
@@ -97,7 +99,18 @@ AnyAdmissionEvent = (
     | NodeTeamChanged
 )
 
+
 # Subject kinds (the fourth token) for each event type.
+class TeamsLoaded(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="admission.teams-loaded.v1"
+):
+    """The team config file changed and was validated: an input of the admission core,
+    on ``baton.<cluster>.admission.teams``, so a change takes effect in stream order."""
+
+    config: TeamConfig
+    at: float
+
+
 SUBJECT_KIND: dict[type[AdmissionEvent], str] = {
     GangAdmitted: "admitted",
     GangQueued: "queued",

@@ -17,6 +17,14 @@ GPU = "nvidia.com/gpu"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 SCHEDULER_NAME = "baton"
 
+# The PodGroup kinds Baton reads: scheduler-plugins' CRD and upstream Kubernetes' gang
+# scheduling API (KEP-4671), served as v1beta1 (1.37) or v1alpha2 (1.36).
+PLUGINS_API = "scheduling.x-k8s.io/v1alpha1"
+UPSTREAM_API = "scheduling.k8s.io"  # every served version shows the same objects
+
+# Which format named a pod's group (``libs.kube.slimming.gang_ref`` decides, once).
+GangSource = Literal["scheduler-plugins", "kubernetes", "volcano", "kueue"]
+
 
 class Taint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     key: str
@@ -87,12 +95,27 @@ class Node(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     uid: str
     resource_version: str = ""
     labels: dict[str, str] = {}
+    # Only annotations Baton reads (baton.io/*, e.g. baton.io/health).
+    annotations: dict[str, str] = {}
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     ready: bool = True
     conditions: tuple[Condition, ...] = ()
     allocatable: Resources = {}
     created_at: float = 0.0
+
+
+class GangRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The group a pod belongs to, in whichever format its author named it.
+
+    ``min_member`` is what the pod itself says the group needs (Kueue's
+    ``pod-group-total-count``, Volcano's ``group-min-member``); 0 when a PodGroup
+    object says it (scheduler-plugins, upstream, or a Volcano group with a PodGroup).
+    """
+
+    name: str
+    source: GangSource = "scheduler-plugins"
+    min_member: int = 0
 
 
 class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -114,6 +137,7 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     pod_ip: str = ""
     terminating: bool = False
     created_at: float = 0.0
+    group: GangRef | None = None  # the gang it belongs to, from any format (None: none)
 
     @property
     def key(self) -> str:
@@ -121,12 +145,21 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     @property
     def gang(self) -> str:
-        """The PodGroup this pod belongs to ('' for none)."""
+        """The name of the group this pod belongs to ('' for none). Pods recorded before
+        ``group`` existed carry only the scheduler-plugins label."""
+        if self.group is not None:
+            return self.group.name
         return self.labels.get(POD_GROUP_LABEL, "")
 
 
 class PodGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """scheduler-plugins ``scheduling.x-k8s.io/v1alpha1`` PodGroup."""
+    """A PodGroup: scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1`` (``api`` default)
+    or upstream Kubernetes' ``scheduling.k8s.io`` one (any served version).
+
+    ``min_resources``: what the whole gang needs at least (scheduler-plugins
+    ``spec.minResources``, canonical units); ``topology``: a node label key the whole
+    gang must fit within one domain of (upstream ``schedulingConstraints.topology``).
+    """
 
     namespace: str
     name: str
@@ -138,10 +171,18 @@ class PodGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     schedule_timeout_seconds: int | None = None
     phase: str = ""
     created_at: float = 0.0
+    api: str = PLUGINS_API  # or UPSTREAM_API
+    min_resources: Resources = {}
+    topology: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def upstream(self) -> bool:
+        """Upstream Kubernetes' PodGroup (``scheduling.k8s.io``), not scheduler-plugins'."""
+        return self.api == UPSTREAM_API
 
 
 class Endpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

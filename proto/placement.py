@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from proto import keys
 from proto.actions import Binding
 from proto.k8s import Resources
 
@@ -78,3 +79,20 @@ class GangRestarted(PlacementEvent, frozen=True, tag="placement.restarted.v1"):
 
 
 AnyPlacement = GangPlaced | GangUnschedulable | GangRestarted
+
+
+class GangPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The gang core's knobs (``services.gang.core.Policy``; settings ``BATON_GANG_*``).
+
+    Recorded with every start (``proto.runner.Started.policy``): the same events decided
+    under another policy give other decisions, so replay takes the recorded one unless
+    told otherwise."""
+
+    topology_keys: tuple[str, ...] = keys.DEFAULT_LEVELS  # broad -> narrow
+    require_admission: bool = False  # place only gangs marked baton.io/admitted
+    recreate_bare_pods: bool = True  # on a gang restart, recreate pods no controller owns
+    backoff_s: float = 1.0  # first retry after a failed bind; doubles per attempt
+    backoff_max_s: float = 60.0
+    assume_timeout_s: float = 30.0  # forget a placement whose pods never showed up bound
+    verdict_refresh_s: float = 10.0  # recompute a cheaply rejected gang's verdict this often
+    reserve_after_s: float = 0.0  # the head reserves nodes once it has waited this long

@@ -79,12 +79,44 @@ def parse(subj: str) -> tuple[str, str, str, tuple[str, ...]]:
 
 # Domains (the third token).
 K8S: Final = "k8s"  # bridge: slim Kubernetes objects, latest state per object
-ACTION: Final = "action"  # work queue for the actuator
+ACTION: Final = "action"  # actions for the actuator (one durable consumer)
 RESULT: Final = "result"  # what the actuator did with each action
 PLACEMENT: Final = "placement"  # gang decisions
 ADMISSION: Final = "admission"  # webhook and quota decisions
-TELEMETRY: Final = "telemetry"  # GPU agents
+HEALTH: Final = "health"  # node health verdicts
+BALLOON: Final = "balloon"  # warm-capacity decisions
+AUTOSCALER: Final = "autoscaler"  # scale decisions
+BANDWIDTH: Final = "bandwidth"  # egress shares and per-node limits
+TELEMETRY: Final = "telemetry"  # node agents: baton.<c>.telemetry.<kind>.<node>
+RUNNER: Final = "runner"  # ticks and starts every runner publishes (proto.runner)
 DEADLETTER: Final = "deadletter"  # poison messages with the reason
+
+
+def telemetry(cluster: str, kind: str, node: str) -> str:
+    """A node agent publishes only on its own node's subjects: ``telemetry.<kind>.<node>``
+    (NATS permission ``baton.<c>.telemetry.*.<node>``)."""
+    return subject(cluster, TELEMETRY, kind, node)
+
+
+def node_limits(cluster: str, node: str) -> str:
+    """What a node agent reads: its node's egress limits (``bandwidth.limits.<node>``)."""
+    return subject(cluster, BANDWIDTH, "limits", node)
+
+
+def runner(cluster: str, kind: str, service: str) -> str:
+    """``runner.tick.<service>`` and ``runner.started.<service>``."""
+    return ".".join([PREFIX, check_cluster(cluster), RUNNER, kind, service])
+
+
+def matches(pattern: str, subj: str) -> bool:
+    """NATS wildcard matching: ``*`` one token, ``>`` one or more trailing tokens."""
+    want, have = pattern.split("."), subj.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(want) == len(have)
 
 
 def stream_name(cluster: str, what: str) -> str:

@@ -1,67 +1,216 @@
-"""Test support: Baton's bridge, gang and actuator running in the test's own event loop,
-against a real nats-server and a simcluster over HTTP (what `baton up` runs as
-processes), and a poller for conditions with a deadline."""
+"""Test support: Baton's bridge, gang and actuator (and health and the reporter, when
+asked) running in the test's own event loop, against a real nats-server and a simcluster
+over HTTP (what `baton up` runs as processes), and a poller for conditions with a deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from kubernetes_asyncio.client import ApiClient
 
 from libs.bus import Bus
+from libs.runner import Runner, Spec
+from libs.runtime.settings import Base
+from libs.runtime.stopping import stuck_tasks, where
 from libs.testing.sim import Sim
 from services.actuator import core as actuator_core
+from services.actuator import main as actuator
 from services.actuator.calling import Api
-from services.actuator.shell import Actuator
-from services.bridge.shell import Bridge
+from services.agent import core as agent_core
+from services.agent.shell import Agent
+from services.agent.simulated import SimHardware
+from services.bridge import main as bridge
+from services.bridge.shell import WatchFeed
 from services.gang import core as gang_core
-from services.gang.shell import GangShell
+from services.gang import main as gang
+from services.health import core as health_core
+from services.health import heartbeats
+from services.health import main as health
+from services.reporter import core as reporter_core
+from services.reporter import main as reporter
+
+T = TypeVar("T")
 
 
 @dataclass
 class Services:
-    gang: GangShell
+    gang: Runner[gang_core.State]
     client: ApiClient
+    health: Runner[health_core.State] | None = None
+    reporter: Runner[reporter_core.State] | None = None
 
 
 @contextlib.asynccontextmanager
 async def running_services(
-    url: str, sim: Sim, *, cluster: str = "c1", policy: gang_core.Policy | None = None
+    url: str,
+    sim: Sim,
+    *,
+    cluster: str = "c1",
+    gang_settings: gang.Settings | None = None,
+    health_settings: health.Settings | None = None,
+    reporter_settings: reporter.Settings | None = None,
 ) -> AsyncIterator[Services]:
-    """bridge -> gang -> actuator on one bus, fast timers; all stopped on exit."""
+    """bridge -> gang -> actuator on one bus (and health, with its heartbeat watch, and the
+    reporter, when their settings are given), fast timers; all stopped on exit (each
+    within a deadline, naming what was stuck)."""
     client = await sim.api_client()
-    names = ("bridge", "gang", "actuator")
-    buses = [await Bus.connect(url, cluster=cluster, name=n) for n in names]
-    await buses[0].ensure_streams()
-    gang = GangShell(buses[1], state=gang_core.initial(policy), interval=0.1)
-    limits = actuator_core.Limits(qps=0, backoff_base=0.05)
-    runners = [
-        Bridge(bus=buses[0], api=client, cluster=cluster),
-        gang,
-        Actuator(buses[2], api=Api(client, tries=2, base=0.01), limits=limits),
-    ]
-    tasks = [asyncio.create_task(r.run()) for r in runners]
+    names: tuple[str, ...] = ("bridge", "gang", "actuator")
+    if health_settings is not None:
+        names += ("health",)
+    if reporter_settings is not None:
+        names += ("reporter",)
+    buses = {n: await Bus.connect(url, cluster=cluster, name=n) for n in names}
+    await buses["bridge"].ensure_streams()
+    bridge_settings = bridge.Settings(cluster=cluster)
+    watch = WatchFeed(buses["bridge"], client, options=bridge_settings.options())
+    actuator_settings = actuator.Settings(cluster=cluster, qps=0)
+    runners: dict[str, Runner[Any]] = {
+        "bridge": Runner(bridge.SPEC, bus=buses["bridge"], settings=bridge_settings, feed=watch,
+                         batch=4096),
+        "gang": Runner(gang.SPEC, bus=buses["gang"],
+                       settings=gang_settings or gang.Settings(cycle_interval=0.1)),
+        "actuator": actuator.runner(
+            buses["actuator"], actuator_settings, api=Api(client, tries=2, base=0.01),
+            limits=actuator_core.Limits(qps=0, backoff_base=0.05),
+        ),
+    }  # fmt: skip
+    if health_settings is not None:
+        runners["health"] = Runner(health.SPEC, bus=buses["health"], settings=health_settings,
+                                   dry_run=health_settings.dry_run, stop_grace=5.0)  # fmt: skip
+    if reporter_settings is not None:
+        runners["reporter"] = Runner(reporter.SPEC, bus=buses["reporter"],
+                                     settings=reporter_settings)  # fmt: skip
+    tasks = [asyncio.create_task(runners[n].run(), name=f"{n}-runner") for n in names]
+    if health_settings is not None:
+        watching = heartbeats.watch(
+            buses["health"],
+            after_s=health_settings.silence_after_s,
+            check_s=0.2,
+            ready=lambda: runners["health"].started is not None,
+        )
+        tasks.append(asyncio.create_task(watching, name="heartbeats"))
+        names += ("heartbeats",)
     try:
-        yield Services(gang=gang, client=client)
+        yield Services(gang=runners["gang"], client=client, health=runners.get("health"),
+                       reporter=runners.get("reporter"))  # fmt: skip
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for bus in buses:
+        for task, name in zip(tasks, names, strict=True):
+            await stop(task, within=15.0, what=name)
+        for bus in buses.values():
             await bus.close()
         await client.close()
 
 
-async def until(check: Callable[[], bool], *, within: float, what: str, step: float = 0.05) -> None:
-    """Poll ``check`` until it holds; fail naming ``what`` after ``within`` seconds."""
+@contextlib.asynccontextmanager
+async def running(
+    spec: Spec[Any], url: str, settings: Base, *, cluster: str = "c1", stop_within: float = 15.0
+) -> AsyncIterator[Runner[Any]]:
+    """One service on the runner, in this event loop, on its own connection; stopped
+    (within ``stop_within`` seconds, naming what was stuck) on exit."""
+    bus = await Bus.connect(url, cluster=cluster, name=spec.name)
+    await bus.ensure_streams()
+    runner = Runner(spec, bus=bus, settings=settings, dry_run=settings.dry_run, stop_grace=5.0)
+    task = asyncio.create_task(runner.run(), name=f"{spec.name}-runner")
+    try:
+        yield runner
+    finally:
+        await stop(task, within=stop_within, what=spec.name)
+        await bus.close()
+
+
+@contextlib.asynccontextmanager
+async def running_fleet(
+    url: str, sim: Sim, *, cluster: str = "c1", heartbeat_s: float = 0.5
+) -> AsyncIterator[Agent]:
+    """``baton agent --fleet`` in this event loop: one agent core per simulated node, fed
+    from simcluster's ``/sim/v1/hardware`` over HTTP, publishing to NATS."""
+    bus = await Bus.connect(url, cluster=cluster, name="agent-fleet")
+    await bus.ensure_streams()
+    config = agent_core.Config(node="", version="test", backends=("sim",),
+                               heartbeat_s=heartbeat_s)  # fmt: skip
+    agent = Agent(config=config, cluster=cluster, tick_s=0.1)
+    source = SimHardware(sim.url, nodes=None, clock=time.time)
+    task = asyncio.create_task(agent.run(bus, [source.run]), name="agent-fleet")
+    try:
+        yield agent
+    finally:
+        await stop(task, within=15.0, what="agent fleet")
+        await bus.close()
+
+
+def drain_as_health_does(sim: Sim, node: str) -> None:
+    """Put on ``node`` what the health service puts on a node it judged failed, once the
+    checkpoint grace is over: the quarantine and drain taints (gang restarts its gangs)."""
+
+    def taint(obj: dict[str, Any]) -> None:
+        taints = obj.setdefault("spec", {}).setdefault("taints", [])
+        taints += [
+            {"key": "baton.io/unhealthy", "value": "true", "effect": "NoSchedule"},
+            {"key": "baton.io/draining", "value": "true", "effect": "NoExecute"},
+        ]
+
+    sim.store.mutate("nodes", None, node, taint)
+
+
+async def stop(task: asyncio.Task[Any], *, within: float, what: str) -> None:
+    """Cancel ``task`` and wait for it; fail naming where it is stuck after ``within`` s."""
+    task.cancel()
+    done, _ = await asyncio.wait([task], timeout=within)
+    if not done:
+        stuck = "; ".join(stuck_tasks(besides=asyncio.current_task()))
+        raise AssertionError(f"{what} did not stop within {within}s: {where(task)}; tasks: {stuck}")
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
+
+
+async def until(
+    check: Callable[[], T | Awaitable[T | None] | None],
+    *,
+    what: str,
+    within: float = 10.0,
+    step: float = 0.02,
+) -> T:
+    """Poll ``check`` (plain or async) until it returns something truthy, and return it;
+    fail naming ``what`` (and the last value) after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what} (last: {value!r})")
+        await asyncio.sleep(step)
+
+
+async def every(bus: Bus, subject: str, type_: Any, *, within: float = 30.0) -> list[Any]:
+    """Every message stored on ``subject`` so far, oldest first (not only the last per
+    subject, as ``Bus.snapshot`` gives)."""
+    got: list[Any] = []
+    async with bus.consume(subject, type_=type_, deliver="all") as sub:
+        if sub.initial_pending == 0:
+            return got
+        async with asyncio.timeout(within):
+            async for msg in sub:
+                got.append(msg.event)
+                await msg.ack()
+                if msg.pending == 0:
+                    break
+    return got
+
+
+def until_sync(check: Callable[[], bool], *, within: float, what: str, step: float = 0.2) -> None:
+    """``until`` for tests that drive other processes without an event loop (their
+    checks block: subprocesses, HTTP)."""
     deadline = time.monotonic() + within
     while not check():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(step)
+        time.sleep(step)

@@ -32,9 +32,10 @@ log = structlog.get_logger("baton.bus")
 class Bus:
     def __init__(self, nc: Client, *, cluster: str, name: str) -> None:
         self.nc = nc
-        self.js: JetStreamContext = nc.jetstream()
+        self.js: JetStreamContext = nc.jetstream(publish_async_max_pending=publishing.MAX_PENDING)
         self.cluster = subjects.check_cluster(cluster)
         self.name = name
+        self.replicas = 1  # copies of each stream and bucket in a NATS cluster
         self._subscriptions: set[Subscription[Any]] = set()
 
     @classmethod
@@ -73,7 +74,11 @@ class Bus:
         until each sourcing stream (HISTORY) copies from all its sources: until then an
         object updated twice in K8S (one message per subject) would lose its first
         version from the history, and replay would diverge."""
-        configs = list(configs if configs is not None else streams.stream_configs(self.cluster))
+        configs = list(
+            configs
+            if configs is not None
+            else streams.stream_configs(self.cluster, replicas=self.replicas)
+        )
         for config in configs:
             try:
                 await self.js.add_stream(config)

@@ -17,7 +17,8 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from libs.bus.deadletter import dead_letter
-from libs.bus.pulling import Puller
+from libs.bus.pulling import ConsumerGone, Puller
+from libs.runtime.stopping import retry
 from proto.codec import Undecodable, decode
 from proto.deadletter import ErrorClass
 
@@ -135,9 +136,14 @@ class Subscription(Generic[T]):
         self.consumer = info.name
         self._max_deliver = int(info.config.max_deliver or -1)
         self.initial_pending = int(info.num_pending or 0)
+        # A pull request outlives a stopped reader (the server cannot be told to forget
+        # it): what it delivers to the gone inbox comes back only after ack_wait, so keep
+        # requests short-lived next to ack_wait.
+        expires = min(30.0, max(1.0, float(self._config.ack_wait or 30.0) / 2))
         self._puller = Puller(
-            self._bus.nc, stream=self.stream, consumer=info.name, batch=self._batch
-        )
+            self._bus.nc, stream=self.stream, consumer=info.name, batch=self._batch,
+            expires=expires, heartbeat=min(5.0, expires / 2),
+        )  # fmt: skip
         await self._puller.start()
 
     def __aiter__(self) -> Subscription[T]:
@@ -147,9 +153,17 @@ class Subscription(Generic[T]):
         if self._closed:
             raise StopAsyncIteration
         await self.start()
-        assert self._puller is not None
         while True:
-            raw = await self._puller.next()
+            assert self._puller is not None
+            try:
+                raw = await self._puller.next()
+            except ConsumerGone as exc:  # NATS restarted, or the consumer was deleted
+                log.warning("consumer gone; binding again", subject=self.filter_subject,
+                            error=str(exc))  # fmt: skip
+                await self._puller.stop()
+                self._puller = None
+                await retry(self.start, what="binding the consumer again", max_delay=2.0)
+                continue
             try:
                 event: T = decode(raw.data, self._type)
             except Undecodable as exc:

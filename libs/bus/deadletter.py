@@ -59,10 +59,17 @@ async def dead_letter(
     js: JetStreamContext, raw: Msg, *, cluster: str, reason: str, error_class: ErrorClass
 ) -> None:
     """Publish the dead letter, then term the message (in that order: never lose it)."""
+    await publish_dead_letter(js, raw, cluster=cluster, reason=reason, error_class=error_class)
+    await raw.term()
+
+
+async def publish_dead_letter(
+    js: JetStreamContext, raw: Msg, *, cluster: str, reason: str, error_class: ErrorClass
+) -> None:
+    """Publish the dead letter only: for a consumer that does not ack (nothing to term)."""
     letter = letter_for(raw, reason=reason, error_class=error_class)
     target = dead_letter_subject(raw.subject, cluster=cluster)
     await publish(js, target, letter, msg_id=f"dl:{letter.stream}:{letter.seq}")
-    await raw.term()
     DEAD_LETTERS.labels(domain=target.rsplit(".", 1)[-1], error_class=error_class).inc()
     log.warning(
         "dead-lettered",

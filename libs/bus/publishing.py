@@ -15,6 +15,8 @@ from proto.codec import encode
 
 MSG_ID = "Nats-Msg-Id"
 TTL = "Nats-TTL"
+WINDOW = 1024  # unacknowledged publishes per publish_many call
+MAX_PENDING = 16384  # nats-py's own limit (JetStreamContext publish_async_max_pending)
 
 PUBLISHED = Counter("baton_bus_published_total", "Messages published to JetStream", ["outcome"])
 
@@ -73,23 +75,33 @@ async def publish_many(
     items: Iterable[tuple[str, msgspec.Struct, str | None] | Outgoing],
     *,
     ack_wait: float = 10.0,
+    window: int = WINDOW,
 ) -> None:
-    """Pipeline the publishes (many in flight at once) and wait for every ack.
+    """Pipeline the publishes (up to ``window`` unacknowledged at once, acks come back in
+    order) and wait for every ack.
 
-    Raises ``PublishError`` listing the failures after all have been tried; the
-    caller can simply publish the batch again (msg ids make that safe).
+    The window stays below nats-py's own limit of pending async publishes, so nats-py
+    never has to wait for room; that wait would turn a cancel into its own
+    ``TooManyStalledMsgsError``. Raises ``PublishError`` listing the failures after all
+    have been tried; the caller can simply publish the batch again (msg ids make that
+    safe).
     """
     futures: list[tuple[str, asyncio.Future[PubAck]]] = []
-    for item in items:
+    failed: list[tuple[str, BaseException]] = []
+    pending = list(items)
+    for index, item in enumerate(pending):
+        if len(futures) >= window:
+            oldest = futures[len(futures) - window][1]
+            done, _ = await asyncio.wait([oldest], timeout=ack_wait)
+            if not done:  # JetStream is not answering: stop here, the caller retries
+                unsent = TimeoutError("not sent: JetStream stopped acknowledging")
+                failed += [(later[0], unsent) for later in pending[index:]]
+                break
         ttl = item[3] if len(item) > 3 else None
         headers = headers_for(item[2], ttl)
-        # wait_stall makes nats-py wrap the semaphore in asyncio.wait_for, a task and a
-        # loop turn per message (2.5x slower); only pay for it when we must wait.
-        stall = ack_wait if js._publish_async_pending_semaphore.locked() else None
-        future = await js.publish_async(item[0], encode(item[1]), headers=headers, wait_stall=stall)
+        future = await js.publish_async(item[0], encode(item[1]), headers=headers)
         futures.append((item[0], future))
     results = await _settle([f for _, f in futures], ack_wait=ack_wait)
-    failed: list[tuple[str, BaseException]] = []
     stored = duplicates = 0
     for (subject, _), result in zip(futures, results, strict=True):
         if isinstance(result, BaseException):

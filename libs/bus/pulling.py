@@ -5,13 +5,21 @@ passes when the stream is quiet, which adds up to the timeout to every live
 event. The puller instead keeps ``batch`` messages of credit requested,
 re-requests when half is used, and returns each message as soon as it lands,
 so latency is one network hop while throughput keeps a full pipeline.
+
+Cancellation: messages arrive through a subscription callback into our own
+``asyncio.Queue``; ``next()`` waits on that queue under ``asyncio.timeout``. A
+queue ``get`` that is cancelled takes nothing, and ``asyncio.timeout`` keeps a
+cancel from outside distinct from its own expiry. nats-py's ``next_msg`` wraps the
+get in ``asyncio.wait_for``, which on Python 3.11 can drop a cancel that lands in
+the same loop turn as a message: a reader cancelled then reads on forever. No
+private attribute of nats-py is used.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
-import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -44,10 +52,14 @@ class Puller:
         self._credit = 0
         self._inbox = nc.new_inbox()
         self._sub: Subscription | None = None
+        self._queue: asyncio.Queue[Msg] = asyncio.Queue()
 
     async def start(self) -> None:
+        async def arrived(msg: Msg) -> None:
+            self._queue.put_nowait(msg)
+
         self._sub = await self._nc.subscribe(
-            self._inbox, pending_msgs_limit=max(4 * self._batch, 65536)
+            self._inbox, cb=arrived, pending_msgs_limit=max(4 * self._batch, 65536)
         )
 
     async def stop(self) -> None:
@@ -63,8 +75,9 @@ class Puller:
             if self._credit <= self._batch // 2:
                 await self._request(self._batch - self._credit)
             try:
-                msg = await self._receive(self._sub)
-            except nats.errors.TimeoutError:
+                async with asyncio.timeout(2 * self._heartbeat + 1):
+                    msg = await self._queue.get()
+            except TimeoutError:
                 self._credit = 0  # no heartbeat: our requests are gone (reconnect, restart)
                 continue
             status = msg.headers.get(STATUS) if msg.headers else None
@@ -73,22 +86,17 @@ class Puller:
                 return msg
             self._on_status(status, msg)
 
-    async def _receive(self, sub: Subscription) -> Msg:
-        """Take a buffered message directly: ``next_msg`` costs a task per call."""
-        queue = sub._pending_queue
-        if queue.empty():
-            return await sub.next_msg(timeout=2 * self._heartbeat + 1)
-        msg = queue.get_nowait()
-        sub._pending_size -= len(msg.data)
-        queue.task_done()
-        return msg
-
     def _on_status(self, status: str, msg: Msg) -> None:
         headers = msg.headers or {}
+        description = headers.get(DESCRIPTION, "")
         if status == "100":
             return  # idle heartbeat
-        if status == "409" and "Consumer Deleted" in headers.get(DESCRIPTION, ""):
+        if status == "409" and "Consumer Deleted" in description:
             raise ConsumerGone(f"{self._next_subject}: consumer deleted")
+        if status == "503" or (status == "404" and "Consumer" in description):
+            # No responders: the consumer is gone (an in-memory consumer does not survive
+            # a NATS restart) or JetStream is not back yet. The owner makes it again.
+            raise ConsumerGone(f"{self._next_subject}: {status} {description or 'no responders'}")
         unfilled = headers.get(PENDING)
         if unfilled is not None and unfilled.isdigit():
             self._credit = max(0, self._credit - int(unfilled))  # 408: one request expired

@@ -5,8 +5,17 @@
 | K8S | ``baton.<c>.k8s.>`` | latest event per object; tombstones expire (Nats-TTL) |
 | ACTIONS | ``baton.<c>.action.>`` | actions for the actuator's durable consumer, 1 day |
 | EVENTS | ``baton.<c>.{placement,...}.>`` | decisions and results, 7 days |
+| LIMITS | ``baton.<c>.bandwidth.limits.>`` | each node's current egress limits (latest per node) |
+| RUNNER | ``baton.<c>.runner.>`` | each runner's ticks and starts (``proto.runner``), 1 day |
+| TELEMETRY | ``baton.<c>.telemetry.>`` | node agents' reports, Xids and heartbeats, 1 day |
 | DEADLETTER | ``baton.<c>.deadletter.>`` | poison messages with the reason, 14 days |
-| HISTORY | sources K8S, ACTIONS, EVENTS | all, in order, for replay and audit, 1 day / 10 GiB |
+| HISTORY | sources K8S, ACTIONS, EVENTS, RUNNER, TELEMETRY | all, in order: what every service
+  reads live (one consumer each) and what replay and audit read; 1 day / 10 GiB |
+
+HISTORY takes TELEMETRY without heartbeats: 7,500 nodes beating every 10 s would be
+~65 M messages a day, more than HISTORY's 10 GiB, and would push out everything else.
+A service that needs to know a node went silent reads heartbeats beside its runner and
+publishes the silence as an input of its own (recorded, so it replays).
 
 ACTIONS uses limits retention, not work-queue: nats-server 2.15 accepts a stream
 that sources a work-queue stream, but an action the actuator acks before the
@@ -19,7 +28,14 @@ from __future__ import annotations
 
 from typing import Final
 
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamSource
+from nats.js.api import (
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamSource,
+    SubjectTransform,
+)
 
 from proto import subjects
 
@@ -31,18 +47,25 @@ K8S: Final = "k8s"
 ACTIONS: Final = "actions"
 EVENTS: Final = "events"
 DEADLETTER: Final = "deadletter"
+TELEMETRY: Final = "telemetry"
 HISTORY: Final = "history"
+RUNNER: Final = "runner"
+LIMITS: Final = "limits"
+SOURCED: Final = (K8S, ACTIONS, EVENTS, LIMITS, RUNNER)  # what HISTORY copies whole
+TELEMETRY_IN_HISTORY: Final = ("gpu", "node", "xid", "egress")  # not "heartbeat"
 
 # Decision and result domains that land in EVENTS (the third subject token).
 EVENT_DOMAINS: Final = (
     subjects.PLACEMENT,
     subjects.ADMISSION,
     subjects.RESULT,
-    "health",
-    "balloon",
-    "bandwidth",
-    "autoscaler",
+    subjects.HEALTH,
+    subjects.BALLOON,
+    subjects.AUTOSCALER,
 )
+# Bandwidth's allocation summary and capacity are decisions; its per-node limits are a
+# current value per node (LIMITS, latest per subject), like K8S.
+BANDWIDTH_EVENTS: Final = ("allocation", "capacity")
 
 
 def stream_configs(
@@ -50,13 +73,17 @@ def stream_configs(
     *,
     history_max_age: float = DAY,
     history_max_bytes: int = 10 * 1024**3,
+    replicas: int = 1,
 ) -> list[StreamConfig]:
-    """The configs ``Bus.ensure_streams`` declares, sources last."""
+    """The configs ``Bus.ensure_streams`` declares, sources last. ``replicas``: copies of
+    each stream in a NATS cluster (3 in ``deploy/``, so a NATS pod's loss loses nothing)."""
 
     def name(what: str) -> str:
         return subjects.stream_name(cluster, what)
 
     prefix = f"{subjects.PREFIX}.{subjects.check_cluster(cluster)}"
+    kept = [f"{prefix}.{subjects.TELEMETRY}.{kind}.>" for kind in TELEMETRY_IN_HISTORY]
+    telemetry_kept = [SubjectTransform(src=s, dest=s) for s in kept]  # filters, unchanged
     return [
         StreamConfig(
             name=name(K8S),
@@ -66,6 +93,7 @@ def stream_configs(
             max_msgs_per_subject=1,
             allow_msg_ttl=True,
             storage=StorageType.FILE,
+            num_replicas=replicas,
             duplicate_window=5 * MINUTE,
         ),
         StreamConfig(
@@ -75,15 +103,39 @@ def stream_configs(
             retention=RetentionPolicy.LIMITS,
             max_age=DAY,
             storage=StorageType.FILE,
+            num_replicas=replicas,
             duplicate_window=10 * MINUTE,
         ),
         StreamConfig(
             name=name(EVENTS),
             description="Decisions and results",
-            subjects=[f"{prefix}.{domain}.>" for domain in EVENT_DOMAINS],
+            subjects=[f"{prefix}.{domain}.>" for domain in EVENT_DOMAINS]
+            + [f"{prefix}.{subjects.BANDWIDTH}.{kind}" for kind in BANDWIDTH_EVENTS],
             retention=RetentionPolicy.LIMITS,
             max_age=7 * DAY,
             storage=StorageType.FILE,
+            num_replicas=replicas,
+            duplicate_window=5 * MINUTE,
+        ),
+        StreamConfig(
+            name=name(LIMITS),
+            description="Each node's current egress limits (bandwidth); agents direct-get theirs",
+            subjects=[f"{prefix}.{subjects.BANDWIDTH}.limits.>"],
+            retention=RetentionPolicy.LIMITS,
+            max_msgs_per_subject=1,
+            storage=StorageType.FILE,
+            num_replicas=replicas,
+            duplicate_window=5 * MINUTE,
+            allow_direct=True,  # node agents read their node's latest limits by direct get
+        ),
+        StreamConfig(
+            name=name(RUNNER),
+            description="Runner ticks and starts: inputs that are not otherwise on the bus",
+            subjects=[f"{prefix}.{subjects.RUNNER}.>"],
+            retention=RetentionPolicy.LIMITS,
+            max_age=DAY,
+            storage=StorageType.FILE,
+            num_replicas=replicas,
             duplicate_window=5 * MINUTE,
         ),
         StreamConfig(
@@ -93,16 +145,31 @@ def stream_configs(
             retention=RetentionPolicy.LIMITS,
             max_age=14 * DAY,
             storage=StorageType.FILE,
+            num_replicas=replicas,
+            duplicate_window=5 * MINUTE,
+        ),
+        StreamConfig(
+            name=name(TELEMETRY),
+            description="Node agents' telemetry: GPU and node reports, Xids, heartbeats",
+            subjects=[f"{prefix}.{subjects.TELEMETRY}.>"],
+            retention=RetentionPolicy.LIMITS,
+            max_age=DAY,
+            storage=StorageType.FILE,
+            num_replicas=replicas,
             duplicate_window=5 * MINUTE,
         ),
         StreamConfig(
             name=name(HISTORY),
-            description="K8S, ACTIONS and EVENTS in arrival order, for replay and audit",
-            sources=[StreamSource(name=name(what)) for what in (K8S, ACTIONS, EVENTS)],
+            description="Everything services read, in one order: live inputs, replay, audit",
+            sources=[
+                *(StreamSource(name=name(what)) for what in SOURCED),
+                StreamSource(name=name(TELEMETRY), subject_transforms=telemetry_kept),
+            ],
             retention=RetentionPolicy.LIMITS,
             max_age=history_max_age,
             max_bytes=history_max_bytes,
             discard=DiscardPolicy.OLD,
             storage=StorageType.FILE,
+            num_replicas=replicas,
         ),
     ]

@@ -6,7 +6,16 @@ table of watched kinds and pure decoders; ``diffing`` the cache and relist diff;
 """
 
 from libs.kube.client import api_client
-from libs.kube.kinds import ENDPOINT_SLICES, KINDS, NODES, POD_GROUPS, PODS, Kind, obj_of
+from libs.kube.kinds import (
+    ENDPOINT_SLICES,
+    KINDS,
+    NODES,
+    POD_GROUPS,
+    PODS,
+    UPSTREAM_POD_GROUPS,
+    Kind,
+    obj_of,
+)
 from libs.kube.quantities import InvalidQuantity, canonical, canonical_resources, parse_quantity
 from libs.kube.watching import ApiError, Expired, NullObserver, Observer, Options, Reflector
 
@@ -16,6 +25,7 @@ __all__ = [
     "NODES",
     "PODS",
     "POD_GROUPS",
+    "UPSTREAM_POD_GROUPS",
     "ApiError",
     "Expired",
     "InvalidQuantity",

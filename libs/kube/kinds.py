@@ -57,18 +57,25 @@ class Page(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass(frozen=True, kw_only=True)
 class Kind:
-    name: str  # the subject token: node, pod, podgroup, endpointslice
+    name: str  # the subject token: node, pod, podgroup, upstream-podgroup, endpointslice
     path: str  # collection path across all namespaces
     namespaced: bool
     wire_type: type[Any]
     slim: Callable[[Any], Obj]
     event: Callable[[k8s.Op, Any, float], k8s.K8sEvent]
+    # other served versions of the same objects, tried in turn while the path is 404
+    alternatives: tuple[str, ...] = ()
     _list: msgspec.json.Decoder[Any] = field(init=False, repr=False, compare=False)
     _object: msgspec.json.Decoder[Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_list", msgspec.json.Decoder(wire.ListEnvelope[self.wire_type]))  # type: ignore[name-defined]
         object.__setattr__(self, "_object", msgspec.json.Decoder(self.wire_type))
+
+    def next_path(self, path: str) -> str:
+        """The path to try after ``path`` answered 404 (the same when there is no other)."""
+        paths = (self.path, *self.alternatives)
+        return paths[(paths.index(path) + 1) % len(paths)] if path in paths else self.path
 
     def key(self, obj: Obj) -> str:
         """Cache key: ``name`` for cluster-scoped kinds, ``namespace/name`` otherwise."""
@@ -148,7 +155,19 @@ POD_GROUPS = Kind(
     slim=slimming.pod_group,
     event=lambda op, obj, at: k8s.PodGroupEvent(op=op, at=at, pod_group=obj),
 )
-KINDS: dict[str, Kind] = {k.name: k for k in (NODES, PODS, ENDPOINT_SLICES, POD_GROUPS)}
+# Upstream gang scheduling (KEP-4671): whichever version the server serves.
+UPSTREAM_POD_GROUPS = Kind(
+    name="upstream-podgroup",
+    path="/apis/scheduling.k8s.io/v1beta1/podgroups",
+    alternatives=("/apis/scheduling.k8s.io/v1alpha2/podgroups",),
+    namespaced=True,
+    wire_type=wire.WireUpstreamPodGroup,
+    slim=slimming.upstream_pod_group,
+    event=lambda op, obj, at: k8s.PodGroupEvent(op=op, at=at, pod_group=obj),
+)
+KINDS: dict[str, Kind] = {
+    k.name: k for k in (NODES, PODS, ENDPOINT_SLICES, POD_GROUPS, UPSTREAM_POD_GROUPS)
+}
 
 
 obj_of = k8s.object_of  # the contract says which object an event carries

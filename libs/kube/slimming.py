@@ -10,11 +10,10 @@ from collections.abc import Iterable
 from typing import Literal, cast
 
 from libs.kube import wire
-from libs.kube.quantities import canonical, canonical_resources
-from proto import k8s
+from libs.kube.quantities import InvalidQuantity, canonical, canonical_resources
+from proto import k8s, keys
 
-_KEPT_ANNOTATION_DOMAINS = ("baton.io",)
-_KEPT_ANNOTATIONS = frozenset({"kubernetes.io/egress-bandwidth", "kubernetes.io/ingress-bandwidth"})
+_KEPT_ANNOTATIONS = frozenset({keys.EGRESS_BANDWIDTH, keys.INGRESS_BANDWIDTH})
 _PHASES = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
 _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 _CONDITION_STATUSES = frozenset({"True", "False", "Unknown"})
@@ -28,7 +27,7 @@ def kept_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
     return {
         key: value
         for key, value in annotations.items()
-        if key in _KEPT_ANNOTATIONS or key.partition("/")[0].endswith(_KEPT_ANNOTATION_DOMAINS)
+        if key in _KEPT_ANNOTATIONS or keys.is_baton_key(key)
     }
 
 
@@ -60,6 +59,7 @@ def node(raw: wire.WireNode) -> k8s.Node:
         uid=meta.uid,
         resource_version=meta.resource_version,
         labels=meta.labels or {},
+        annotations=kept_annotations(meta.annotations),
         taints=tuple(_taint(t) for t in raw.spec.taints or () if t.effect in _EFFECTS),
         unschedulable=raw.spec.unschedulable,
         ready=any(c.type == "Ready" and c.status == "True" for c in conditions),
@@ -115,7 +115,35 @@ def pod(raw: wire.WirePod) -> k8s.Pod:
         pod_ip=raw.status.pod_ip,
         terminating=meta.deletion_timestamp is not None,
         created_at=_created(meta),
+        group=gang_ref(meta.labels or {}, meta.annotations or {}, spec),
     )
+
+
+def gang_ref(
+    labels: dict[str, str], annotations: dict[str, str], spec: wire.PodSpec
+) -> k8s.GangRef | None:
+    """The gang a pod belongs to, in whichever format its author named it: the one place
+    that decides (docs/gang.md, "Gang formats"). A pod naming groups in several formats
+    is refused by the admission webhook; here the first in this order wins:
+    scheduler-plugins' label, upstream ``spec.schedulingGroup``, Volcano's annotation,
+    Kueue's label."""
+    if name := labels.get(keys.POD_GROUP):
+        return k8s.GangRef(name=name)
+    if spec.scheduling_group is not None and spec.scheduling_group.pod_group_name:
+        return k8s.GangRef(name=spec.scheduling_group.pod_group_name, source="kubernetes")
+    if name := annotations.get(keys.VOLCANO_GROUP) or annotations.get(keys.VOLCANO_GROUP_ALIAS):
+        count = _count(annotations.get(keys.VOLCANO_MIN_MEMBER))
+        return k8s.GangRef(name=name, source="volcano", min_member=count)
+    if name := labels.get(keys.KUEUE_GROUP):
+        count = _count(annotations.get(keys.KUEUE_TOTAL) or labels.get(keys.KUEUE_TOTAL))
+        return k8s.GangRef(name=name, source="kueue", min_member=count)
+    return None
+
+
+def _count(value: str | None) -> int:
+    """A member count from an annotation; 0 when missing or not a positive whole number
+    (the webhook refuses such pods with the reason)."""
+    return int(value) if value is not None and value.isdigit() and int(value) > 0 else 0
 
 
 def _affinity(raw: wire.Affinity | None) -> tuple[k8s.NodeSelectorTerm, ...]:
@@ -158,9 +186,41 @@ def pod_group(raw: wire.WirePodGroup) -> k8s.PodGroup:
         labels=meta.labels or {},
         annotations=kept_annotations(meta.annotations),
         min_member=raw.spec.min_member,
+        min_resources=_min_resources(raw.spec.min_resources),
         schedule_timeout_seconds=raw.spec.schedule_timeout_seconds,
         phase=raw.status.phase,
         created_at=_created(meta),
+    )
+
+
+def _min_resources(raw: wire.Quantities | None) -> dict[str, int]:
+    """``spec.minResources``; a malformed quantity (the webhook refuses it at creation)
+    drops the whole demand rather than the object."""
+    try:
+        return _quantities(raw)
+    except InvalidQuantity:
+        return {}
+
+
+def upstream_pod_group(raw: wire.WireUpstreamPodGroup) -> k8s.PodGroup:
+    """Upstream Kubernetes' PodGroup (``scheduling.k8s.io``, KEP-4671). The gang policy's
+    ``minCount`` is the gang's minimum; the basic policy (pod by pod) is a group of 1.
+    The first topology constraint's key becomes ``topology``."""
+    meta, spec = raw.metadata, raw.spec
+    gang = spec.scheduling_policy.gang
+    constraints = spec.scheduling_constraints
+    topology = [t.key for t in (constraints.topology or ()) if t.key] if constraints else []
+    return k8s.PodGroup(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        annotations=kept_annotations(meta.annotations),
+        min_member=gang.min_count if gang is not None else 1,
+        created_at=_created(meta),
+        api=k8s.UPSTREAM_API,
+        topology=topology[0] if topology else "",
     )
 
 

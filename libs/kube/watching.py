@@ -83,6 +83,7 @@ class Reflector:
         self.options = options or Options()
         self.observer: Observer = observer or NullObserver()
         self.cache: diffing.Cache = {kind.key(obj): obj for obj in seed}
+        self.path = kind.path  # the served version, once found (``Kind.paths``)
         self.resource_version = ""
         self.synced = False  # the first list has been emitted
 
@@ -116,10 +117,12 @@ class Reflector:
             except (ApiError, Undecodable, aiohttp.ClientError, TimeoutError) as exc:
                 reason = type(exc).__name__
                 log.warning("watch failed", kind=self.kind.name, error=str(exc))
-                if isinstance(exc, ApiError) and exc.failure.code == 404 and not self.synced:
-                    # e.g. the PodGroup CRD is not installed: nothing to list yet; keep trying
-                    self.synced = True
-                    yield []
+                if isinstance(exc, ApiError) and exc.failure.code == 404:
+                    self.path = self.kind.next_path(self.path)  # another served version?
+                    if not self.synced:
+                        # e.g. the PodGroup CRD is not installed: nothing to list yet
+                        self.synced = True
+                        yield []
             self.observer.watch_restarted(self.kind.name, reason=reason)
 
     def _backoff(self, failures: int) -> float:
@@ -198,7 +201,7 @@ class Reflector:
 
     async def _get(self, query: list[tuple[str, Any]], *, limits: aiohttp.ClientTimeout) -> Any:
         response = await self.api.call_api(
-            self.kind.path,
+            self.path,
             "GET",
             query_params=query,
             header_params={"Accept": "application/json"},

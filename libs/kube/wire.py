@@ -111,8 +111,15 @@ class WireToleration(_Wire):
     effect: str | None = None
 
 
+class SchedulingGroup(_Wire):
+    """``spec.schedulingGroup``: the upstream PodGroup a pod belongs to (Kubernetes 1.36+)."""
+
+    pod_group_name: str = ""
+
+
 class PodSpec(_Wire):
     scheduler_name: str = "default-scheduler"
+    scheduling_group: SchedulingGroup | None = None
     node_name: str = ""
     priority: int | None = None
     node_selector: dict[str, str] | None = None
@@ -139,6 +146,7 @@ class WirePod(_Wire):
 
 class PodGroupSpec(_Wire):
     min_member: int = 1
+    min_resources: Quantities | None = None
     schedule_timeout_seconds: int | None = None
 
 
@@ -150,6 +158,37 @@ class WirePodGroup(_Wire):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: PodGroupSpec = msgspec.field(default_factory=PodGroupSpec)
     status: PodGroupStatus = msgspec.field(default_factory=PodGroupStatus)
+
+
+# --- PodGroup (scheduling.k8s.io v1beta1 / v1alpha2, KEP-4671) -----------------
+
+
+class GangPolicy(_Wire):
+    min_count: int = 1
+
+
+class SchedulingPolicy(_Wire):
+    gang: GangPolicy | None = None  # None: the basic policy (pod by pod)
+
+
+class TopologyConstraint(_Wire):
+    key: str = ""
+
+
+class SchedulingConstraints(_Wire):
+    topology: list[TopologyConstraint] | None = None
+
+
+class UpstreamPodGroupSpec(_Wire):
+    scheduling_policy: SchedulingPolicy = msgspec.field(default_factory=SchedulingPolicy)
+    scheduling_constraints: SchedulingConstraints | None = None
+    priority: int | None = None
+
+
+class WireUpstreamPodGroup(_Wire):
+    api_version: str = ""
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: UpstreamPodGroupSpec = msgspec.field(default_factory=UpstreamPodGroupSpec)
 
 
 # --- EndpointSlice (discovery.k8s.io/v1) --------------------------------------

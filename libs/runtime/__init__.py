@@ -2,11 +2,12 @@
 
 from libs.runtime.entry import run_service
 from libs.runtime.logging import configure_logging
-from libs.runtime.ops import OpsServer, serve_ops
+from libs.runtime.ops import OPS_PORTS, OpsServer, serve_ops
 from libs.runtime.settings import SettingsError, load_settings
 from libs.runtime.signals import run_until_signalled
 
 __all__ = [
+    "OPS_PORTS",
     "OpsServer",
     "SettingsError",
     "configure_logging",

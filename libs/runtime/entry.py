@@ -39,5 +39,6 @@ def run_service(
     if getattr(args, "dry_run", False):
         settings = msgspec.structs.replace(settings, dry_run=True)
     configure_logging(service=name)
-    asyncio.run(run_until_signalled(lambda: serve(settings)))
+    deadline = float(getattr(settings, "stop_grace_s", 10.0)) + 10.0
+    asyncio.run(run_until_signalled(lambda: serve(settings), deadline=deadline))
     return 0

@@ -25,6 +25,29 @@ S = TypeVar("S", bound=msgspec.Struct)
 COMMON_PREFIX = "BATON_"
 
 
+class Base(msgspec.Struct, frozen=True, kw_only=True):
+    """The settings every service has; a service's own ``Settings`` adds its fields
+    (and may redeclare a default, e.g. its ``ops_port``)."""
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    cluster: str = "c1"
+    ops_port: int = 9090  # /metrics, /healthz, /readyz
+    dry_run: bool = False  # decide and publish decisions; withhold actions
+    stop_grace_s: float = 10.0  # on SIGTERM: time to store the outputs in hand, then exit
+    lease_ttl_s: float = 3.0  # a standby replica takes over this long after the leader's death
+    stream_replicas: int = 1  # copies of each stream in a NATS cluster (3 in deploy/)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.ops_port <= 65535:
+            raise ValueError(f"ops_port {self.ops_port}: expected 0..65535")
+        if self.stop_grace_s <= 0:
+            raise ValueError("stop_grace_s must be positive")
+        if self.lease_ttl_s <= 0:
+            raise ValueError("lease_ttl_s must be positive")
+        if self.stream_replicas not in (1, 3, 5):
+            raise ValueError(f"stream_replicas {self.stream_replicas}: expected 1, 3 or 5")
+
+
 class SettingsError(ValueError):
     """A setting that is missing, unknown or of the wrong type; the message names the key."""
 

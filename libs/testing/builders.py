@@ -5,6 +5,8 @@
     pod_group("job7", min_member=4, admitted=True)
     gang("job7", 4, gpus=8)            # (PodGroup, [Pod, ...])
     racks(zones=1, blocks=2, racks=4, nodes=8, gpus=8)   # [Node, ...]
+    balloon("hold-1", node_name="gpu-1", gpus=8)          # a placeholder pod
+    view(*nodes, *pods, group)         # a libs.view View fed those objects
 
 UIDs are derived from names, so builders are deterministic. Others may append.
 """
@@ -13,10 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from libs.view import GangView, View
+from proto import keys
 from proto.k8s import (
-    GPU,
-    POD_GROUP_LABEL,
+    PLUGINS_API,
     SCHEDULER_NAME,
+    GangRef,
     Node,
     NodeSelectorTerm,
     Pod,
@@ -25,8 +29,10 @@ from proto.k8s import (
     Toleration,
 )
 
-ZONE, BLOCK, RACK = "topology.kubernetes.io/zone", "baton.io/block", "baton.io/rack"
+GPU = keys.GPU
+ZONE, BLOCK, RACK = keys.ZONE, keys.BLOCK, keys.RACK
 GIB = 1 << 30
+BALLOON_PRIORITY = -10  # cluster-autoscaler's overprovisioning convention
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,12 @@ class NodeBuilder:
         labels = {RACK: rack, **({BLOCK: block} if block else {}), **({ZONE: zone} if zone else {})}
         return self.with_labels(labels)
 
+    def in_pool(self, pool: str) -> NodeBuilder:
+        return self.with_labels({keys.POOL: pool})
+
+    def of_team(self, team: str) -> NodeBuilder:
+        return self.with_labels({keys.TEAM: team})
+
     def tainted(self, key: str, value: str = "", effect: str = "NoSchedule") -> NodeBuilder:
         taint = Taint(key=key, value=value, effect=effect)  # type: ignore[arg-type]
         return replace(self, taints=(*self.taints, taint))
@@ -73,7 +85,7 @@ class NodeBuilder:
         return Node(
             name=self.name,
             uid=f"uid-node-{self.name}",
-            labels={"kubernetes.io/hostname": self.name, **self.labels},
+            labels={keys.HOSTNAME: self.name, **self.labels},
             taints=self.taints,
             ready=self.ready,
             unschedulable=self.unschedulable,
@@ -111,13 +123,16 @@ def pod(
     tolerations: tuple[Toleration, ...] = (),
     node_selector: dict[str, str] | None = None,
     affinity: tuple[NodeSelectorTerm, ...] = (),
+    ref: GangRef | None = None,
 ) -> Pod:
+    """``group``: a scheduler-plugins member (label and ``Pod.group``); ``ref``: a member
+    in another format (``GangRef(name=, source="kueue", min_member=4)``)."""
     wanted = {"cpu": cpu, "memory": memory, **({GPU: gpus} if gpus else {}), **(requests or {})}
     return Pod(
         namespace=namespace,
         name=name,
         uid=f"uid-pod-{namespace}-{name}",
-        labels={**({POD_GROUP_LABEL: group} if group else {}), **(labels or {})},
+        labels={**({keys.POD_GROUP: group} if group else {}), **(labels or {})},
         annotations=dict(annotations or {}),
         scheduler_name=scheduler,
         node_name=node_name,
@@ -128,6 +143,7 @@ def pod(
         affinity=affinity,
         tolerations=tolerations,
         created_at=created_at,
+        group=ref or (GangRef(name=group) if group else None),
     )
 
 
@@ -141,14 +157,18 @@ def pod_group(
     required: str = "",
     preferred: str = "",
     annotations: dict[str, str] | None = None,
+    api: str = PLUGINS_API,
+    min_resources: dict[str, int] | None = None,
+    topology: str = "",
+    timeout: int | None = None,
 ) -> PodGroup:
     notes = dict(annotations or {})
     if admitted:
-        notes["baton.io/admitted"] = "true"
+        notes[keys.ADMITTED] = "true"
     if required:
-        notes["baton.io/topology-required"] = required
+        notes[keys.TOPOLOGY_REQUIRED] = required
     if preferred:
-        notes["baton.io/topology-preferred"] = preferred
+        notes[keys.TOPOLOGY_PREFERRED] = preferred
     return PodGroup(
         namespace=namespace,
         name=name,
@@ -156,6 +176,10 @@ def pod_group(
         annotations=notes,
         min_member=min_member,
         created_at=created_at,
+        api=api,
+        min_resources=dict(min_resources or {}),
+        topology=topology,
+        schedule_timeout_seconds=timeout,
     )
 
 
@@ -219,3 +243,33 @@ def racks(
                         .build()
                     )
     return out
+
+
+def balloon(
+    name: str, *, node_name: str = "", gpus: int = 8, namespace: str = "baton-system"
+) -> Pod:
+    """A balloon placeholder (label ``baton.io/balloon``, priority -10) holding ``gpus``."""
+    return pod(
+        name,
+        namespace=namespace,
+        gpus=gpus,
+        node_name=node_name,
+        priority=BALLOON_PRIORITY,
+        scheduler="default-scheduler",
+        labels={keys.BALLOON: "true"},
+    )
+
+
+def view(
+    *objs: Node | Pod | PodGroup, levels: tuple[str, ...] = keys.DEFAULT_LEVELS
+) -> View[GangView]:
+    """A cluster view fed ``objs`` in order (nodes, pods, PodGroups)."""
+    found: View[GangView] = View(levels=levels, new_gang=GangView)
+    for obj in objs:
+        if isinstance(obj, Node):
+            found.upsert_node(obj)
+        elif isinstance(obj, Pod):
+            found.upsert_pod(obj)
+        else:
+            found.upsert_group(obj)
+    return found

@@ -22,6 +22,7 @@ from kubernetes_asyncio.client import ApiClient
 from services.simcluster.calls import Settings
 from services.simcluster.kubeconfig import write_kubeconfig
 from services.simcluster.server import ApiServer
+from services.simcluster.simapi import SimApi
 from services.simcluster.simulation import build
 from services.simcluster.store import Store
 
@@ -66,6 +67,7 @@ async def running_sim(
             if nodes or kw:  # kw: spec=, speed=, delays= (see simulation.build)
                 sim.cluster = build(store, nodes=nodes, **kw)
                 sim.cluster.admission = server.admission
+                server.sim = SimApi(sim.cluster)
                 await sim.cluster.start()
             yield sim
         finally:

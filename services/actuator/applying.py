@@ -20,21 +20,29 @@ from proto.actions import (
     DeletePod,
     Evict,
     EvictGang,
+    MarkNode,
     Outcome,
+    RecordEvent,
+    RecreatePod,
     ScaleMachineDeployment,
+    SetGroupStatus,
     SetLabels,
+    SetPodCondition,
     SetTaint,
 )
-from services.actuator import binding, podspec
+from services.actuator import binding, podspec, recreating, reporting
 from services.actuator.calling import MERGE, ApiError, Obj, Session
+from services.actuator.eventing import EventWrite
 
 REREADS = 5
 CAPI = ("cluster.x-k8s.io", "v1beta1")
-PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1")
 Applied = tuple[Outcome, str]
 
 
-async def apply(s: Session, action: AnyAction, *, bind_concurrency: int = 64) -> Applied:
+async def apply(
+    s: Session, action: AnyAction, *, bind_concurrency: int = 64, event: EventWrite | None = None
+) -> Applied:
+    """``event``: for a RecordEvent, which Event object and count the core planned."""
     match action:
         case BindGang():
             return await binding.bind_gang(s, action, concurrency=bind_concurrency)
@@ -47,16 +55,26 @@ async def apply(s: Session, action: AnyAction, *, bind_concurrency: int = 64) ->
             return await _on_node(s, action.node, _taints(action))
         case SetLabels():
             return await _on_node(s, action.node, _meta("labels", action.labels))
+        case MarkNode():
+            return await _on_node(s, action.node, _marks(action))
         case Cordon():
             return await _on_node(s, action.node, _cordon(action))
         case Annotate():
             return await _annotate(s, action)
         case CreatePod():
             return await _create_pod(s, action)
+        case RecreatePod():
+            return await recreating.recreate_pod(s, action)
         case DeletePod():
             return await _delete_pod(s, action)
         case ScaleMachineDeployment():
             return await _scale(s, action)
+        case SetGroupStatus():
+            return await reporting.set_group_status(s, action)
+        case SetPodCondition():
+            return await reporting.set_pod_condition(s, action, concurrency=bind_concurrency)
+        case RecordEvent():
+            return await reporting.record_event(s, action, event)
     raise TypeError(f"no applier for {type(action).__name__}")  # a bug: the union grew
 
 
@@ -110,6 +128,35 @@ def _taints(action: SetTaint) -> Compute:
     return compute
 
 
+def _marks(action: MarkNode) -> Compute:
+    """Taints, labels and annotations of one ``MarkNode``, in one patch (None: all so)."""
+
+    def entry(t: Any) -> dict[str, Any]:
+        return {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
+
+    wanted = [entry(t) for t in action.taints]
+    gone = {(t.key, t.effect) for t in (*action.untaint, *action.taints)}
+    labels, notes = _meta("labels", action.labels), _meta("annotations", action.annotations)
+
+    def compute(node: Obj) -> Obj | None:
+        have: list[dict[str, Any]] = node.get("spec", {}).get("taints") or []
+        kept = [x for x in have if (x.get("key"), x.get("effect")) not in gone]
+        after = kept + wanted
+        body: Obj = {}
+        if sorted(map(_taint_key, after)) != sorted(map(_taint_key, have)):
+            body["spec"] = {"taints": after}
+        for part in (labels(node), notes(node)):
+            if part is not None:
+                body.setdefault("metadata", {}).update(part["metadata"])
+        return body or None
+
+    return compute
+
+
+def _taint_key(t: dict[str, Any]) -> tuple[str, str, str]:
+    return (str(t.get("key", "")), str(t.get("effect", "")), str(t.get("value", "")))
+
+
 def _cordon(action: Cordon) -> Compute:
     def compute(node: Obj) -> Obj | None:
         if bool(node.get("spec", {}).get("unschedulable")) == action.unschedulable:
@@ -133,6 +180,8 @@ def _meta(field: str, want: dict[str, str | None]) -> Compute:
 
 async def _annotate(s: Session, action: Annotate) -> Applied:
     ns, name, compute = action.namespace, action.name, _meta("annotations", action.annotations)
+    if action.kind == "Node":
+        return await _on_node(s, name, compute)
     if action.kind == "Pod":
         core = s.api.core
         return await _converge(
@@ -140,12 +189,16 @@ async def _annotate(s: Session, action: Annotate) -> Applied:
             lambda b: s.call("patch", core.patch_namespaced_pod, name, ns, b, _content_type=MERGE),
         )  # fmt: skip
     custom = s.api.custom
-    where = (*PODGROUPS, ns, "podgroups", name)
     get, patch = custom.get_namespaced_custom_object, custom.patch_namespaced_custom_object
-    return await _converge(
-        s, lambda: s.call("get", get, *where), compute,
-        lambda b: s.call("patch", patch, *where, b, _content_type=MERGE),
-    )  # fmt: skip
+
+    async def on(version: tuple[str, str]) -> Applied:
+        where = (*version, ns, "podgroups", name)
+        return await _converge(
+            s, lambda: s.call("get", get, *where), compute,
+            lambda b: s.call("patch", patch, *where, b, _content_type=MERGE),
+        )  # fmt: skip
+
+    return await reporting.on_pod_group(s, action.api, on)
 
 
 async def _create_pod(s: Session, action: CreatePod) -> Applied:

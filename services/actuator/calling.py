@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 import msgspec
-from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi, EventsV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.actuator import metrics, retrying
@@ -46,10 +46,12 @@ class Api:
         self.client = client
         self.core = CoreV1Api(client)
         self.custom = CustomObjectsApi(client)
+        self.events = EventsV1Api(client)
         self.tries, self.base, self.cap, self.timeout = tries, base, cap, timeout
         self.rng = random.Random(seed)
         self.node_cache_seconds = node_cache_seconds
         self.nodes_seen: dict[str, float] = {}  # node -> monotonic time it was last seen
+        self.copies: dict[str, Obj] = {}  # uid -> copy of a pod deleted, not yet recreated
 
     def session(self) -> Session:
         return Session(self)

@@ -28,7 +28,12 @@ from proto.actions import (
     BindGang,
     EvictGang,
     Outcome,
+    RecordEvent,
+    RecreatePod,
+    SetPodCondition,
 )
+from services.actuator.coalescing import STALE, Latest
+from services.actuator.eventing import EventLimits, Events, EventWrite
 from services.actuator.pacing import Bucket
 from services.actuator.retrying import backoff
 
@@ -44,17 +49,25 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     seen_limit: int = 100_000  # action ids remembered (LRU) ...
     seen_ttl: float = 3600.0  # ... for at most this long
     seed: int = 0
+    events: EventLimits = EventLimits()  # Kubernetes Events: series and budgets
 
 
 # -- events in ------------------------------------------------------------------------
 
 
 class Arrived(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.arrived.v1"):
-    """An action delivered from the ACTIONS stream; ``ticket`` names the delivery."""
+    """An action delivered from the ACTIONS stream; ``ticket`` names the delivery.
+
+    The shell looks two things up before it hands an action over: ``done``, the outcome
+    recorded for this id by an earlier run (exactly once across restarts), and
+    ``refused``, why it must not be applied (a stale epoch, or past ``expires``)."""
 
     action: AnyAction
     ticket: int
     delivered: int = 1  # JetStream's delivery count, when the bus knows it
+    seq: int = 0  # its ACTIONS stream sequence (0: unknown): which of two came first
+    done: str = ""
+    refused: str = ""
 
 
 class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.finished.v1"):
@@ -78,6 +91,7 @@ Event = Arrived | Finished | Tick
 class Apply(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.apply.v1"):
     action: AnyAction
     attempt: int
+    event: EventWrite | None = None  # a RecordEvent: which Event object, which count
 
 
 class Settle(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.settle.v1"):
@@ -89,6 +103,7 @@ class Settle(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.settle.v1"
 
 class Report(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.report.v1"):
     result: ActionResult
+    action: AnyAction  # what it answers (its subject gives the result's subject)
 
 
 class WakeAt(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.wake.v1"):
@@ -101,16 +116,23 @@ Output = Apply | Settle | Report | WakeAt
 
 
 class Entry:
-    __slots__ = ("action", "attempt", "cost", "tickets")
+    """A queued or in-flight action and the deliveries it answers (none: a series
+    flush the actuator made itself, ``eventing``)."""
 
-    def __init__(self, action: AnyAction, *, ticket: int, attempt: int) -> None:
-        self.action, self.tickets, self.attempt = action, [ticket], attempt
+    __slots__ = ("action", "attempt", "cost", "tickets", "write")
+
+    def __init__(
+        self, action: AnyAction, *, ticket: int | None, attempt: int,
+        write: EventWrite | None = None,
+    ) -> None:  # fmt: skip
+        self.action, self.attempt, self.write = action, attempt, write
+        self.tickets = [ticket] if ticket is not None else []
         self.cost = cost_of(action)
 
 
 class State:
     __slots__ = (
-        "attempts", "bucket", "entries", "heap", "in_flight",
+        "attempts", "bucket", "entries", "events", "heap", "in_flight", "latest",
         "limited_seconds", "limited_since", "limits", "rng", "seen", "seq",
     )  # fmt: skip
 
@@ -126,6 +148,8 @@ class State:
         self.seq = 0
         self.limited_since: float | None = None
         self.limited_seconds = 0.0  # total time the head of the queue waited for tokens
+        self.events = Events(limits.events)  # Event series and budgets
+        self.latest = Latest()  # only the latest status per object, one write at a time
 
     def depth(self) -> dict[str, int]:
         counts = dict.fromkeys(PRIORITY_ORDER, 0)
@@ -139,11 +163,16 @@ def initial(limits: Limits, *, now: float) -> State:
 
 
 def cost_of(action: AnyAction) -> int:
-    """Estimated API writes: one per gang member, one for anything else."""
+    """Estimated API writes: one per gang member (a pod condition per pod), two
+    (delete, create) for a RecreatePod, one for anything else."""
     if isinstance(action, BindGang):
         return max(len(action.bindings), 1)
     if isinstance(action, EvictGang):
         return max(len(action.pods), 1)
+    if isinstance(action, SetPodCondition):
+        return max(len(action.pods), 1)
+    if isinstance(action, RecreatePod):
+        return 2
     return 1
 
 
@@ -171,16 +200,32 @@ def step(state: State, event: Event, now: float) -> tuple[State, tuple[Output, .
         _admit(state, event, now, outputs)
     elif isinstance(event, Finished):  # 2. settle
         _settle(state, event, now, outputs)
+    _flush_events(state, now)
     _dispatch(state, now, outputs)  # 3. dispatch
+    due = state.events.next_due()
+    if due is not None:
+        outputs.append(WakeAt(at=due))
     return state, tuple(outputs)
 
 
 def _admit(state: State, event: Arrived, now: float, outputs: list[Output]) -> None:
     action = event.action
+    if event.refused:
+        _remember(state, action.id, outcome="stale", now=now)
+        res = result(action, outcome="stale", now=now, error=event.refused)
+        outputs.append(Report(result=res, action=action))
+        outputs.append(Settle(tickets=(event.ticket,), verdict="ack"))
+        return
     seen = state.seen.get(action.id)
+    if seen is None and event.done:  # an earlier run applied it: remember, answer already
+        _remember(state, action.id, outcome=event.done, now=now)
+        seen = (now, event.done)
     if seen is not None:
         error = f"duplicate: action id already handled with outcome {seen[1]!r}"
-        outputs.append(Report(result=result(action, outcome="already", now=now, error=error)))
+        report = Report(
+            result=result(action, outcome="already", now=now, error=error), action=action
+        )
+        outputs.append(report)
         outputs.append(Settle(tickets=(event.ticket,), verdict="ack"))
         return
     held = state.entries.get(action.id) or state.in_flight.get(action.id)
@@ -192,17 +237,80 @@ def _admit(state: State, event: Arrived, now: float, outputs: list[Output]) -> N
         full = Settle(tickets=(event.ticket,), verdict="nak", delay=delay, reason="queue full")
         outputs.append(full)
         return
+    write = None
+    if isinstance(action, RecordEvent):
+        planned = state.events.record(action, now)
+        if isinstance(planned, str):  # joined a series, or over budget: nothing to write now
+            _answer(state, action, event.ticket, planned, now, outputs)
+            return
+        write = planned
+    if not _supersede(state, event, now, outputs):
+        return
     attempt = max(event.delivered, state.attempts.get(action.id, 0) + 1)
     state.attempts[action.id] = attempt
-    state.entries[action.id] = Entry(action, ticket=event.ticket, attempt=attempt)
+    _queue(state, Entry(action, ticket=event.ticket, attempt=attempt, write=write))
+
+
+def _queue(state: State, entry: Entry) -> None:
+    state.entries[entry.action.id] = entry
+    _push(state, entry)
+
+
+def _push(state: State, entry: Entry) -> None:
     state.seq += 1
-    heapq.heappush(state.heap, (PRIORITY_ORDER[action.priority], state.seq, action.id))
+    priority = PRIORITY_ORDER[entry.action.priority]
+    heapq.heappush(state.heap, (priority, state.seq, entry.action.id))
+
+
+def _answer(
+    state: State, action: AnyAction, ticket: int, why: str, now: float, outputs: list[Output],
+    *, outcome: Outcome | None = None,
+) -> None:  # fmt: skip
+    """An action that needs no write of its own: an Event ``already`` counted in its
+    series or ``dropped`` over budget; a status ``stale`` behind a newer one."""
+    outcome = outcome or ("dropped" if why.startswith("dropped") else "already")
+    _remember(state, action.id, outcome=outcome, now=now)
+    outputs.append(
+        Report(result=result(action, outcome=outcome, now=now, error=why), action=action)
+    )
+    outputs.append(Settle(tickets=(ticket,), verdict="ack"))
+
+
+def _supersede(state: State, event: Arrived, now: float, outputs: list[Output]) -> bool:
+    """A newer status for the same object replaces the one still queued: only the latest
+    per object matters (the older is answered ``stale`` and acked). False: the arriving
+    one is itself older than one already sent (a redelivery), and answered so."""
+    action = event.action
+    superseded = state.latest.arrive(action, event.seq)
+    if superseded == STALE:
+        why = "stale: a newer status of the same object was already sent"
+        _answer(state, action, event.ticket, why, now, outputs, outcome="stale")
+        return False
+    older = state.entries.pop(superseded, None)
+    if older is None:
+        return True
+    why = f"superseded by {action.id} before it was applied"
+    _remember(state, older.action.id, outcome="stale", now=now)
+    res = result(older.action, outcome="stale", now=now, error=why, attempts=older.attempt)
+    outputs.append(Report(result=res, action=older.action))
+    if older.tickets:
+        outputs.append(Settle(tickets=tuple(older.tickets), verdict="ack"))
+    return True
+
+
+def _flush_events(state: State, now: float) -> None:
+    """Series with repeats not yet written get a write of their own (no delivery)."""
+    for event, write in state.events.flush(now):
+        _queue(state, Entry(event, ticket=None, attempt=1, write=write))
 
 
 def _settle(state: State, event: Finished, now: float, outputs: list[Output]) -> None:
     entry = state.in_flight.pop(event.action_id, None)
     if entry is None:
         return
+    parked = state.entries.get(state.latest.finished(entry.action))
+    if parked is not None:  # the next write of the same object may go now
+        _push(state, parked)
     if event.calls > entry.cost:
         state.bucket.charge(event.calls - entry.cost)
     tickets = tuple(entry.tickets)
@@ -219,8 +327,10 @@ def _settle(state: State, event: Finished, now: float, outputs: list[Output]) ->
         error = f"gave up after {entry.attempt} attempts: {event.error}"
     state.attempts.pop(event.action_id, None)
     _remember(state, event.action_id, outcome=outcome, now=now)
+    if not tickets:  # a series flush the actuator made itself: nobody waits for a result
+        return
     res = result(entry.action, outcome=outcome, now=now, error=error, attempts=entry.attempt)
-    outputs.append(Report(result=res))
+    outputs.append(Report(result=res, action=entry.action))
     if event.outcome == "retry":
         outputs.append(Settle(tickets=tickets, verdict="term", reason=error))
     else:
@@ -230,7 +340,10 @@ def _settle(state: State, event: Finished, now: float, outputs: list[Output]) ->
 def _dispatch(state: State, now: float, outputs: list[Output]) -> None:
     while state.heap and len(state.in_flight) < state.limits.concurrency:
         _, _, action_id = state.heap[0]
-        entry = state.entries[action_id]
+        entry = state.entries.get(action_id)
+        if entry is None:  # superseded while queued
+            heapq.heappop(state.heap)
+            continue
         wait = state.bucket.take(priority=entry.action.priority, cost=entry.cost, now=now)
         if wait > 0:
             if state.limited_since is None:
@@ -241,9 +354,11 @@ def _dispatch(state: State, now: float, outputs: list[Output]) -> None:
             state.limited_seconds += now - state.limited_since
             state.limited_since = None
         heapq.heappop(state.heap)
+        if not state.latest.may_start(entry.action):
+            continue  # its object's previous write is in flight: it waits aside
         del state.entries[action_id]
         state.in_flight[action_id] = entry
-        outputs.append(Apply(action=entry.action, attempt=entry.attempt))
+        outputs.append(Apply(action=entry.action, attempt=entry.attempt, event=entry.write))
 
 
 def _remember(state: State, action_id: str, *, outcome: str, now: float) -> None:

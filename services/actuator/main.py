@@ -1,47 +1,45 @@
-"""``baton actuator``: settings and wiring for the one writer to the API.
+"""``baton actuator``: settings, the service's spec and its entry.
 
 Settings come from ``BATON_ACTUATOR_<NAME>`` (or ``BATON_<NAME>`` for the shared
 ones: ``BATON_NATS_URL``, ``BATON_CLUSTER``, ``BATON_DRY_RUN``, ``BATON_OPS_PORT``)
 and an optional file named by ``BATON_ACTUATOR_CONFIG``. ``kubeconfig`` falls back
 to ``KUBECONFIG``, then to the in-cluster service account.
+
+The actuator's core decides by the wall clock (rate limits, backoff), not by the
+time its inputs carry, so it is not replayed; its decisions are its results, on
+``baton.<cluster>.result.>``.
 """
 
 from __future__ import annotations
 
 import os
-
-import msgspec
+import time
 
 from libs.bus import Bus
 from libs.kube import api_client
-from libs.runtime import (
-    load_settings,
-    run_service,
-    serve_ops,
-)
-from services.actuator import core
+from libs.runner import Runner, Spec, serve
+from libs.runtime import OPS_PORTS, load_settings, run_service
+from libs.runtime.settings import Base
+from services.actuator import core, shell
 from services.actuator.calling import Api
-from services.actuator.shell import Actuator
 
 PREFIX = "BATON_ACTUATOR_"
 
 
-class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    nats_url: str = "nats://127.0.0.1:4222"
-    cluster: str = "c1"
+class Settings(Base, frozen=True, kw_only=True):
+    ops_port: int = OPS_PORTS["actuator"]
     kubeconfig: str = ""
-    dry_run: bool = False  # log and publish "would-do", never call the API
-    ops_port: int = 9106
     qps: float = 200.0  # API writes per second, sustained (0: unlimited)
     burst: int = 400
     concurrency: int = 32  # actions applied at once
     bind_concurrency: int = 64  # binds (or evictions) of one gang at once
     max_attempts: int = 5  # deliveries before an action is dead-lettered
-    ack_wait: float = 60.0
+    ack_wait: float = 10.0  # held deliveries are kept alive; a lost one returns after this
     request_timeout: float = 30.0
     seed: int = 0  # for backoff jitter
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         checks = {
             "QPS": self.qps >= 0,
             "BURST": self.burst >= 1,
@@ -62,27 +60,52 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         )  # fmt: skip
 
 
-async def serve(settings: Settings) -> None:
-    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name="actuator")
+SPEC = Spec(
+    name="actuator",
+    description="Apply actions from baton.<cluster>.action.> to the API, once each, rate "
+    "limited by priority.",
+    settings=Settings,
+    policy=lambda settings: settings.limits(),
+    policy_type=core.Limits,
+    initial=lambda limits: core.initial(limits, now=time.time()),
+    step=core.step,
+    routes=shell.ROUTES,
+    observe=shell.observe,
+    gauges=shell.gauges,
+    clock=True,
+)
+
+
+def runner(
+    bus: Bus, settings: Settings, *, api: Api | None, limits: core.Limits | None = None
+) -> Runner[core.State]:
+    """The actuator's runner; ``limits`` overrides the settings' (tests: fast backoff)."""
+    limits = limits or settings.limits()
+    desk = shell.Desk(
+        bus, api=api, limits=limits, clock=time.time, dry_run=settings.dry_run,
+        bind_concurrency=settings.bind_concurrency, ack_wait=settings.ack_wait,
+        stop_grace=settings.stop_grace_s,
+    )  # fmt: skip
+    run = Runner(SPEC, bus=bus, settings=settings, feed=desk, effects=desk.effects(),
+                 stop_grace=settings.stop_grace_s)  # fmt: skip
+    run.state = core.initial(limits, now=time.time())
+    return run
+
+
+async def serve_actuator(settings: Settings) -> None:
     client = None if settings.dry_run else await api_client(settings.kubeconfig, pool=256)
+    api = None
+    if client is not None:
+        api = Api(client, timeout=settings.request_timeout, seed=settings.seed)
+
+    async def make(bus: Bus) -> Runner[core.State]:
+        return runner(bus, settings, api=api)
+
     try:
-        await bus.ensure_streams()
-        api = None
-        if client is not None:
-            api = Api(client, timeout=settings.request_timeout, seed=settings.seed)
-        actuator = Actuator(
-            bus, api=api, limits=settings.limits(), dry_run=settings.dry_run,
-            bind_concurrency=settings.bind_concurrency, ack_wait=settings.ack_wait,
-        )  # fmt: skip
-        ops = await serve_ops(settings.ops_port, ready=lambda: actuator.ready)
-        try:
-            await actuator.run()
-        finally:
-            await ops.close()
+        await serve(SPEC, settings, make=make)
     finally:
         if client is not None:
             await client.close()
-        await bus.close()
 
 
 def load(file: str | None) -> Settings:
@@ -93,9 +116,8 @@ def run(argv: list[str]) -> int:
     return run_service(
         argv,
         name="actuator",
-        description="Apply actions from baton.<cluster>.action.> to the API, once each, "
-        "rate limited by priority. Settings: BATON_ACTUATOR_* environment variables.",
+        description=SPEC.description + " Settings: BATON_ACTUATOR_* environment variables.",
         load=load,
-        serve=serve,
+        serve=serve_actuator,
         dry_run="log and publish would-do only",
     )

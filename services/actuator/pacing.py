@@ -11,6 +11,7 @@ RESERVE: dict[str, float] = {
     "admission": 0.1,
     "scaling": 0.25,
     "balloon": 0.5,
+    "status": 0.6,  # what Baton tells users: never at the expense of a decision
 }
 
 

@@ -1,16 +1,22 @@
-"""Pod bodies: from a PodTemplate action, and an unbound copy of a pod for a rollback."""
+"""Pod bodies: from a PodTemplate action, and an unbound copy of a live pod (a gang
+rollback, a RecreatePod)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from proto.actions import PodTemplate
+from proto.keys import PLACEMENT_MARKS, RECREATED_FROM
 
 Obj = dict[str, Any]
 
-# What a recreated pod keeps of the old one's metadata; everything the API server
-# assigns (uid, resourceVersion, creationTimestamp, managedFields, ...) is dropped.
-KEPT_METADATA = ("name", "namespace", "labels", "annotations", "ownerReferences")
+# What a copy keeps of the old pod's metadata (an allow-list): everything the API
+# server assigns (uid, resourceVersion, creationTimestamp, generation, managedFields,
+# deletionTimestamp, ...) is dropped, and so is generateName (the copy keeps the name).
+KEPT_METADATA = ("name", "namespace", "labels", "annotations", "ownerReferences", "finalizers")
+# What a copy drops of the spec: the binding, and what the API refuses on create.
+DROPPED_SPEC = ("nodeName", "ephemeralContainers")
 
 
 def from_template(t: PodTemplate) -> Obj:
@@ -24,6 +30,8 @@ def from_template(t: PodTemplate) -> Obj:
     if t.annotations:
         meta["annotations"] = dict(t.annotations)
     container: Obj = {"name": "main", "image": t.image}
+    if t.command:
+        container["command"] = list(t.command)
     if t.requests:
         quantities = {k: (f"{v}m" if k == "cpu" else str(v)) for k, v in t.requests.items()}
         container["resources"] = {"requests": quantities, "limits": _limits(quantities)}
@@ -32,6 +40,7 @@ def from_template(t: PodTemplate) -> Obj:
         "priorityClassName": t.priority_class_name,
         "priority": t.priority,
         "schedulerName": t.scheduler_name,
+        "restartPolicy": t.restart_policy,
         "nodeName": t.node_name,
         "nodeSelector": dict(t.node_selector) or None,
         "tolerations": [_toleration(x) for x in t.tolerations] or None,
@@ -56,12 +65,23 @@ def has_controller(pod: Obj) -> bool:
 
 
 def unbound_copy(pod: Obj) -> Obj:
-    """The pod as its author wrote it: no nodeName, status, uid or resourceVersion."""
+    """The pod as its author wrote it, unbound, annotated with the uid it replaces.
+
+    Spec and metadata are kept whole (images, commands, env, volumes, resources,
+    affinity, tolerations, priority, labels, annotations, ...), less ``nodeName``,
+    status, server-set metadata and Baton's per-placement marks (``PLACEMENT_MARKS``:
+    the admission webhook refuses a new pod claiming ``baton.io/admitted``). A deep
+    copy: the pod given is left untouched.
+    """
     meta = pod.get("metadata", {})
-    spec = {k: v for k, v in pod.get("spec", {}).items() if k != "nodeName"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta},
-        "spec": spec,
-    }
+    kept = copy.deepcopy({k: meta[k] for k in KEPT_METADATA if meta.get(k) is not None})
+    for field in ("labels", "annotations"):
+        values = {
+            k: v for k, v in (kept.pop(field, None) or {}).items() if k not in PLACEMENT_MARKS
+        }
+        if meta.get("uid") and field == "annotations":
+            values[RECREATED_FROM] = meta["uid"]
+        if values:
+            kept[field] = values
+    spec = copy.deepcopy({k: v for k, v in pod.get("spec", {}).items() if k not in DROPPED_SPEC})
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": kept, "spec": spec}

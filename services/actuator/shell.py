@@ -1,201 +1,195 @@
-"""The actuator's I/O: ACTIONS in, API calls out, a result event per action.
+"""The actuator's edges: ACTIONS in, API calls out, a result event per action.
 
-Tasks share one core state, which only the driver touches:
-- the reader pulls actions from the durable ``actuator`` consumer and hands them
-  to the driver as ``Arrived`` events (the message is kept, unacked, by ticket);
-- the driver feeds events to ``core.step`` and carries out its outputs: start an
-  apply task, settle deliveries, publish results, sleep until a wake-up;
-- the outbox publishes result events (pipelined), then acks/naks/terms, so an
-  action is acknowledged only after its result is stored;
+``Desk`` is both the actuator's feed and the handler of its effects, because they
+share the deliveries in hand:
+- its reader pulls actions from the durable ``actuator`` consumer and hands them to
+  the core as ``Arrived`` events (the message is kept, unacked, by ticket);
+- ``apply`` runs an API call in a task and hands its ``Finished`` back as an input;
+- ``wake`` brings a ``Tick`` at the time the core asked for (rate limiting);
+- ``settle`` acks, naks or terms deliveries; the runner stores the results (the
+  ``Report`` route) before it runs any effect, so an action is acknowledged only
+  after its result is stored;
 - a keep-alive marks held deliveries in progress so they are not redelivered.
+
+Exactly once, across restarts and takeovers: before it hands an action to the core the
+Desk looks its id up in the ``BATON_<C>_DONE`` KV bucket (written after every apply,
+before the result and the ack), and refuses an action whose producer's lease epoch
+is older than the current leader's (``libs.runner.leasing.Fences``) or whose
+``expires`` has passed: such an action is answered ``stale`` and never applied.
+
+On stop, applies in flight finish their current action (within the stop grace).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+import nats.errors
+import nats.js.errors
 import structlog
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.kv import KeyValue
 
-from libs.bus import Bus, Message, Outgoing
+from libs.bus import Bus, Message, Outgoing, Subscription
+from libs.runner import Cut, Item, Route
+from libs.runner.leasing import Fences
+from libs.runtime.stopping import checkpoint, retry, where
 from proto import subjects
-from proto.actions import AnyAction, Outcome
+from proto.actions import AnyAction, Outcome, action_subject, result_subject
 from services.actuator import applying, core, metrics
 from services.actuator.calling import Api, ApiError
+from services.actuator.eventing import EventWrite
 
 log = structlog.get_logger("baton.actuator")
 DURABLE = "actuator"
 
 
-def result_subject(action_subject: str) -> str:
-    """``baton.<c>.action.<kind>.<key...>`` -> ``baton.<c>.result.<kind>.<key...>``."""
-    prefix, cluster, _, rest = action_subject.split(".", 3)
-    return ".".join([prefix, cluster, subjects.RESULT, rest])
-
-
-class Actuator:
+class Desk:
     def __init__(
-        self, bus: Bus, *, api: Api | None, limits: core.Limits, dry_run: bool = False,
-        bind_concurrency: int = 64, ack_wait: float = 60.0,
-        clock: Callable[[], float] = time.time,
+        self, bus: Bus, *, api: Api | None, limits: core.Limits, clock: Callable[[], float],
+        dry_run: bool = False, bind_concurrency: int = 64, ack_wait: float = 60.0,
+        stop_grace: float = 10.0,
     ) -> None:  # fmt: skip
         if api is None and not dry_run:
             raise ValueError("an API client is needed unless dry_run")
-        self.bus, self.api, self.limits, self.dry_run = bus, api, limits, dry_run
-        self.bind_concurrency, self.ack_wait, self.clock = bind_concurrency, ack_wait, clock
-        self.state = core.initial(limits, now=clock())
-        self.events: asyncio.Queue[core.Event] = asyncio.Queue()
-        self.outbox: asyncio.Queue[list[core.Output]] = asyncio.Queue()
+        self.bus, self.api, self.limits, self.clock = bus, api, limits, clock
+        self.dry_run, self.bind_concurrency, self.ack_wait = dry_run, bind_concurrency, ack_wait
+        self.stop_grace = stop_grace
+        self.caught_up = False
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
         self.messages: dict[int, Message[Any]] = {}
-        self.subjects: dict[str, str] = {}  # action id -> the subject it came on
         self.tickets = 0
-        self.wake_at: float | None = None
-        self.limited_reported = 0.0
         self.applying: set[asyncio.Task[None]] = set()
-        self.ready = False
+        self._sub: Subscription[Any] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake: asyncio.TimerHandle | None = None
+        self._wake_at = 0.0
+        self._limited_since: float | None = None
+        self.fences = Fences()
+        self._done: KeyValue | None = None
 
-    async def run(self) -> None:
-        """Run until cancelled; in-flight applies finish their current action first."""
-        sub = self.bus.consume(
+    # -- the feed ---------------------------------------------------------------------
+
+    async def start(self) -> Cut | None:
+        self._done = await done_bucket(self.bus)
+        self._tasks.append(asyncio.create_task(self.fences.follow(self.bus), name="fences"))
+        try:
+            await asyncio.wait_for(self.fences.loaded.wait(), 10)
+        except TimeoutError:
+            log.warning("lease epochs not loaded in 10 s; fencing from what arrives")
+        self._sub = self.bus.consume(
             subjects.wildcard(self.bus.cluster, subjects.ACTION, ">"), type_=AnyAction,
             durable=DURABLE, max_deliver=self.limits.max_attempts + 1, ack_wait=self.ack_wait,
         )  # fmt: skip
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self._read(sub))
-                group.create_task(self._drive())
-                group.create_task(self._send())
-                group.create_task(self._keep_alive())
-        finally:
-            await sub.close()
-            if self.applying:
-                await asyncio.wait(self.applying)
+        await self._sub.start()
+        self.caught_up = True
+        self._tasks += [
+            asyncio.create_task(self._read(self._sub), name="actuator-read"),
+            asyncio.create_task(self._keep_alive(), name="actuator-keep-alive"),
+        ]
+        return None
 
-    async def _read(self, sub: Any) -> None:
-        await sub.start()
-        self.ready = True
+    async def _read(self, sub: Subscription[Any]) -> None:
         async for msg in sub:
+            checkpoint()
             self.tickets += 1
             self.messages[self.tickets] = msg
-            self.subjects[msg.event.id] = msg.subject
-            event = core.Arrived(action=msg.event, ticket=self.tickets, delivered=msg.deliveries)
-            self.events.put_nowait(event)
+            action = msg.event
+            event = core.Arrived(
+                action=action, ticket=self.tickets, delivered=msg.deliveries, seq=msg.seq,
+                done=await self._done_outcome(action.id), refused=self._refused(action),
+            )  # fmt: skip
+            self.inbox.put_nowait(event)
+
+    def _refused(self, action: AnyAction) -> str:
+        if action.expires and self.clock() > action.expires:
+            return f"stale: expired {self.clock() - action.expires:.1f} s ago (at {action.expires})"
+        return self.fences.stale(action.by, action.epoch)
+
+    async def _done_outcome(self, action_id: str) -> str:
+        """The outcome an earlier run recorded for this id ('' if none, or unreadable)."""
+        if self._done is None:
+            return ""
+        try:
+            entry = await self._done.get(_done_key(action_id))
+        except nats.js.errors.KeyNotFoundError:
+            return ""
+        except nats.errors.Error as exc:
+            log.warning("done-record read failed", action_id=action_id, error=repr(exc))
+            return ""
+        return (entry.value or b"").decode()
+
+    async def _record_done(self, action_id: str, outcome: str) -> None:
+        """Before the result and the ack: a later run that meets the id again answers
+        "already". (Lost here, the API state check still makes a repeat harmless.)"""
+        done = self._done
+        if done is None or outcome in ("retry", "would-do"):
+            return
+        key, value = _done_key(action_id), outcome.encode()
+        await retry(lambda: done.put(key, value), what="recording an action done", max_delay=1.0)
 
     async def _keep_alive(self) -> None:
         """Tell JetStream that held deliveries are still being worked on (waiting for
         tokens or a slot), so ack_wait does not expire and redeliver them."""
         while True:
             await asyncio.sleep(self.ack_wait / 3)
+            checkpoint()
             for msg in list(self.messages.values()):
                 with contextlib.suppress(Exception):
                     await msg.raw.in_progress()
 
-    async def _drive(self) -> None:
-        while True:
-            event = await self._next_event()
-            batch: list[core.Output] = []
-            while True:
-                self.state, outputs = core.step(self.state, event, self.clock())
-                batch.extend(outputs)
-                if self.events.empty():
-                    break
-                event = self.events.get_nowait()
-            self._carry_out(batch)
+    async def take(self, limit: int) -> list[Item]:
+        events = [await self.inbox.get()]
+        while not self.inbox.empty() and len(events) < limit:
+            events.append(self.inbox.get_nowait())
+        return [Item(event=e) for e in events]
 
-    async def _next_event(self) -> core.Event:
-        if self.wake_at is None:
-            return await self.events.get()
-        timeout = max(self.wake_at - self.clock(), 0.0)
-        try:
-            return await asyncio.wait_for(self.events.get(), timeout)
-        except TimeoutError:
-            return core.Tick()
-        finally:
-            self.wake_at = None
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._wake is not None:
+            self._wake.cancel()
+        if self.applying:  # in-flight applies finish their current action
+            _, stuck = await asyncio.wait(self.applying, timeout=self.stop_grace)
+            for task in stuck:
+                log.error("apply still running at stop: cancelled", task=where(task))
+                task.cancel()
+        if self._sub is not None:
+            await self._sub.close()
 
-    def _carry_out(self, outputs: list[core.Output]) -> None:
-        settling: list[core.Output] = []
-        for out in outputs:
-            if isinstance(out, core.Apply):
-                task = asyncio.create_task(self._apply(out.action, out.attempt))
-                self.applying.add(task)
-                task.add_done_callback(self.applying.discard)
-            elif isinstance(out, core.WakeAt):
-                self.wake_at = out.at if self.wake_at is None else min(self.wake_at, out.at)
-            else:
-                settling.append(out)
-        if settling:
-            self.outbox.put_nowait(settling)
-        for priority, depth in self.state.depth().items():
-            metrics.QUEUE_DEPTH.labels(priority=priority).set(depth)
-        metrics.IN_FLIGHT.set(len(self.state.in_flight))
-        limited = self.state.limited_seconds
-        if limited > self.limited_reported:
-            metrics.RATE_LIMITED.inc(limited - self.limited_reported)
-            self.limited_reported = limited
+    # -- effects ----------------------------------------------------------------------
 
-    async def _apply(self, action: AnyAction, attempt: int) -> None:
-        bound = structlog.contextvars.bound_contextvars(
-            action_id=action.id, action_type=core.action_type(action), attempt=attempt
+    def apply(self, out: core.Apply) -> None:
+        task = asyncio.create_task(
+            self._apply(out.action, out.attempt, out.event), name=f"apply-{out.action.id}"
         )
-        with bound:
-            finished = await self._outcome(action)
-            if finished.outcome in ("failed", "rolled-back", "retry"):
-                log.warning("action not applied", outcome=finished.outcome, error=finished.error)
-            else:
-                log.info("action done", outcome=finished.outcome)
-        self.events.put_nowait(finished)
+        self.applying.add(task)
+        task.add_done_callback(self.applying.discard)
 
-    async def _outcome(self, action: AnyAction) -> core.Finished:
-        if self.dry_run or self.api is None:
-            log.info("dry run: would apply", action=action)
-            return core.Finished(action_id=action.id, outcome="would-do")
-        session = self.api.session()
-        outcome: Outcome | Literal["retry"]
-        try:
-            outcome, error = await applying.apply(
-                session, action, bind_concurrency=self.bind_concurrency
-            )
-        except ApiError as exc:
-            retry = exc.policy in ("backoff", "reread")
-            outcome, error = ("retry" if retry else "failed"), str(exc)
-        except Exception as exc:  # our bug: retried, then dead-lettered as one
-            log.exception("applying raised")
-            outcome, error = "retry", f"internal error: {type(exc).__name__}: {exc}"
-        calls = session.writes
-        return core.Finished(action_id=action.id, outcome=outcome, error=error, calls=calls)
+    def wake(self, out: core.WakeAt) -> None:
+        """The head of the queue waits for rate-limit tokens until ``out.at``."""
+        if self._limited_since is None:
+            self._limited_since = self.clock()
+        if self._wake is not None and self._wake_at <= out.at:
+            return
+        if self._wake is not None:
+            self._wake.cancel()
+        delay = max(out.at - self.clock(), 0.0)
+        self._wake_at = out.at
+        self._wake = asyncio.get_running_loop().call_later(delay, self._woken)
 
-    async def _send(self) -> None:
-        while True:
-            batch = await self.outbox.get()
-            while not self.outbox.empty():
-                batch.extend(self.outbox.get_nowait())
-            reports = [o for o in batch if isinstance(o, core.Report)]
-            await self._publish(reports)
-            for out in batch:
-                if isinstance(out, core.Settle):
-                    await self._settle(out)
+    def _woken(self) -> None:
+        self._wake = None
+        if self._limited_since is not None:
+            metrics.RATE_LIMITED.inc(max(0.0, self.clock() - self._limited_since))
+            self._limited_since = None
+        self.inbox.put_nowait(core.Tick())
 
-    async def _publish(self, reports: list[core.Report]) -> None:
-        outgoing = []
-        for report in reports:
-            res = report.result
-            metrics.ACTIONS.labels(type=res.action_type, outcome=res.outcome).inc()
-            subject = self.subjects.pop(res.action_id, None)
-            if subject is not None:
-                outgoing.append(Outgoing(result_subject(subject), res, f"{res.action_id}:result"))
-        while outgoing:
-            try:
-                await self.bus.publish_many(outgoing)
-                return
-            except Exception as exc:  # NATS down: results are idempotent, try again
-                log.warning("publishing results failed, retrying", error=str(exc))
-                await asyncio.sleep(1.0)
-
-    async def _settle(self, out: core.Settle) -> None:
+    async def settle(self, out: core.Settle) -> None:
         for ticket in out.tickets:
             msg = self.messages.pop(ticket, None)
             if msg is None:
@@ -206,7 +200,83 @@ class Actuator:
                 elif out.verdict == "nak":
                     full = out.reason == "queue full"
                     metrics.RETRIES.labels(reason="queue-full" if full else "retryable").inc()
-                    self.subjects.pop(msg.event.id, None)
                     await msg.nak(delay=out.delay)
                 else:
                     await msg.term(out.reason, error_class="dependency")
+
+    def effects(self) -> dict[type[Any], Any]:
+        return {core.Apply: self.apply, core.WakeAt: self.wake, core.Settle: self.settle}
+
+    async def _apply(self, action: AnyAction, attempt: int, event: EventWrite | None) -> None:
+        bound = structlog.contextvars.bound_contextvars(
+            action_id=action.id, action_type=core.action_type(action), attempt=attempt
+        )
+        with bound:
+            finished = await self._outcome(action, event)
+            if finished.outcome in ("failed", "rolled-back", "retry"):
+                log.warning("action not applied", outcome=finished.outcome, error=finished.error)
+            else:
+                log.info("action done", outcome=finished.outcome)
+            await self._record_done(action.id, finished.outcome)
+        self.inbox.put_nowait(finished)
+
+    async def _outcome(self, action: AnyAction, event: EventWrite | None) -> core.Finished:
+        if self.dry_run or self.api is None:
+            log.info("dry run: would apply", action=action)
+            return core.Finished(action_id=action.id, outcome="would-do")
+        session = self.api.session()
+        outcome: Outcome | Literal["retry"]
+        try:
+            outcome, error = await applying.apply(
+                session, action, bind_concurrency=self.bind_concurrency, event=event
+            )
+        except ApiError as exc:
+            retry = exc.policy in ("backoff", "reread")
+            outcome, error = ("retry" if retry else "failed"), str(exc)
+        except Exception as exc:  # our bug: retried, then dead-lettered as one
+            log.exception("applying raised")
+            outcome, error = "retry", f"internal error: {type(exc).__name__}: {exc}"
+        calls = session.writes
+        return core.Finished(action_id=action.id, outcome=outcome, error=error, calls=calls)
+
+
+DONE = "done"
+
+
+async def done_bucket(bus: Bus) -> KeyValue:
+    """Action ids applied, with their outcome, for a day (longer than ACTIONS keeps them)."""
+    name = subjects.stream_name(bus.cluster, DONE)
+    try:
+        return await bus.js.key_value(name)
+    except nats.js.errors.BucketNotFoundError:
+        config = KeyValueConfig(
+            bucket=name, history=1, ttl=24 * 3600.0, storage=StorageType.FILE,
+            replicas=bus.replicas,
+        )  # fmt: skip
+        return await bus.js.create_key_value(config)
+
+
+def _done_key(action_id: str) -> str:
+    """KV keys allow ``[-/_=.a-zA-Z0-9]``; action ids are ``<what>-<hex>`` already."""
+    return "".join(c if c.isalnum() or c in "-_=" else "_" for c in action_id)
+
+
+def _report(cluster: str, report: core.Report) -> Outgoing:
+    res = report.result
+    subject = result_subject(action_subject(cluster, report.action))
+    return Outgoing(subject, res, f"{res.action_id}:result")
+
+
+ROUTES = (Route(core.Report, to=_report),)
+
+
+def observe(state: core.State, outputs: Any) -> None:
+    for out in outputs:
+        if isinstance(out, core.Report):
+            metrics.ACTIONS.labels(type=out.result.action_type, outcome=out.result.outcome).inc()
+
+
+def gauges(state: core.State) -> None:
+    for priority, depth in state.depth().items():
+        metrics.QUEUE_DEPTH.labels(priority=priority).set(depth)
+    metrics.IN_FLIGHT.set(len(state.in_flight))

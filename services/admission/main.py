@@ -6,7 +6,7 @@ Settings (environment, or a YAML/JSON file via ``--settings``):
 |---|---|---|
 | ``BATON_NATS_URL`` | ``nats://127.0.0.1:4222`` | NATS server |
 | ``BATON_CLUSTER`` | ``c1`` | cluster token in every subject |
-| ``BATON_OPS_PORT`` | ``9090`` | ``/metrics``, ``/healthz``, ``/readyz`` |
+| ``BATON_ADMISSION_OPS_PORT`` | ``9108`` | ``/metrics``, ``/healthz``, ``/readyz`` |
 | ``BATON_ADMISSION_TEAMS_FILE`` | unset: one team owns everything | team config (YAML) |
 | ``BATON_ADMISSION_TLS_CERT`` / ``_TLS_KEY`` | unset: no webhook | PEM files for HTTPS |
 | ``BATON_ADMISSION_TLS_SELF_SIGNED_DIR`` | unset | no cert given: self-signed one made here |
@@ -16,8 +16,9 @@ Settings (environment, or a YAML/JSON file via ``--settings``):
 | ``BATON_ADMISSION_BORROW_PRIORITY_CLASS`` | unset | PriorityClass given to pods that borrow |
 | ``BATON_ADMISSION_RELOAD_S`` | ``5`` | how often the team config file is checked for changes |
 
-Self-signed: ``tls.crt``/``tls.key`` are made with the openssl CLI (without it the webhook
-is off, logged) and reused while present; ``caBundle`` is base64 of ``tls.crt``.
+Self-signed: ``tls.crt``/``tls.key`` are made in Python (``certificates.py``; when that
+fails the webhook is off, logged) and reused while present; ``caBundle`` is base64 of
+``tls.crt``.
 
 Not ready: ``baton-closed`` rejects Baton-managed objects (gang pods, PodGroups, pods
 with schedulerName baton) and admits the rest; ``closed`` rejects all; ``open`` admits all.
@@ -31,31 +32,33 @@ import os
 import ssl
 from typing import Any, Literal
 
-import msgspec
 import structlog
 
 from libs.bus import Bus
+from libs.runner import Input, Runner, Spec, serve
 from libs.runtime import (
+    OPS_PORTS,
     SettingsError,
     configure_logging,
     load_settings,
     run_until_signalled,
-    serve_ops,
 )
+from libs.runtime.settings import Base
+from proto.admission import TeamsLoaded
+from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from proto.teams import TeamConfig
+from services.admission import core, shell
 from services.admission.certificates import CertificateError, self_signed
 from services.admission.serving import tls_context
-from services.admission.shell import Admission, load_teams
+from services.admission.shell import load_teams
 from services.admission.teams import TeamConfigError
 from services.admission.webhook import Options
 
 log = structlog.get_logger("baton.admission")
 
 
-class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    nats_url: str = "nats://127.0.0.1:4222"
-    cluster: str = "c1"
-    ops_port: int = 9090
-    dry_run: bool = False  # accepted for uniformity: admission only publishes, the actuator writes
+class Settings(Base, frozen=True, kw_only=True):
+    ops_port: int = OPS_PORTS["admission"]
     teams_file: str = ""
     tls_cert: str = ""
     tls_key: str = ""
@@ -68,6 +71,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     reload_s: float = 5.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("tls_cert and tls_key: set both (the webhook serves HTTPS) or neither")
         if self.tls_cert and self.tls_self_signed_dir:
@@ -84,28 +88,60 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return tuple(h.strip() for h in self.tls_hosts.split(",") if h.strip())
 
 
+SPEC = Spec(
+    name="admission",
+    description="Team quotas and taints: admits whole gangs against their team's quota, "
+    "labels and taints team nodes, reclaims borrowed GPUs.",
+    settings=Settings,
+    policy=lambda settings: load_teams(settings.teams_file),
+    policy_type=TeamConfig,
+    initial=core.initial,
+    step=core.step,
+    inputs=(
+        Input("k8s.node.>", NodeEvent),
+        Input("k8s.podgroup.>", PodGroupEvent),
+        Input("k8s.upstream-podgroup.>", PodGroupEvent),
+        Input("k8s.pod.>", PodEvent),
+        Input("admission.teams", TeamsLoaded),
+    ),
+    routes=shell.ROUTES,
+    observe=shell.observe,
+    gauges=shell.gauges,
+)
+
+
 def settings_from(env: dict[str, str], file: str | None = None) -> Settings:
     return load_settings(Settings, prefix="BATON_ADMISSION_", file=file, env=env)
 
 
-async def serve(settings: Settings) -> None:
-    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name="admission")
+def beside(
+    settings: Settings, bus: Bus, *, bound: asyncio.Future[int] | None = None
+) -> shell.Beside:
     options = Options(
         policy=settings.not_ready, borrow_priority_class=settings.borrow_priority_class
     )
-    admission = Admission(
-        bus=bus, teams_file=settings.teams_file, options=options, reload_s=settings.reload_s
-    )
-    ops = await serve_ops(settings.ops_port, ready=lambda: admission.ready)
     tls = _tls(settings)
     if tls is None:
         log.warning("no TLS certificate: the webhook is off; quotas and team taints still run")
-    log.info("admission starting", cluster=settings.cluster, ops_port=ops.port)
-    try:
-        await admission.run(tls=tls, host=settings.webhook_host, port=settings.webhook_port)
-    finally:
-        await ops.close()
-        await bus.close()
+    return shell.Beside(
+        bus=bus, teams_file=settings.teams_file, options=options, reload_s=settings.reload_s,
+        tls=tls, host=settings.webhook_host, port=settings.webhook_port, bound=bound,
+    )  # fmt: skip
+
+
+async def serve_admission(settings: Settings) -> None:
+    extra: list[shell.Beside] = []
+
+    async def make(bus: Bus) -> Runner[core.State]:
+        extra.append(beside(settings, bus))
+        return Runner(SPEC, bus=bus, settings=settings, dry_run=settings.dry_run,
+                      stop_grace=settings.stop_grace_s)  # fmt: skip
+
+    async def run_beside(runner: Runner[core.State]) -> None:
+        await extra[0].run(runner)
+
+    log.info("admission starting", cluster=settings.cluster, ops_port=settings.ops_port)
+    await serve(SPEC, settings, make=make, beside=run_beside)
 
 
 def _tls(settings: Settings) -> ssl.SSLContext | None:
@@ -124,7 +160,20 @@ def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="baton admission", description=__doc__.splitlines()[0])
     parser.add_argument("--settings", help="YAML or JSON file of settings (env wins)")
     parser.add_argument("--check-teams", metavar="FILE", help="validate a team config and exit")
+    parser.add_argument(
+        "--make-cert", metavar="DIR", help="write a self-signed tls.crt and tls.key there, exit"
+    )
+    parser.add_argument("--hosts", default="baton-admission.baton-system.svc",
+                        help="names in --make-cert's certificate, comma separated")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.make_cert:
+        hosts = tuple(h.strip() for h in args.hosts.split(",") if h.strip())
+        try:
+            cert, key = self_signed(args.make_cert, hosts=hosts)
+        except CertificateError as exc:
+            parser.exit(2, f"baton admission: {exc}\n")
+        print(f"{cert} {key} (for {', '.join(hosts)}; caBundle: base64 of {cert})")
+        return 0
     if args.check_teams:
         try:
             config = load_teams(args.check_teams)
@@ -139,5 +188,6 @@ def run(argv: list[str]) -> int:
     except (SettingsError, TeamConfigError) as exc:
         parser.exit(2, f"baton admission: {exc}\n")
     configure_logging(service="admission")
-    asyncio.run(run_until_signalled(lambda: serve(settings)))
+    deadline = settings.stop_grace_s + 10.0
+    asyncio.run(run_until_signalled(lambda: serve_admission(settings), deadline=deadline))
     return 0

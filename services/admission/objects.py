@@ -39,8 +39,13 @@ class KContainer(msgspec.Struct, frozen=True, kw_only=True):
     resources: KResources = KResources()
 
 
+class KSchedulingGroup(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    pod_group_name: str = ""
+
+
 class KPodSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     scheduler_name: str = ""
+    scheduling_group: KSchedulingGroup | None = None
     priority_class_name: str = ""
     tolerations: list[KToleration] | None = None
     affinity: dict[str, Any] | None = None
@@ -64,11 +69,61 @@ class KPod(msgspec.Struct, frozen=True, kw_only=True):
 
 class KPodGroupSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     min_member: int = 1
+    min_resources: dict[str, str | int | float] | None = None
+    schedule_timeout_seconds: int | None = None
 
 
 class KPodGroup(msgspec.Struct, frozen=True, kw_only=True):
+    """scheduler-plugins' PodGroup (``scheduling.x-k8s.io/v1alpha1``)."""
+
     metadata: Meta = Meta()
     spec: KPodGroupSpec = KPodGroupSpec()
+
+
+class KGangPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    min_count: int = 1
+
+
+class KSchedulingPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    gang: KGangPolicy | None = None
+    basic: dict[str, Any] | None = None
+
+
+class KTopology(msgspec.Struct, frozen=True, kw_only=True):
+    key: str = ""
+
+
+class KConstraints(msgspec.Struct, frozen=True, kw_only=True):
+    topology: list[KTopology] | None = None
+
+
+class KGroupPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """What upstream's PodGroup spec and each Workload template share."""
+
+    name: str = ""  # a Workload template's name
+    scheduling_policy: KSchedulingPolicy = KSchedulingPolicy()
+    scheduling_constraints: KConstraints | None = None
+
+
+class KUpstreamPodGroup(msgspec.Struct, frozen=True, kw_only=True):
+    """Upstream Kubernetes' PodGroup (``scheduling.k8s.io`` v1beta1 / v1alpha2)."""
+
+    metadata: Meta = Meta()
+    spec: KGroupPolicy = KGroupPolicy()
+
+
+class KWorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    pod_group_templates: list[KGroupPolicy] | None = None
+
+
+class KWorkload(msgspec.Struct, frozen=True, kw_only=True):
+    """Upstream Kubernetes' Workload: templates its controllers make PodGroups from."""
+
+    metadata: Meta = Meta()
+    spec: KWorkloadSpec = KWorkloadSpec()
+
+
+KObject = KPod | KPodGroup | KUpstreamPodGroup | KWorkload
 
 
 class GroupVersionKind(msgspec.Struct, frozen=True, kw_only=True):

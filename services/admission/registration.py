@@ -20,6 +20,12 @@ RULES = [
         "operations": ["CREATE"],
         "resources": ["podgroups"],
     },
+    {  # upstream gang scheduling (KEP-4671), whichever version is served
+        "apiGroups": ["scheduling.k8s.io"],
+        "apiVersions": ["v1beta1", "v1alpha2"],
+        "operations": ["CREATE"],
+        "resources": ["podgroups", "workloads"],
+    },
 ]
 
 

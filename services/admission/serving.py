@@ -51,7 +51,7 @@ class Webhook:
         try:
             verdict = review(state, body, mutate=mutate, now=time.time(), options=self.options)
         except BadReview as exc:
-            metrics.REVIEWS.labels(webhook=name, kind="", outcome="bad").inc()
+            metrics.REVIEWS.labels(webhook=name, kind=metrics.UNKNOWN_KIND, outcome="bad").inc()
             return web.Response(status=400, text=f"{exc}\n")
         metrics.REVIEW_SECONDS.labels(webhook=name).observe(time.perf_counter() - started)
         event = verdict.event
@@ -64,7 +64,7 @@ class Webhook:
             if event is not None
             else "allowed"
         )
-        kind = event.kind if event is not None else ""
+        kind = event.kind if event is not None else metrics.UNKNOWN_KIND
         metrics.REVIEWS.labels(webhook=name, kind=kind, outcome=outcome).inc()
         if event is not None:
             self.publish(event)

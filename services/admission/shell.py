@@ -1,8 +1,12 @@
-"""Admission's I/O: nodes, pods and PodGroups from the bus into the core; actions and
-decisions out; the team config file watched for changes; the HTTPS webhook.
+"""Admission's edges: where its outputs go, the team config file, and the webhook.
 
-The core's state lives in memory only and is rebuilt at start from the K8S stream
-(current state of every object); the webhook answers "not ready" until then.
+The runner feeds the core nodes, pods and PodGroups (snapshot, then live) and
+``TeamsLoaded`` in HISTORY's order, and publishes its routes. The core's state has
+one writer, the runner: a changed team config file is validated here and published
+as ``TeamsLoaded`` on ``baton.<c>.admission.teams``, which the core reads back like
+any other input (so a change lands in stream order, is replayed, and its actions are
+published by the runner until stored). The HTTPS webhook answers from the runner's
+state, "not ready" until the core has caught up.
 """
 
 from __future__ import annotations
@@ -15,16 +19,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import structlog
 import yaml
-from aiohttp import web
 
 from libs.bus import Bus, Outgoing
-from libs.service import CoreStatus, Input, run_core
-from proto import subjects
-from proto.actions import Action, Annotate, EvictGang, SetLabels, SetTaint
-from proto.admission import SUBJECT_KIND, AdmissionEvent, NodeTeamChanged, PodMutated, PodRejected
-from proto.k8s import K8sEvent
+from libs.runner import Route, Runner
+from libs.runtime.stopping import checkpoint, retry
+from proto import ids, subjects
+from proto.actions import Annotate, EvictGang, SetLabels, SetTaint, action_subject
+from proto.admission import (
+    SUBJECT_KIND,
+    AdmissionEvent,
+    NodeTeamChanged,
+    PodMutated,
+    PodRejected,
+    TeamsLoaded,
+)
 from services.admission import core, metrics
 from services.admission.serving import Webhook, serve_webhook
 from services.admission.teams import DEFAULT, TeamConfig, TeamConfigError, parse
@@ -47,31 +58,20 @@ def load_teams(path: str) -> TeamConfig:
         raise TeamConfigError(f"{path}: {exc}") from None
 
 
-def route(cluster: str, output: Any) -> tuple[str, str | None] | None:
-    """Output -> (subject, msg id)."""
-    match output:
-        case SetTaint() | SetLabels():
-            kind = "taint" if isinstance(output, SetTaint) else "label"
-            return subjects.subject(cluster, subjects.ACTION, kind, output.node), output.id
-        case Annotate():
-            key = (output.namespace, output.name)
-            return subjects.subject(cluster, subjects.ACTION, "annotate", *key), output.id
-        case EvictGang():
-            namespace, _, name = output.gang.partition("/")
-            return subjects.subject(
-                cluster, subjects.ACTION, "evict-gang", namespace, name
-            ), output.id
-        case Action():
-            return None
-        case NodeTeamChanged():
-            subj = subjects.subject(cluster, subjects.ADMISSION, "node-team", output.node)
-            return subj, f"node-team:{output.node}:{output.team}:{output.at}"
-        case AdmissionEvent():
-            return _event_subject(cluster, output), None
-    return None
+def teams_subject(cluster: str) -> str:
+    return subjects.wildcard(cluster, subjects.ADMISSION, "teams")
 
 
-def _event_subject(cluster: str, event: AdmissionEvent) -> str:
+def _action(cluster: str, action: Any) -> tuple[str, str]:
+    return action_subject(cluster, action), action.id
+
+
+def _node_team(cluster: str, event: NodeTeamChanged) -> tuple[str, str]:
+    subject = subjects.subject(cluster, subjects.ADMISSION, "node-team", event.node)
+    return subject, f"node-team:{event.node}:{event.team}:{event.at}"
+
+
+def event_subject(cluster: str, event: AdmissionEvent) -> str:
     kind = SUBJECT_KIND[type(event)]
     if isinstance(event, PodMutated | PodRejected):
         key = (event.namespace, event.name.rstrip("-") or "unnamed")
@@ -83,82 +83,79 @@ def _event_subject(cluster: str, event: AdmissionEvent) -> str:
         return subjects.subject(cluster, subjects.ADMISSION, kind)
 
 
-class Admission:
+def _decision(cluster: str, event: AdmissionEvent) -> tuple[str, str]:
+    """The same decision made again (a standby's, published on takeover) has the same id."""
+    subject = event_subject(cluster, event)
+    return subject, ids.make("admission", subject, msgspec.json.encode(event).decode())
+
+
+ROUTES = (
+    Route((SetTaint, SetLabels, Annotate, EvictGang), to=_action, action=True),
+    Route(NodeTeamChanged, to=_node_team),
+    Route(tuple(t for t in SUBJECT_KIND if t is not NodeTeamChanged), to=_decision),
+)
+
+
+def observe(state: core.State, outputs: Sequence[Any]) -> None:
+    for output in outputs:
+        tag = str(type(output).__struct_config__.tag)
+        team = getattr(output, "team", "") or metrics.NO_TEAM
+        metrics.DECISIONS.labels(type=tag, team=team).inc()
+
+
+def gauges(state: core.State) -> None:
+    for team in state.config.teams:
+        metrics.QUEUED.labels(team=team.name).set(len(state.queues.get(team.name, [])))
+        used = state.used.get(team.name, 0) + state.borrowed(team.name)
+        metrics.USED.labels(team=team.name).set(used)
+        metrics.QUOTA.labels(team=team.name).set(state.quota(team.name))
+
+
+class Beside:
+    """What runs beside admission's runner: the webhook and the team config watcher."""
+
     def __init__(
-        self, *, bus: Bus, teams_file: str, options: Options, reload_s: float = 5.0
-    ) -> None:
-        self.bus = bus
-        self.cluster = bus.cluster
-        self.teams_file = teams_file
-        self.options = options
-        self.reload_s = reload_s
-        self.status: CoreStatus[core.State] = CoreStatus(core.initial(load_teams(teams_file)))
-        self._mtime = self._stat()
-        self._background: set[asyncio.Task[None]] = set()
-
-    @property
-    def ready(self) -> bool:
-        return self.status.caught_up
-
-    def state(self) -> core.State | None:
-        return self.status.state if self.status.caught_up else None
-
-    async def run(
         self,
         *,
+        bus: Bus,
+        teams_file: str,
+        options: Options,
+        reload_s: float = 5.0,
         tls: ssl.SSLContext | None = None,
         host: str = "0.0.0.0",
         port: int = 8443,
         bound: asyncio.Future[int] | None = None,
     ) -> None:
-        await self.bus.ensure_streams()
-        runner: web.AppRunner | None = None
-        if tls is not None:
-            hook = Webhook(state=self.state, publish=self.publish_decision, options=self.options)
-            runner, port = await serve_webhook(hook, host=host, port=port, tls=tls)
-        if bound is not None:
-            bound.set_result(port)
+        self.bus, self.teams_file, self.options, self.reload_s = bus, teams_file, options, reload_s
+        self.tls, self.host, self.port, self.bound = tls, host, port, bound
+        self._mtime = self._stat()
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def run(self, runner: Runner[core.State]) -> None:
+        web_runner = None
+        if self.tls is not None:
+            hook = Webhook(
+                state=lambda: runner.state if runner.ready else None,
+                publish=self.publish_decision,
+                options=self.options,
+            )
+            web_runner, self.port = await serve_webhook(
+                hook, host=self.host, port=self.port, tls=self.tls
+            )
+        if self.bound is not None:
+            self.bound.set_result(self.port)
         try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self._watch_config())
-                group.create_task(self._gauges())
-                group.create_task(
-                    run_core(
-                        self.bus,
-                        name="admission",
-                        core_step=self._step,
-                        state=self.status.state,
-                        inputs=self._inputs(),
-                        route=lambda o: route(self.cluster, o),
-                        status=self.status,
-                    )
-                )
+            await self._watch_config(runner)
         finally:
-            if runner is not None:
-                await runner.cleanup()
+            if web_runner is not None:
+                await web_runner.cleanup()
             for task in list(self._background):
                 task.cancel()
             await asyncio.gather(*self._background, return_exceptions=True)
 
-    def _inputs(self) -> list[Input]:
-        wild = subjects.wildcard
-        return [
-            Input(wild(self.cluster, subjects.K8S, kind, ">"), K8sEvent, "last_per_subject")
-            for kind in ("node", "podgroup", "pod")
-        ]
-
-    def _step(self, state: core.State, event: Any, now: float) -> tuple[core.State, Sequence[Any]]:
-        state, outputs = core.step(state, event, now)
-        for output in outputs:
-            metrics.DECISIONS.labels(type=type(output).__name__).inc()
-        return state, outputs
-
     def publish_decision(self, event: PodMutated | PodRejected) -> None:
         """Send a webhook decision in the background; a lost one is only a missing record."""
-        target = route(self.cluster, event)
-        if target is None:
-            return
-        items = [Outgoing(target[0], event, target[1])]
+        items = [Outgoing(event_subject(self.bus.cluster, event), event, None)]
         task = asyncio.get_running_loop().create_task(self._send(items))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -169,49 +166,36 @@ class Admission:
         except Exception as exc:
             log.warning("publishing decisions failed", error=repr(exc), count=len(items))
 
-    # -- team config ----------------------------------------------------------------
-
     def _stat(self) -> float:
         with contextlib.suppress(OSError):
             return Path(self.teams_file).stat().st_mtime if self.teams_file else 0.0
         return 0.0
 
-    async def _watch_config(self) -> None:
-        """Reload the team config when its file changes (a ConfigMap update swaps it)."""
+    async def _watch_config(self, runner: Runner[core.State]) -> None:
+        """Publish the team config when its file changes (a ConfigMap update swaps it)."""
         while True:
             await asyncio.sleep(self.reload_s)
+            checkpoint()
             mtime = self._stat()
-            if mtime == self._mtime:
+            if mtime == self._mtime or not runner.leader:  # the leader publishes changes
                 continue
             self._mtime = mtime
-            await self.reload()
+            await self.reload(runner.state.config)
 
-    async def reload(self) -> bool:
+    async def reload(self, current: TeamConfig) -> bool:
+        """Validate the file; publish it when it changed. A bad file keeps the old one."""
         try:
             config = load_teams(self.teams_file)
         except TeamConfigError as exc:
             metrics.CONFIG_ERRORS.inc()
             log.error("team config refused; keeping the previous one", error=str(exc))
             return False
-        if config == self.status.state.config:
+        if config == current:
             return True
-        event = core.TeamsLoaded(config=config, at=time.time())
-        state, outputs = self._step(self.status.state, event, event.at)
-        self.status.state = state
-        items = [
-            Outgoing(t[0], o, t[1]) for o in outputs if (t := route(self.cluster, o)) is not None
-        ]
-        await self._send(items)
-        log.info("team config loaded", teams=[t.name for t in config.teams], actions=len(items))
+        event = TeamsLoaded(config=config, at=time.time())
+        subject, msg_id = teams_subject(self.bus.cluster), f"teams:{event.at}"
+        await retry(
+            lambda: self.bus.publish(subject, event, msg_id=msg_id), what="publishing teams"
+        )
+        log.info("team config changed", teams=[t.name for t in config.teams])
         return True
-
-    async def _gauges(self) -> None:
-        while True:
-            state = self.status.state
-            for team in state.config.teams:
-                metrics.QUEUED.labels(team=team.name).set(len(state.queues.get(team.name, [])))
-                metrics.USED.labels(team=team.name).set(
-                    state.used.get(team.name, 0) + state.borrowed(team.name)
-                )
-                metrics.QUOTA.labels(team=team.name).set(state.quota(team.name))
-            await asyncio.sleep(5)

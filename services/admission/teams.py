@@ -20,63 +20,30 @@ owns every node and every namespace and taints nothing, so Baton works out of th
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
-TEAM_LABEL = "baton.io/team"
-POOL_LABEL = "baton.io/pool"
-DEFAULT_TEAM = "default"
+from proto.teams import (
+    DEFAULT,
+    DEFAULT_TEAM,
+    Count,
+    Egress,
+    Gpus,
+    Name,
+    Team,
+    TeamConfig,
+    is_default,
+)
 
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-_QUANTITY = r"^[0-9]+(\.[0-9]+)?(k|M|G|T|Ki|Mi|Gi|Ti)?$"
-
-Name = Annotated[str, msgspec.Meta(pattern=_DNS_LABEL, max_length=63)]
-Count = Annotated[int, msgspec.Meta(ge=0)]
+__all__ = [
+    "DEFAULT", "DEFAULT_TEAM", "Count", "Egress", "Gpus", "Name", "Team", "TeamConfig",
+    "TeamConfigError", "is_default", "parse",
+]  # fmt: skip
 
 
 class TeamConfigError(ValueError):
     """The team config is invalid (the operator's fault); the message names the key path."""
-
-
-class Gpus(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    gpus: Count
-
-
-class Egress(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    weight: Annotated[float, msgspec.Meta(gt=0)] = 1.0
-    limit: Annotated[str, msgspec.Meta(pattern=_QUANTITY)] = ""  # kubernetes.io/egress-bandwidth
-
-
-class Team(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: Name
-    namespaces: tuple[Name, ...] = ()
-    pools: tuple[Annotated[str, msgspec.Meta(min_length=1, max_length=63)], ...] = ()
-    nodes: Count = 0  # nodes in no team's pool, assigned to this team (sticky, by name)
-    quota: Gpus | None = None  # None: the GPUs of the team's own nodes
-    borrow: Gpus = Gpus(gpus=0)
-    lend: bool = True
-    priority: int = 0
-    taint: bool = True  # label AND taint owned nodes (False: label only)
-    egress: Egress = Egress()
-
-
-class TeamConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    teams: tuple[Team, ...] = ()
-
-    @property
-    def by_name(self) -> dict[str, Team]:
-        return {t.name: t for t in self.teams}
-
-
-# No config: one team, every namespace (namespaces=() means "any" only for this team).
-DEFAULT = TeamConfig(
-    teams=(Team(name=DEFAULT_TEAM, taint=False, lend=False),),
-)
-
-
-def is_default(config: TeamConfig) -> bool:
-    return config is DEFAULT or config == DEFAULT
 
 
 def parse(data: Any) -> TeamConfig:

@@ -17,19 +17,23 @@ get, tolerations of another team's taint, and malformed ``baton.io/`` annotation
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 from libs.kube.quantities import InvalidQuantity
+from proto import keys
 from proto.admission import Kind, PodMutated, PodRejected
-from proto.k8s import GPU, POD_GROUP_LABEL, SCHEDULER_NAME
-from services.admission.core.gangs import ADMITTED, GPUS_PER_POD
+from proto.k8s import SCHEDULER_NAME
+from services.admission import formats, groups
 from services.admission.core.state import State
 from services.admission.objects import (
+    KObject,
     KPod,
     KPodGroup,
     KToleration,
+    KUpstreamPodGroup,
+    KWorkload,
     PatchOp,
     Request,
     Response,
@@ -39,12 +43,9 @@ from services.admission.objects import (
     encode_patch,
 )
 from services.admission.patching import affinity_patch, map_patch
-from services.admission.teams import TEAM_LABEL, is_default, is_label_key
+from services.admission.teams import is_default
 
 Policy = Literal["baton-closed", "closed", "open"]
-EGRESS = "kubernetes.io/egress-bandwidth"
-BORROWING = "baton.io/borrowing"
-TOPOLOGY_KEYS = ("baton.io/topology-required", "baton.io/topology-preferred")
 
 
 class BadReview(ValueError):
@@ -64,9 +65,15 @@ class Options:
 
 
 _review = msgspec.json.Decoder(Review)
-_pod = msgspec.json.Decoder(KPod)
-_group = msgspec.json.Decoder(KPodGroup)
 _out = msgspec.json.Encoder()
+
+# (API group, kind) -> how the webhook reads the object and what it calls it
+OBJECTS: dict[tuple[str, str], tuple[msgspec.json.Decoder[Any], Kind]] = {
+    ("", "Pod"): (msgspec.json.Decoder(KPod), "Pod"),
+    ("scheduling.x-k8s.io", "PodGroup"): (msgspec.json.Decoder(KPodGroup), "PodGroup"),
+    ("scheduling.k8s.io", "PodGroup"): (msgspec.json.Decoder(KUpstreamPodGroup), "PodGroup"),
+    ("scheduling.k8s.io", "Workload"): (msgspec.json.Decoder(KWorkload), "Workload"),
+}
 
 
 def review(
@@ -77,8 +84,8 @@ def review(
         request = _review.decode(body).request
         if request is None:
             raise BadReview("AdmissionReview has no request")
-        kind: Kind = "PodGroup" if request.kind.kind == "PodGroup" else "Pod"
-        obj: KPod | KPodGroup = (_group if kind == "PodGroup" else _pod).decode(request.object)
+        decoder, kind = OBJECTS.get((request.kind.group, request.kind.kind), OBJECTS["", "Pod"])
+        obj: KObject = decoder.decode(request.object)
     except msgspec.DecodeError as exc:  # ValidationError included
         raise BadReview(f"not an AdmissionReview v1 for a Pod or PodGroup: {exc}") from None
     namespace = request.namespace or obj.metadata.namespace
@@ -104,11 +111,7 @@ def review(
                 borrowing=borrowing,
             )
             return Verdict(_encode(request, allowed=True, patch=ops), event if ops else None)
-        message = (
-            validate_pod(state, obj, namespace)
-            if isinstance(obj, KPod)
-            else validate_pod_group(state, obj, namespace)
-        )
+        message = validate(state, obj, namespace)
     except InvalidQuantity as exc:
         message = f"{kind} {namespace}/{name}: {exc}"
     if message is None:
@@ -124,16 +127,16 @@ def review(
     return Verdict(_encode(request, allowed=False, message=message), rejected)
 
 
-def managed(obj: KPod | KPodGroup) -> bool:
-    """Baton-managed: a PodGroup, a gang member, or a pod asking for Baton's scheduler."""
-    if isinstance(obj, KPodGroup):
+def managed(obj: KObject) -> bool:
+    """Baton-managed: a group object, a gang member, or a pod asking for Baton's scheduler."""
+    if not isinstance(obj, KPod):
         return True
-    return obj.spec.scheduler_name == SCHEDULER_NAME or POD_GROUP_LABEL in (
+    return obj.spec.scheduler_name == SCHEDULER_NAME or keys.POD_GROUP in (
         obj.metadata.labels or {}
     )
 
 
-def _not_ready(request: Request, obj: KPod | KPodGroup, policy: Policy) -> Verdict:
+def _not_ready(request: Request, obj: KObject, policy: Policy) -> Verdict:
     closed = policy == "closed" or (policy == "baton-closed" and managed(obj))
     if not closed:
         return _answer(request, allowed=True)
@@ -162,22 +165,23 @@ def mutate_pod(
     if not team:
         return [], "", False
     meta, spec = pod.metadata, pod.spec
-    labels = {TEAM_LABEL: team} if not is_default(state.config) else {}
-    gang = (meta.labels or {}).get(POD_GROUP_LABEL, "")
+    labels = {keys.TEAM: team} if not is_default(state.config) else {}
+    claim = formats.gang_of(pod)
+    gang = claim.name if claim is not None else ""
     borrowing = will_borrow(
-        state, team=team, gang=f"{namespace}/{gang}" if gang else "", gpus=pod.gpus(GPU)
+        state, team=team, gang=f"{namespace}/{gang}" if gang else "", gpus=pod.gpus(keys.GPU)
     )
-    annotations: dict[str, str] = {BORROWING: "true"} if borrowing else {}
+    annotations: dict[str, str] = {keys.BORROWING: "true"} if borrowing else {}
     limit = state.specs[team].egress.limit
-    if limit and EGRESS not in (meta.annotations or {}):
-        annotations[EGRESS] = limit
+    if limit and keys.EGRESS_BANDWIDTH not in (meta.annotations or {}):
+        annotations[keys.EGRESS_BANDWIDTH] = limit
     ops = map_patch("/metadata/labels", meta.labels, labels)
     ops += map_patch("/metadata/annotations", meta.annotations, annotations)
     usable = _usable_teams(state, team, borrowing or managed(pod))
     ops += _toleration_patch(state, spec.tolerations, usable)
     if not is_default(state.config):
-        ops += affinity_patch(spec.affinity, key=TEAM_LABEL, values=usable)
-    if gang and spec.scheduler_name != SCHEDULER_NAME:
+        ops += affinity_patch(spec.affinity, key=keys.TEAM, values=usable)
+    if keys.POD_GROUP in (meta.labels or {}) and spec.scheduler_name != SCHEDULER_NAME:
         ops.append(PatchOp(op="add", path="/spec/schedulerName", value=SCHEDULER_NAME))
     if borrowing and options.borrow_priority_class and not spec.priority_class_name:
         ops.append(
@@ -187,12 +191,12 @@ def mutate_pod(
 
 
 def mutate_pod_group(
-    state: State, group: KPodGroup, namespace: str
+    state: State, group: KPodGroup | KUpstreamPodGroup | KWorkload, namespace: str
 ) -> tuple[list[PatchOp], str, bool]:
     team = state.team_of(namespace)
     if not team or is_default(state.config):
         return [], team, False
-    return map_patch("/metadata/labels", group.metadata.labels, {TEAM_LABEL: team}), team, False
+    return map_patch("/metadata/labels", group.metadata.labels, {keys.TEAM: team}), team, False
 
 
 def will_borrow(state: State, *, team: str, gang: str, gpus: int) -> bool:
@@ -226,9 +230,9 @@ def _toleration_patch(
         return []
     present = {(t.key, t.value) for t in have or []}
     wanted = [
-        {"key": TEAM_LABEL, "operator": "Equal", "value": t, "effect": "NoSchedule"}
+        {"key": keys.TEAM, "operator": "Equal", "value": t, "effect": "NoSchedule"}
         for t in tainted
-        if (TEAM_LABEL, t) not in present
+        if (keys.TEAM, t) not in present
     ]
     if not wanted:
         return []
@@ -250,81 +254,33 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
             "it; ask your platform team to add the namespace to a team "
             "(teams[].namespaces in the Baton team config)"
         )
-    if problem := _annotation_problem(meta.annotations or {}, meta.labels or {}, team):
+    if problem := groups.annotation_problem(meta.annotations or {}, meta.labels or {}, team):
         return f"{where}: {problem}"
     if problem := _toleration_problem(state, pod.spec.tolerations or [], team, namespace):
         return f"{where}: {problem}"
-    gang_name = (meta.labels or {}).get(POD_GROUP_LABEL, "")
-    gang = state.gangs.get(f"{namespace}/{gang_name}") if gang_name else None
-    if gang is not None and team:
-        need = pod.gpus(GPU) * gang.min_member
-        if need > state.ceiling(team):
-            return (
-                f"{where}: PodGroup {gang.key} needs {need} GPUs (minMember "
-                f"{gang.min_member} x {pod.gpus(GPU)}) but team {team!r} can never get "
-                f"more than {state.ceiling(team)} (a gang runs within its quota, "
-                f"{state.quota(team)}, or wholly on borrowed GPUs, at most "
-                f"{state.borrow_limit(team)}); lower minMember or ask for a larger quota"
-            )
-    return None
-
-
-def validate_pod_group(state: State, group: KPodGroup, namespace: str) -> str | None:
-    meta = group.metadata
-    team = state.team_of(namespace)
-    where = f"PodGroup {namespace}/{meta.name}"
-    if not team:
-        return (
-            f"{where}: namespace {namespace!r} belongs to no team; ask your platform team "
-            "to add it to a team (teams[].namespaces in the Baton team config)"
-        )
-    if group.spec.min_member < 1:
-        return f"{where}: spec.minMember must be at least 1, got {group.spec.min_member}"
-    annotations = meta.annotations or {}
-    if problem := _annotation_problem(annotations, meta.labels or {}, team):
+    if not managed(pod):
+        return None
+    if problem := formats.membership_problem(pod):
         return f"{where}: {problem}"
-    per_pod = annotations.get(GPUS_PER_POD)
-    if per_pod is not None:
-        need = int(per_pod) * group.spec.min_member
-        if need > state.ceiling(team):
-            return (
-                f"{where}: needs {need} GPUs (minMember {group.spec.min_member} x "
-                f"{per_pod}) but team {team!r} can never get more than "
-                f"{state.ceiling(team)} (a gang runs within its quota, {state.quota(team)}, "
-                f"or wholly on borrowed GPUs, at most {state.borrow_limit(team)}); "
-                "lower minMember or ask for a larger quota"
-            )
-    return None
+    claim = formats.gang_of(pod)
+    if claim is None or not team:
+        return None
+    gang, per_pod = state.gangs.get(f"{namespace}/{claim.name}"), pod.gpus(keys.GPU)
+    size, said = (gang.min_member, "minMember") if gang is not None else (0, "")
+    if gang is None and formats.count(claim):
+        size, said = formats.count(claim), claim.count_key
+    problem = formats.too_big(
+        state, team=team, need=per_pod * size, how=f"{said} {size} x {per_pod}",
+        fix=f"lower {said}",
+    )  # fmt: skip
+    return f"{where}: gang {namespace}/{claim.name} {problem}" if problem else None
 
 
-def _annotation_problem(
-    annotations: dict[str, str], labels: dict[str, str], team: str
-) -> str | None:
-    if ADMITTED in annotations:
-        return (
-            f"annotation {ADMITTED} is set by Baton when the team's quota admits the gang; "
-            "remove it"
-        )
-    per_pod = annotations.get(GPUS_PER_POD)
-    if per_pod is not None and not per_pod.isdigit():
-        return f'annotation {GPUS_PER_POD}: {per_pod!r} is not a whole number of GPUs (e.g. "8")'
-    for key in TOPOLOGY_KEYS:
-        value = annotations.get(key)
-        if value is not None and not is_label_key(value):
-            return (
-                f"annotation {key}: {value!r} is not a node label key "
-                "(e.g. topology.kubernetes.io/zone)"
-            )
-    for where, value in (
-        ("label", labels.get(TEAM_LABEL)),
-        ("annotation", annotations.get(TEAM_LABEL)),
-    ):
-        if value is not None and team and value != team:
-            return (
-                f"{where} {TEAM_LABEL}={value!r} does not match the namespace's team "
-                f"{team!r}; remove it (Baton sets it)"
-            )
-    return None
+def validate(state: State, obj: KObject, namespace: str) -> str | None:
+    """The validating webhook's answer for any object it reviews (None: allowed)."""
+    if isinstance(obj, KPod):
+        return validate_pod(state, obj, namespace)
+    return groups.validate(state, obj, namespace)
 
 
 def _toleration_problem(
@@ -334,17 +290,17 @@ def _toleration_problem(
         return None
     allowed = {team, *state.lenders(team)} if team else set()
     for t in tolerations:
-        if t.key != TEAM_LABEL:
+        if t.key != keys.TEAM:
             continue
         if t.operator == "Exists":
             return (
-                f"toleration {TEAM_LABEL} Exists would let it run on every team's nodes; "
+                f"toleration {keys.TEAM} Exists would let it run on every team's nodes; "
                 "remove it (Baton adds the toleration for your team)"
             )
         if t.value not in allowed:
             owner = f"team {team!r}" if team else "no team"
             return (
-                f"it tolerates team {t.value!r}'s nodes (toleration {TEAM_LABEL}={t.value}) "
+                f"it tolerates team {t.value!r}'s nodes (toleration {keys.TEAM}={t.value}) "
                 f"but namespace {namespace!r} belongs to {owner}; remove the toleration "
                 "(Baton adds the one for your team)"
             )

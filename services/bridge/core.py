@@ -37,7 +37,20 @@ class Rejected(msgspec.Struct, frozen=True, kw_only=True, tag="bridge.rejected.v
     reason: str
 
 
+class Held(msgspec.Struct, frozen=True, kw_only=True, tag="bridge.held.v1"):
+    """What the K8S stream holds (its last event per subject), read when the bridge starts:
+    the first input, so the core skips what consumers already have."""
+
+    events: list[k8s.K8sEvent]
+
+
+class Policy(msgspec.Struct, frozen=True, kw_only=True):
+    cluster: str
+    tombstone_ttl: str = DEFAULT_TOMBSTONE_TTL
+
+
 Output = Publish | Rejected
+Input = k8s.K8sEvent | Held
 Obj = k8s.KubeObject
 
 
@@ -54,8 +67,8 @@ def kind_of(event: k8s.K8sEvent) -> str:
             return "node"
         case k8s.PodEvent():
             return "pod"
-        case k8s.PodGroupEvent():
-            return "podgroup"
+        case k8s.PodGroupEvent(pod_group=group):
+            return "upstream-podgroup" if group.upstream else "podgroup"
         case k8s.EndpointSliceEvent():
             return "endpointslice"
     raise TypeError(f"not an object event: {event!r}")
@@ -78,22 +91,25 @@ def msg_id_of(event: k8s.K8sEvent) -> str:
     return f"{obj.uid}:{obj.resource_version}{suffix}"
 
 
-def initial(
-    *, cluster: str, held: Iterable[k8s.K8sEvent] = (), tombstone_ttl: str = DEFAULT_TOMBSTONE_TTL
-) -> State:
-    """A state that knows what the K8S stream already holds (its last event per subject)."""
-    state = State(cluster=subjects.check_cluster(cluster), tombstone_ttl=tombstone_ttl)
+def initial(policy: Policy) -> State:
+    return State(cluster=subjects.check_cluster(policy.cluster), tombstone_ttl=policy.tombstone_ttl)
+
+
+def hold(state: State, held: Iterable[k8s.K8sEvent]) -> None:
+    """Remember what the K8S stream already holds (its last event per subject)."""
     for event in held:
         try:
-            state.held[subject_of(cluster, event)] = msg_id_of(event)
+            state.held[subject_of(state.cluster, event)] = msg_id_of(event)
         except subjects.InvalidName:
             continue
-    return state
 
 
-def step(state: State, event: k8s.K8sEvent, now: float) -> tuple[State, tuple[Output, ...]]:
+def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, ...]]:
     """One object event -> at most one publish (or a rejection)."""
     del now  # the event's own ``at`` (receive time) is what travels
+    if isinstance(event, Held):
+        hold(state, event.events)
+        return state, ()
     try:
         subject = subject_of(state.cluster, event)
     except subjects.InvalidName as exc:

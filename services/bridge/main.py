@@ -1,4 +1,4 @@
-"""``baton bridge``: settings, wiring and the process entry.
+"""``baton bridge``: settings, the service's spec and its entry.
 
 Settings (environment, or a YAML/JSON file via ``--settings``):
 
@@ -7,51 +7,67 @@ Settings (environment, or a YAML/JSON file via ``--settings``):
 | ``BATON_NATS_URL`` | ``nats://127.0.0.1:4222`` | NATS server |
 | ``BATON_CLUSTER`` | ``c1`` | cluster token in every subject |
 | ``KUBECONFIG`` | unset: in-cluster service account | the API server to watch |
-| ``BATON_OPS_PORT`` | ``9090`` | ``/metrics``, ``/healthz``, ``/readyz`` |
+| ``BATON_BRIDGE_OPS_PORT`` | ``9105`` | ``/metrics``, ``/healthz``, ``/readyz`` |
 | ``BATON_BRIDGE_PAGE_SIZE`` | ``500`` | objects per list page (``limit``) |
 | ``BATON_BRIDGE_WATCH_TIMEOUT_S`` | ``300`` | server-side watch timeout before reopening |
 | ``BATON_BRIDGE_TOMBSTONE_TTL`` | ``1h`` | how long deletion tombstones stay in the K8S stream |
+| ``BATON_BRIDGE_BATCH`` | ``4096`` | object events decided and published together |
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 
 import msgspec
-import structlog
+from kubernetes_asyncio.client import ApiClient
 
 from libs.bus import Bus
-from libs.kube import Options, api_client
-from libs.runtime import (
-    load_settings,
-    run_service,
-    serve_ops,
-)
-from services.bridge.shell import Bridge
-
-log = structlog.get_logger("baton.bridge")
+from libs.kube import KINDS, Kind, Options, api_client
+from libs.runner import Runner, Spec, serve
+from libs.runtime import OPS_PORTS, load_settings, run_service
+from libs.runtime.settings import Base
+from services.bridge import core, shell
 
 
-class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    nats_url: str = "nats://127.0.0.1:4222"
-    cluster: str = "c1"
-    ops_port: int = 9090
-    dry_run: bool = False  # accepted for uniformity: the bridge never writes to the API
+class Settings(Base, frozen=True, kw_only=True):
+    ops_port: int = OPS_PORTS["bridge"]
     kubeconfig: str = ""
     page_size: int = 500
     watch_timeout_s: int = 300
     tombstone_ttl: str = "1h"
+    batch: int = 4096
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.page_size < 1:
             raise ValueError("BATON_BRIDGE_PAGE_SIZE must be at least 1")
         if self.watch_timeout_s < 1:
             raise ValueError("BATON_BRIDGE_WATCH_TIMEOUT_S must be at least 1")
+        if self.batch < 1:
+            raise ValueError("BATON_BRIDGE_BATCH must be at least 1")
         if not re.fullmatch(r"[0-9]+[smhd]?", self.tombstone_ttl):
             raise ValueError(
                 f"BATON_BRIDGE_TOMBSTONE_TTL={self.tombstone_ttl!r}: expected e.g. 90s, 1h"
             )
+
+    def options(self) -> Options:
+        return Options(page_size=self.page_size, watch_timeout_s=self.watch_timeout_s)
+
+
+SPEC = Spec(
+    name="bridge",
+    description="Watch the API server once per kind and fan the slim objects out on "
+    "baton.<cluster>.k8s.>.",
+    settings=Settings,
+    policy=lambda s: core.Policy(cluster=s.cluster, tombstone_ttl=s.tombstone_ttl),
+    policy_type=core.Policy,
+    initial=core.initial,
+    step=core.step,
+    routes=shell.ROUTES,
+    observe=shell.observe,
+)
 
 
 def settings_from(env: dict[str, str], file: str | None = None) -> Settings:
@@ -61,24 +77,28 @@ def settings_from(env: dict[str, str], file: str | None = None) -> Settings:
     return settings
 
 
-async def serve(settings: Settings) -> None:
+def runner(
+    bus: Bus,
+    api: ApiClient,
+    settings: Settings,
+    *,
+    kinds: Sequence[Kind] = tuple(KINDS.values()),
+    options: Options | None = None,
+) -> Runner[core.State]:
+    feed = shell.WatchFeed(bus, api, kinds=kinds, options=options or settings.options())
+    return Runner(SPEC, bus=bus, settings=settings, feed=feed, batch=settings.batch,
+                  stop_grace=settings.stop_grace_s)  # fmt: skip
+
+
+async def serve_bridge(settings: Settings) -> None:
     api = await api_client(settings.kubeconfig)
-    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name="bridge")
-    options = Options(page_size=settings.page_size, watch_timeout_s=settings.watch_timeout_s)
-    bridge = Bridge(
-        bus=bus,
-        api=api,
-        cluster=settings.cluster,
-        options=options,
-        tombstone_ttl=settings.tombstone_ttl,
-    )
-    ops = await serve_ops(settings.ops_port, ready=lambda: bridge.ready)
-    log.info("bridge starting", cluster=settings.cluster, ops_port=ops.port)
+
+    async def make(bus: Bus) -> Runner[core.State]:
+        return runner(bus, api, settings)
+
     try:
-        await bridge.run()
+        await serve(SPEC, settings, make=make)
     finally:
-        await ops.close()
-        await bus.close()
         await api.close()
 
 
@@ -88,5 +108,5 @@ def run(argv: list[str]) -> int:
         name="bridge",
         description=(__doc__ or "").splitlines()[0],
         load=lambda file: settings_from(dict(os.environ), file),
-        serve=serve,
+        serve=serve_bridge,
     )

@@ -13,13 +13,23 @@ from collections.abc import Callable
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("services.cli.up:run", "run the embedded default: NATS, simcluster and every service"),
+    "status": ("services.cli.status:run", "print the status baton up shows, once, from the bus"),
     "tail": ("services.cli.tail:run", "pretty-print events from the bus as they arrive"),
     "sim": ("services.simcluster.main:run", "serve a simulated GPU cluster's Kubernetes API"),
     "bridge": ("services.bridge.main:run", "watch the API server once, fan out over NATS"),
     "gang": ("services.gang.main:run", "all-or-nothing, topology-aware gang placement"),
     "actuator": ("services.actuator.main:run", "the one rate-limited writer to the API"),
     "admission": ("services.admission.main:run", "admission webhook, team quotas and taints"),
+    "reporter": ("services.reporter.main:run", "PodGroup status, pod conditions and Events"),
+    "bandwidth": ("services.bandwidth.main:run", "egress fair shares: per-pod limits per node"),
+    "agent": ("services.agent.main:run", "node agent: telemetry; applies egress limits with tc"),
+    "health": ("services.health.main:run", "GPU node health: quarantine, drain, preflight checks"),
     "replay": ("services.cli.replay:run", "replay recorded events into a core, offline"),
+    "why": ("services.cli.why:run", "why a gang or pod is waiting, and what would unblock it"),
+    "install-webhook": (
+        "services.cli.installing:run",
+        "register admission's webhook with a simulated cluster (as baton up does)",
+    ),
 }
 
 

@@ -42,6 +42,8 @@ class Child:
     log: Path
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    next_start: float = 0.0  # monotonic time before which a crashed child is not restarted
 
     def start(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
@@ -49,6 +51,19 @@ class Child:
             self.process = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
+
+    def revive(self, now: float) -> bool:
+        """Restart a child that died, as a kubelet would: with a back-off that doubles
+        (1 s, 2 s, ... 30 s). True when it was started again now."""
+        if self.alive or now < self.next_start:
+            return False
+        if self.next_start == 0.0:  # just noticed: wait the back-off first
+            self.next_start = now + min(2.0**self.restarts, 30.0)
+            return False
+        self.restarts += 1
+        self.next_start = 0.0
+        self.start()
+        return True
 
     @property
     def alive(self) -> bool:

@@ -3,10 +3,11 @@
 A line is either an envelope, as ``baton replay --record`` writes it::
 
     {"subject": "baton.c1.k8s.pod.team-a.job7-w-0", "stream": "BATON_C1_K8S", "seq": 42,
-     "data": {"type": "k8s.pod.v1", ...}}
+     "hseq": 977, "data": {"type": "k8s.pod.v1", ...}}
 
 (``stream``/``seq``: where the message was first stored, from HISTORY's
-``Nats-Stream-Source`` header), or a bare payload, as ``baton tail --since all --json``
+``Nats-Stream-Source`` header; ``hseq``: its HISTORY sequence, the order every service
+read it in), or a bare payload, as ``baton tail --since all --json``
 prints it (``{"type": "k8s.pod.v1", ...}``). Blank lines are skipped. Payload types
 the replayed service does not read are skipped too; anything else that does not
 decode is an error naming the line.
@@ -28,6 +29,7 @@ from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from libs.bus.streams import HISTORY
+from libs.runner.ordering import origin
 from proto import subjects
 
 
@@ -42,6 +44,11 @@ class Record:
     stream: str  # origin stream ('' unknown)
     seq: int  # origin stream sequence (0 unknown)
     event: Any  # a decoded msgspec Struct
+    hseq: int = 0  # HISTORY sequence (0 unknown: then the line number orders)
+
+    @property
+    def position(self) -> int:
+        return self.hseq or self.line
 
 
 class _Envelope(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -49,6 +56,7 @@ class _Envelope(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     subject: str = ""
     stream: str = ""
     seq: int = 0
+    hseq: int = 0
 
 
 class _Tagged(msgspec.Struct):
@@ -78,8 +86,9 @@ def parse(
         try:
             env = _envelope.decode(line)
             data, subject, stream, seq = bytes(env.data), env.subject, env.stream, env.seq
+            hseq = env.hseq
         except msgspec.ValidationError:
-            data, subject, stream, seq = line, "", "", 0
+            data, subject, stream, seq, hseq = line, "", "", 0, 0
         except msgspec.DecodeError as exc:
             raise RecordingError(f"{name}:{number}: not a JSON line ({exc})") from exc
         try:
@@ -94,7 +103,7 @@ def parse(
             if tag not in tags:
                 continue  # another service's event
             raise RecordingError(f"{name}:{number}: bad {tag} event: {exc}") from exc
-        yield Record(line=number, subject=subject, stream=stream, seq=seq, event=event)
+        yield Record(line=number, subject=subject, stream=stream, seq=seq, event=event, hseq=hseq)
 
 
 def _tag_of(data: bytes) -> str | None:
@@ -118,15 +127,6 @@ def missing(records: Sequence[Record], stream_suffix: str = "_K8S") -> str:
         f"warning: the recording lacks {lost:,} K8S messages (seq {shown}{more}): objects "
         "updated again before HISTORY copied them; decisions may differ from the service's"
     )
-
-
-def origin(headers: dict[str, str] | None) -> tuple[str, int]:
-    """(stream, sequence) a HISTORY message was copied from (``Nats-Stream-Source``)."""
-    source = (headers or {}).get("Nats-Stream-Source", "")
-    parts = source.split(" ")
-    if len(parts) >= 2 and parts[1].isdigit():
-        return parts[0].split(":")[0], int(parts[1])
-    return "", 0
 
 
 async def record(url: str, *, cluster: str, out: IO[bytes], idle: float = 2.0) -> int:
@@ -157,7 +157,10 @@ async def record(url: str, *, cluster: str, out: IO[bytes], idle: float = 2.0) -
                     break
                 continue  # not a JSON event; nothing Baton publishes
             source, seq = origin(msg.headers)
-            line = _Line(subject=msg.subject, stream=source, seq=seq, data=msgspec.Raw(msg.data))
+            hseq = int(msg.metadata.sequence.stream)
+            line = _Line(
+                subject=msg.subject, stream=source, seq=seq, hseq=hseq, data=msgspec.Raw(msg.data)
+            )
             out.write(msgspec.json.encode(line) + b"\n")
             written += 1
             if done:
@@ -199,4 +202,5 @@ class _Line(msgspec.Struct, kw_only=True, omit_defaults=True):
     subject: str
     stream: str = ""
     seq: int = 0
+    hseq: int = 0
     data: msgspec.Raw

@@ -6,8 +6,9 @@
     baton replay --from run.jsonl --compare            # exit 1 at the first decision that differs
 
 Cores are pure and time comes in with each event (``at``), so the same inputs give
-the same decisions. The gang core's inputs are object events, ``bind-gang`` results
-and the ticks the gang shell records (``placement.tick``); see ``docs/replay.md``.
+the same decisions. Every input reached the live core through one consumer on
+HISTORY (ticks and the policy included, ``proto.runner``), so a recording of HISTORY
+holds exactly what it was fed, in that order; see ``docs/replay.md``.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from typing import Any
 
 import msgspec
 
-from proto.actions import ActionResult, BindGang, CreatePod, EvictGang
-from proto.k8s import POD_GROUP_LABEL, NodeEvent, PodEvent, PodGroupEvent
+from proto import keys
+from proto.actions import ActionResult, BindGang, CreatePod, EvictGang, RecreatePod
+from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from proto.ticks import RecordedTick
+from proto.runner import Tick
 from services.cli import recording as rec
 from services.cli.recording import Record, RecordingError
-from services.cli.services import SERVICES, Service
+from services.cli.services import Segment, Service, replayable
 
 _CONTEXT = 6  # inputs of the diverging gang shown before a divergence
 
@@ -48,6 +50,7 @@ class Run:
     order: str  # how the feed order was found
     decisions: list[Output] = field(default_factory=list)
     actions: list[Output] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # inputs the core raised on
     seconds: float = 0.0
 
     @property
@@ -56,23 +59,38 @@ class Run:
         return max(times) - min(times) if times else 0.0
 
 
-def replay(service: Service, records: Sequence[Record], *, state: Any) -> Run:
-    """Feed the service's inputs, in the order its shell applied them, to ``state``."""
-    inputs, order = service.inputs(records)
-    run = Run(inputs=inputs, order=order)
-    step, to_core = service.step, service.to_core
-    is_decision, is_action = service.is_decision, service.is_action
+def replay(service: Service, segments: Sequence[Segment], *, policy: Any = None) -> Run:
+    """Feed each run's inputs, in the order the live runner fed them, to a fresh core
+    (under the run's recorded policy, or ``policy`` for a what-if)."""
+    run = Run(inputs=[], order=_order(segments))
+    spec = service.spec
     started = time.perf_counter()
-    for fed, record in enumerate(inputs):
-        event = to_core(record.event)
-        state, outputs = step(state, event, float(getattr(event, "at", 0.0) or 0.0))
-        for output in outputs:
-            if is_decision(output):
-                run.decisions.append(Output(output, record, fed))
-            elif is_action(output):
-                run.actions.append(Output(output, record, fed))
+    for segment in segments:
+        state = spec.initial(policy if policy is not None else service.policy(segment.start))
+        now = 0.0
+        for record in segment.feed:
+            fed = len(run.inputs)
+            run.inputs.append(record)
+            at = getattr(record.event, "at", None)
+            now = float(at) if isinstance(at, int | float) else now
+            try:
+                state, outputs = spec.step(state, record.event, now)
+            except Exception as exc:  # the live runner dead-letters and goes on; so do we
+                run.errors.append(f"line {record.line}: core raised {type(exc).__name__}: {exc}")
+                continue
+            for output in outputs:
+                if service.is_decision(output):
+                    run.decisions.append(Output(output, record, fed))
+                elif service.is_action(output):
+                    run.actions.append(Output(output, record, fed))
     run.seconds = time.perf_counter() - started
     return run
+
+
+def _order(segments: Sequence[Segment]) -> str:
+    if not segments or not segments[0].as_fed:
+        return "recorded order (no start record or HISTORY positions: inputs as in the file)"
+    return f"as the live runner fed them ({len(segments)} run(s): snapshot, then HISTORY)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,26 +102,53 @@ class Divergence:
 
 
 def first_divergence(
-    what: str, recorded: Sequence[Record], replayed: Sequence[Output]
+    what: str,
+    recorded: Sequence[Record],
+    replayed: Sequence[Output],
+    *,
+    stream_of: Callable[[Any], str] = lambda event: "",
 ) -> Divergence | None:
-    """Recorded outputs (in their stream's order) against replayed ones, pairwise."""
-    ordered = sorted(recorded, key=lambda r: (r.seq, r.line) if r.seq else (0, r.line))
-    for i in range(max(len(ordered), len(replayed))):
-        old = ordered[i] if i < len(ordered) else None
-        new = replayed[i] if i < len(replayed) else None
-        if old is None or new is None or old.event != new.event:
-            return Divergence(what=what, index=i, recorded=old, replayed=new)
-    return None
+    """Recorded outputs against replayed ones, pairwise, stream by stream: a service's
+    outputs to one stream are stored in the order it published them, but HISTORY copies
+    two streams (EVENTS, LIMITS) in no order between them."""
+    grouped = any(r.stream for r in recorded)
+    old_by: dict[str, list[Record]] = {}
+    for record in sorted(recorded, key=lambda r: r.position):
+        old_by.setdefault(record.stream if grouped else "", []).append(record)
+    new_by: dict[str, list[Output]] = {}
+    for output in replayed:
+        new_by.setdefault(stream_of(output.event) if grouped else "", []).append(output)
+    found: list[Divergence] = []
+    for stream in sorted(old_by.keys() | new_by.keys()):
+        olds, news = old_by.get(stream, []), new_by.get(stream, [])
+        for i in range(max(len(olds), len(news))):
+            old = olds[i] if i < len(olds) else None
+            new = news[i] if i < len(news) else None
+            if old is None or new is None or old.event != new.event:
+                found.append(Divergence(what=what, index=i, recorded=old, replayed=new))
+                break
+    return min(found, key=_when, default=None)
 
 
-def compare(service: Service, records: Sequence[Record], run: Run) -> tuple[list[str], bool]:
+def _when(found: Divergence) -> tuple[int, int]:
+    """Earliest first: by the replayed output's input, else the recorded one's position."""
+    if found.replayed is not None:
+        return (found.replayed.fed, 0)
+    assert found.recorded is not None
+    return (1 << 62, found.recorded.position)
+
+
+def compare(service: Service, segments: Sequence[Segment], run: Run) -> tuple[list[str], bool]:
     """Report lines and whether the replay matched the recording."""
-    decisions = [r for r in records if service.is_decision(r.event)]
-    actions = [r for r in records if service.is_action(r.event)]
-    found = first_divergence("decision", decisions, run.decisions)
+    recorded = [r for segment in segments for r in segment.recorded]
+    decisions = [r for r in recorded if service.is_decision(r.event)]
+    actions = [r for r in recorded if service.is_action(r.event)]
+    found = first_divergence("decision", decisions, run.decisions, stream_of=service.stream_of)
     lines = []
     if actions or not decisions:
-        found = found or first_divergence("action", actions, run.actions)
+        found = found or first_divergence(
+            "action", actions, run.actions, stream_of=service.stream_of
+        )
         checked = f"{len(decisions)} decisions and {len(actions)} actions"
     else:
         checked = f"{len(decisions)} decisions (no actions recorded: dry run?)"
@@ -154,7 +199,7 @@ def print_run(service: Service, run: Run, *, gang: str, out: Callable[[str], Non
 
 def summary(run: Run, *, read_s: float, lines: int) -> str:
     wall = max(run.seconds, 1e-9)
-    ticks = sum(1 for r in run.inputs if type(r.event).__name__ == "RecordedTick")
+    ticks = sum(1 for r in run.inputs if isinstance(r.event, Tick))
     rate = len(run.inputs) / wall
     speed = f"{run.span / wall:,.0f}x" if run.span else "n/a"
     speed_all = f"{run.span / (wall + read_s):,.0f}x" if run.span else "n/a"
@@ -175,7 +220,7 @@ def gang_of(event: Any) -> str:
         case PodEvent(pod=pod):
             return f"{pod.namespace}/{pod.gang or pod.name}"
         case CreatePod(pod=pod):
-            return f"{pod.namespace}/{pod.labels.get(POD_GROUP_LABEL) or pod.name}"
+            return f"{pod.namespace}/{pod.labels.get(keys.POD_GROUP) or pod.name}"
     return str(getattr(event, "gang", ""))
 
 
@@ -196,12 +241,12 @@ def describe(event: Any) -> str:
             where = f" on {pod.node_name}" if pod.node_name else ""
             return f"pod {op} {pod.key} {pod.phase}{where}"
         case PodGroupEvent(op=op, pod_group=g):
-            admitted = " admitted" if g.annotations.get("baton.io/admitted") == "true" else ""
+            admitted = " admitted" if g.annotations.get(keys.ADMITTED) == "true" else ""
             return f"podgroup {op} {g.key} minMember={g.min_member}{admitted}"
         case ActionResult():
             error = f" {event.error}" if event.error else ""
             return f"result {event.action_type} {event.action_id} {event.outcome}{error}"
-        case RecordedTick():
+        case Tick():
             return "tick"
         case GangPlaced():
             where = f"{event.level}={event.domain}" if event.level else "spanning domains"
@@ -229,6 +274,8 @@ def describe(event: Any) -> str:
             )
         case CreatePod(pod=pod):
             return f"  -> create-pod {pod.namespace}/{pod.name}"
+        case RecreatePod():
+            return f"  -> recreate-pod {event.namespace}/{event.pod} (uid {event.uid})"
     fields = msgspec.to_builtins(event)
     tag = fields.pop("type", type(event).__name__)
     fields.pop("at", None)
@@ -254,12 +301,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--from", dest="source", metavar="FILE", help="recording to replay")
     what.add_argument("--record", metavar="FILE", help="write the bus's HISTORY to FILE")
-    p.add_argument("--service", choices=sorted(SERVICES), default="gang")
+    p.add_argument("--service", default="gang", help="which service's core (default gang)")
     p.add_argument("--compare", action="store_true", help="check against recorded decisions")
     p.add_argument("--gang", default="", metavar="NS/NAME", help="only this gang's story")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
-    p.add_argument("--settings", help="the service's settings file (env BATON_GANG_* wins)")
-    p.add_argument("--teams", default="", help="admission: the team config the service ran with")
+    p.add_argument(
+        "--settings",
+        help="what-if: decide under this settings file (env BATON_<SERVICE>_* too) "
+        "instead of the policy the recording holds",
+    )
     p.add_argument("--nats", default=os.environ.get("BATON_NATS_URL", "nats://127.0.0.1:4222"))
     p.add_argument("--cluster", default=os.environ.get("BATON_CLUSTER", "c1"))
     args = p.parse_args(argv)
@@ -279,21 +329,14 @@ def run(argv: list[str]) -> int:
         return 2
 
 
-def initial_state(
-    service: Service, records: Sequence[Record], *, settings: str | None, teams: str
-) -> tuple[Any, str]:
-    """The recorded policy, unless settings (a file or the service's env) say otherwise:
-    that is how a user asks "what if the policy had been ...?"."""
-    prefix = service.settings_prefix
-    overridden = sorted(k for k in os.environ if prefix and k.startswith(prefix))
+def what_if(service: Service, *, settings: str | None) -> tuple[Any, str]:
+    """Settings (a file or the service's env) override the recorded policy: that is how
+    a user asks "what if the policy had been ...?". None: decide as recorded."""
+    overridden = service.overridden()
     if settings or overridden:
         given = settings or ", ".join(overridden)
-        return service.initial(settings or "", teams), f"from {given} (what-if: not as recorded)"
-    recorded = service.recorded_initial(records)
-    if recorded is not None:
-        return recorded, "as recorded by the live service"
-    teams_note = f" and the teams in {teams}" if teams else ""
-    return service.initial("", teams), f"defaults{teams_note} (the recording holds none)"
+        return service.policy_from(settings), f"from {given} (what-if: not as recorded)"
+    return None, "as recorded by the live service (runner.started)"
 
 
 def _record(args: argparse.Namespace) -> int:
@@ -304,18 +347,26 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    service = SERVICES[args.service]
+    services = replayable(args.cluster)
+    if args.service not in services:
+        known = ", ".join(sorted(services))
+        raise ValueError(f"--service {args.service!r}: not a replayable service (known: {known})")
+    service = services[args.service]
     started = time.perf_counter()
     records = rec.read(args.source, types=service.types, tags=service.tags)
     read_s = time.perf_counter() - started
-    state, policy_from = initial_state(service, records, settings=args.settings, teams=args.teams)
+    segments = service.segments(records)
+    policy, policy_from = what_if(service, settings=args.settings)
+    if segments and segments[0].start is None and policy is None:  # nothing recorded
+        policy, policy_from = service.policy_from(None), "defaults (the recording holds no start)"
     print(f"policy: {policy_from}")
-    result = replay(service, records, state=state)
+    result = replay(service, segments, policy=policy)
     if not args.quiet:
         print_run(service, result, gang=args.gang, out=print)
-    lines, same = compare(service, records, result) if args.compare else ([], True)
+    lines, same = compare(service, segments, result) if args.compare else ([], True)
     if gap := rec.missing(records):
         lines.insert(0, gap)
+    lines += [f"warning: {error}" for error in result.errors]
     for line in lines:
         print(line)
     print(summary(result, read_s=read_s, lines=records[-1].line if records else 0))

@@ -1,172 +1,185 @@
-"""What each replayable service's core reads and decides, for ``baton replay``.
+"""What ``baton replay`` feeds a service's core, read from the service's own ``Spec``.
 
-One ``Service`` per core: the payload types a recording holds for it, how to build a
-fresh state, the order its inputs are fed in, and which recorded events are its
-decisions and actions (compared with the replay's).
+Nothing here names a service: every command of ``baton`` whose module has a ``SPEC``
+with bus inputs and event time is replayable. For each run of the service in the
+recording (each ``runner.started`` record of it), the feed is exactly what the live
+runner fed (``libs.runner.ordering``): the K8S snapshot as of the start's
+``k8s_seq``, then every matching HISTORY message after its ``history_seq``, until
+the next start. The decisions and actions to compare are the recorded outputs of
+that service's routes in the same span.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, get_args
+from dataclasses import dataclass, field
+from typing import Any
 
+import msgspec
+
+from libs.bus import Outgoing, stream_configs
+from libs.runner import Spec
+from libs.runner.ordering import Follow, snapshot
 from libs.runtime import load_settings
-from proto.actions import (
-    ActionResult,
-    Annotate,
-    BindGang,
-    CreatePod,
-    EvictGang,
-    SetLabels,
-    SetTaint,
-)
-from proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased, NodeTeamChanged
-from proto.k8s import EndpointSliceEvent, NodeEvent, PodEvent, PodGroupEvent
-from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from proto.ticks import RecordedPolicy, RecordedTick
-from services.admission import core as admission_core
-from services.admission.shell import load_teams
+from proto import subjects
+from proto.runner import Started
 from services.cli.recording import Record
-from services.gang import core as gang_core
-from services.gang.main import PREFIX, Settings
+
+
+@dataclass(slots=True)
+class Segment:
+    """One run of the service: what it was fed and what it published."""
+
+    start: Record | None  # the Started record (None: the recording has none)
+    feed: list[Record] = field(default_factory=list)
+    recorded: list[Record] = field(default_factory=list)  # its decisions and actions
+    as_fed: bool = True  # False: no HISTORY positions, so inputs in the file's order
 
 
 @dataclass(frozen=True, slots=True)
 class Service:
-    name: str
-    types: Any  # tagged union of every payload this replay reads
-    initial: Callable[[str, str], Any]  # (settings file, teams file) -> fresh core state
-    step: Callable[[Any, Any, float], tuple[Any, tuple[Any, ...]]]
-    to_core: Callable[[Any], Any]  # recorded input -> the core's input type
-    inputs: Callable[[Sequence[Record]], tuple[list[Record], str]]  # feed order, how found
-    is_decision: Callable[[Any], bool]
-    is_action: Callable[[Any], bool]
-    # A fresh state under the policy the recording says the service ran with, if it says.
-    recorded_initial: Callable[[Sequence[Record]], Any | None] = lambda records: None
-    settings_prefix: str = ""  # env variables that override the recorded policy
+    spec: Spec[Any]
+    cluster: str = "c1"
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def outputs(self) -> tuple[type[Any], ...]:
+        return self.spec.decision_types() + self.spec.action_types()
+
+    @property
+    def types(self) -> Any:
+        union = self.spec.input_types | Started
+        for t in self.outputs:
+            union = union | t
+        return union
 
     @property
     def tags(self) -> frozenset[str]:
-        return frozenset(str(t.__struct_config__.tag) for t in get_args(self.types))
+        found = {str(t.__struct_config__.tag) for t in self.outputs}
+        found |= {str(t.__struct_config__.tag) for t in _members(self.spec.input_types)}
+        return frozenset(found | {str(Started.__struct_config__.tag)})
+
+    @property
+    def settings_prefix(self) -> str:
+        return f"BATON_{self.name.upper()}_"
+
+    def is_decision(self, event: Any) -> bool:
+        return isinstance(event, self.spec.decision_types()) and self._mine(event)
+
+    def is_action(self, event: Any) -> bool:
+        return isinstance(event, self.spec.action_types()) and self._mine(event)
+
+    def _mine(self, event: Any) -> bool:
+        by = getattr(event, "by", None)
+        return by is None or by == self.name
+
+    def policy(self, start: Record | None) -> Any:
+        """The policy the run was started with, as the core takes it."""
+        if start is None or self.spec.policy_type is None:
+            return self.policy_from(None)
+        return msgspec.convert(start.event.policy, self.spec.policy_type)
+
+    def policy_from(self, settings: str | None) -> Any:
+        """The policy the service's settings (a file, the environment) give."""
+        loaded = load_settings(self.spec.settings, self.settings_prefix, file=settings or None)
+        return self.spec.policy(loaded)
+
+    def stream_of(self, output: Any) -> str:
+        """The stream an output of this service is stored in (its route's subject)."""
+        route = self.spec.route(output)
+        target = route.to(self.cluster, output) if route is not None else None
+        if target is None:
+            return ""
+        subject = target.subject if isinstance(target, Outgoing) else target[0]
+        for config in stream_configs(self.cluster):
+            if any(subjects.matches(p, subject) for p in config.subjects or ()):
+                return str(config.name)
+        return ""
+
+    def overridden(self) -> list[str]:
+        return sorted(k for k in os.environ if k.startswith(self.settings_prefix))
+
+    def segments(self, records: Sequence[Record]) -> list[Segment]:
+        ordered = sorted(records, key=lambda r: r.position)
+        starts = [
+            r for r in ordered if isinstance(r.event, Started) and r.event.service == self.name
+        ]
+        patterns = self.spec.patterns(self.cluster)
+        if not starts or not all(r.hseq for r in ordered):
+            # no start record, or no HISTORY positions (``baton tail`` lines): every
+            # input in the file's order, under the first start's policy if there is one
+            feed = [r for r in ordered if self._input(r, patterns)]
+            mine = [r for r in ordered if self.is_decision(r.event) or self.is_action(r.event)]
+            first = starts[0] if starts else None
+            return [Segment(start=first, feed=feed, recorded=mine, as_fed=False)]
+        boots = self.spec.bootstrap_patterns(self.cluster)
+        found = []
+        for i, start in enumerate(starts):
+            until = starts[i + 1].position if i + 1 < len(starts) else None
+            span = [r for r in ordered if r.position > start.position
+                    and (until is None or r.position < until)]  # fmt: skip
+            found.append(
+                Segment(
+                    start=start,
+                    feed=self._feed(ordered, start.event, boots, patterns, until),
+                    recorded=[
+                        r for r in span if self.is_decision(r.event) or self.is_action(r.event)
+                    ],
+                )
+            )
+        return found
+
+    def _feed(
+        self,
+        ordered: Sequence[Record],
+        start: Started,
+        boots: list[str],
+        patterns: list[str],
+        until: int | None,
+    ) -> list[Record]:
+        cuts = {subjects.K8S: start.k8s_seq, subjects.TELEMETRY: start.telemetry_seq}
+        feed = snapshot(ordered, patterns=boots, cuts=cuts) if boots else []
+        follow = Follow(cuts)
+        for record in ordered:
+            if record.position <= start.history_seq or not self._input(record, patterns):
+                continue
+            if until is not None and record.position >= until:
+                break
+            if follow.admit(record.subject, record.seq if record.stream else 0):
+                feed.append(record)
+        return feed
+
+    def _input(self, record: Record, patterns: list[str]) -> bool:
+        if isinstance(record.event, Started):
+            return False
+        if record.subject:
+            return any(subjects.matches(p, record.subject) for p in patterns)
+        return isinstance(record.event, _members(self.spec.input_types))
 
 
-K8S_TYPES = (NodeEvent, PodEvent, PodGroupEvent, EndpointSliceEvent)
-BIND_GANG = "action.bind-gang.v1"
+def _members(union: Any) -> tuple[type[Any], ...]:
+    args = getattr(union, "__args__", None)
+    return tuple(args) if args else (union,)
 
 
-def gang_inputs(records: Sequence[Record]) -> tuple[list[Record], str]:
-    """Object events, bind-gang results and recorded ticks, in the order the shell applied
-    them: each tick after exactly the inputs it had seen (its ``k8s_seq``/``result_seq``),
-    the inputs between two ticks in file order."""
-    k8s = [r for r in records if isinstance(r.event, K8S_TYPES)]
-    results = [
-        r for r in records if isinstance(r.event, ActionResult) and r.event.action_type == BIND_GANG
-    ]
-    ticks = [r for r in records if isinstance(r.event, RecordedTick)]
-    everything = sorted(k8s + results + ticks, key=lambda r: r.line)
-    if not ticks or not all(r.seq for r in everything):
-        return everything, "file order (no stream sequences)"
-    k8s.sort(key=lambda r: r.seq)
-    results.sort(key=lambda r: r.seq)
-    ticks.sort(key=lambda r: r.seq)
-    feed: list[Record] = []
-    i = j = 0
-    for tick in ticks:
-        before: list[Record] = []
-        while i < len(k8s) and k8s[i].seq <= tick.event.k8s_seq:
-            before.append(k8s[i])
-            i += 1
-        while j < len(results) and results[j].seq <= tick.event.result_seq:
-            before.append(results[j])
-            j += 1
-        feed += sorted(before, key=lambda r: r.line)
-        feed.append(tick)
-    feed += sorted(k8s[i:] + results[j:], key=lambda r: r.line)
-    return feed, "ticks placed by stream sequence"
+def replayable(cluster: str = "c1") -> dict[str, Service]:
+    """Every service with a spec whose decisions follow from its bus inputs."""
+    from services.cli.main import COMMANDS
+
+    found: dict[str, Service] = {}
+    for name, (target, _) in COMMANDS.items():
+        module = target.partition(":")[0]
+        if not (module.startswith("services.") and module.endswith(".main")):
+            continue
+        spec = getattr(importlib.import_module(module), "SPEC", None)
+        if isinstance(spec, Spec) and spec.inputs and not spec.clock:
+            found[name] = Service(spec=spec, cluster=cluster)
+    return found
 
 
-def _gang_initial(settings: str, teams: str) -> Any:
-    return gang_core.initial(load_settings(Settings, PREFIX, file=settings or None).policy())
-
-
-def _gang_recorded_initial(records: Sequence[Record]) -> Any | None:
-    policies = [r.event.policy for r in records if isinstance(r.event, RecordedPolicy)]
-    return gang_core.initial(policies[0]) if policies else None
-
-
-def _gang_step(state: Any, event: Any, now: float) -> tuple[Any, tuple[Any, ...]]:
-    return gang_core.step(state, event, now)
-
-
-def _gang_tick(event: Any) -> Any:
-    return gang_core.Tick(at=event.at) if isinstance(event, RecordedTick) else event
-
-
-def _admission_initial(settings: str, teams: str) -> Any:
-    return admission_core.initial(load_teams(teams))
-
-
-def _admission_step(state: Any, event: Any, now: float) -> tuple[Any, tuple[Any, ...]]:
-    return admission_core.step(state, event, now)
-
-
-def _admission_inputs(records: Sequence[Record]) -> tuple[list[Record], str]:
-    k8s = [r for r in records if isinstance(r.event, NodeEvent | PodEvent | PodGroupEvent)]
-    if all(r.seq for r in k8s):
-        return sorted(k8s, key=lambda r: r.seq), "K8S stream order"
-    return k8s, "file order (no stream sequences)"
-
-
-SERVICES: dict[str, Service] = {
-    "gang": Service(
-        name="gang",
-        types=NodeEvent
-        | PodEvent
-        | PodGroupEvent
-        | EndpointSliceEvent
-        | ActionResult
-        | RecordedTick
-        | RecordedPolicy
-        | GangPlaced
-        | GangUnschedulable
-        | GangRestarted
-        | BindGang
-        | EvictGang
-        | CreatePod,
-        initial=_gang_initial,
-        step=_gang_step,
-        to_core=_gang_tick,
-        inputs=gang_inputs,
-        is_decision=lambda e: isinstance(e, GangPlaced | GangUnschedulable | GangRestarted),
-        is_action=lambda e: isinstance(e, BindGang | EvictGang | CreatePod) and e.by == "gang",
-        recorded_initial=_gang_recorded_initial,
-        settings_prefix=PREFIX,
-    ),
-    "admission": Service(
-        name="admission",
-        types=NodeEvent
-        | PodEvent
-        | PodGroupEvent
-        | EndpointSliceEvent
-        | GangAdmitted
-        | GangQueued
-        | GangPreempted
-        | GangReleased
-        | NodeTeamChanged
-        | SetTaint
-        | SetLabels
-        | Annotate
-        | EvictGang,
-        initial=_admission_initial,
-        step=_admission_step,
-        to_core=lambda e: e,
-        inputs=_admission_inputs,
-        is_decision=lambda e: isinstance(
-            e, GangAdmitted | GangQueued | GangPreempted | GangReleased | NodeTeamChanged
-        ),
-        is_action=lambda e: (
-            isinstance(e, SetTaint | SetLabels | Annotate | EvictGang) and e.by == "admission"
-        ),
-    ),
-}
+Step = Callable[[Any, Any, float], tuple[Any, Sequence[Any]]]

@@ -3,7 +3,12 @@
 A subject without the ``baton.`` prefix is taken inside the cluster, so
 ``baton tail 'k8s.pod.>'`` means ``baton.c1.k8s.pod.>``. ``--since`` reads history
 from JetStream first: a duration (``10m``, ``2h``), ``all``, or ``last`` (the latest
-message of every subject, i.e. current state).
+message of every subject, i.e. current state). A subject that no one stream holds
+(``'>'``, ``'*.*.team-a.>'``) is read from HISTORY, which copies them all.
+
+Each line starts with the event's own time (its ``at``; for a message without one,
+the time JetStream stored it, or when it arrived). ``--count N`` stops after N
+events, history included. A closed pipe (``| head``) ends the tail quietly.
 """
 
 from __future__ import annotations
@@ -16,15 +21,20 @@ import os
 import re
 import signal
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 import nats
+from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
+from nats.errors import NotJSMessageError
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from proto import subjects
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DAY = 86400.0
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -40,6 +50,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(
             f"--since {args.since!r}: expected a duration like 30s, 10m, 2h, or 'all' or 'last'"
         )
+    if args.count is not None and args.count < 1:
+        p.error(f"--count {args.count}: expected a positive number of events")
     return args
 
 
@@ -80,40 +92,100 @@ def _fields(payload: dict[str, Any], depth: int = 0) -> str:
     return " ".join(parts)
 
 
+def event_time(data: bytes, *, stored: float | None, received: float) -> float:
+    """The event's own ``at``; else when JetStream stored it; else when it arrived."""
+    with contextlib.suppress(msgspec.DecodeError):
+        at = msgspec.json.decode(data, type=_At).at
+        if at > 0:
+            return at
+    return stored if stored is not None else received
+
+
+class _At(msgspec.Struct):
+    at: float = 0.0
+
+
+class _Names(msgspec.Struct):
+    streams: list[str] | None = None
+
+
+def stamp(at: float, *, now: float) -> str:
+    """``HH:MM:SS.mmm`` local time; older than a day: ``YYYY-MM-DD HH:MM:SS``."""
+    when = dt.datetime.fromtimestamp(at)
+    if now - at >= DAY:
+        return when.strftime("%Y-%m-%d %H:%M:%S")
+    return when.strftime("%H:%M:%S.%f")[:-3]
+
+
+class Printer:
+    """Writes lines until ``count`` is reached or the reader goes away; then ``done``."""
+
+    def __init__(self, out: TextIO, *, count: int | None) -> None:
+        self.out = out
+        self.count = count
+        self.printed = 0
+        self.closed = False  # the reader went away (a closed pipe)
+        self.done = asyncio.Event()
+
+    def write(self, line: str) -> None:
+        if self.done.is_set():
+            return  # more arrived before the tail stopped: not asked for
+        try:
+            self.out.write(line + "\n")
+            self.out.flush()
+        except BrokenPipeError:
+            self.closed = True
+            self.done.set()
+            return
+        self.printed += 1
+        if self.count is not None and self.printed >= self.count:
+            self.done.set()
+
+
+def line_for(msg: Msg, *, as_json: bool, now: float) -> str:
+    line = format_event(msg.subject, msg.data, as_json=as_json)
+    if as_json:  # --json stays pure JSON lines, for jq and baton replay --from
+        return line
+    stored = None
+    with contextlib.suppress(NotJSMessageError):
+        stored = msg.metadata.timestamp.timestamp()
+    return f"{stamp(event_time(msg.data, stored=stored, received=now), now=now)} {line}"
+
+
 def run(argv: list[str]) -> int:
     args = parse_args(argv)
+    printer = Printer(sys.stdout, count=args.count)
+    code = 0
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(tail(args))
-    return 0
+        code = asyncio.run(tail(args, printer))
+    if printer.closed:
+        # Python flushes stdout again at exit; point it at /dev/null so a reader that
+        # went away (| head) costs no "Exception ignored" message.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return code
 
 
-async def tail(args: argparse.Namespace) -> int:
+async def tail(args: argparse.Namespace, printer: Printer) -> int:
     subject = full_subject(args.subject, args.cluster)
-    done = asyncio.Event()
-    seen = 0
 
     async def on_message(msg: Msg) -> None:
-        nonlocal seen
-        line = format_event(msg.subject, msg.data, as_json=args.json)
-        if not args.json:  # --json stays pure JSON lines, for jq and baton replay --from
-            line = f"{dt.datetime.now().strftime('%H:%M:%S.%f')[:-3]} {line}"
-        print(line, flush=True)
-        seen += 1
-        if args.count and seen >= args.count:
-            done.set()
+        now = dt.datetime.now(dt.UTC).timestamp()
+        printer.write(line_for(msg, as_json=args.json, now=now))
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, done.set)
+        loop.add_signal_handler(sig, printer.done.set)
     nc = await nats.connect(args.nats, name="baton-tail")
     try:
         if args.since:
-            await nc.jetstream().subscribe(
-                subject, cb=on_message, ordered_consumer=True, **_policy(args.since)
-            )
+            js = nc.jetstream()
+            stream = await _stream_for(nc, subject, cluster=args.cluster)
+            config = consumer_config(args.since, now=dt.datetime.now(dt.UTC))
+            await js.subscribe(subject, cb=on_message, ordered_consumer=True, stream=stream,
+                               config=config)  # fmt: skip
         else:
             await nc.subscribe(subject, cb=on_message)
-        await done.wait()
+        await printer.done.wait()
     except nats.js.errors.NotFoundError:
         print(f"baton tail: no stream holds {subject!r} (is Baton running?)", file=sys.stderr)
         return 1
@@ -122,10 +194,29 @@ async def tail(args: argparse.Namespace) -> int:
     return 0
 
 
-def _policy(since: str) -> dict[str, Any]:
+async def _stream_for(nc: NATS, subject: str, *, cluster: str) -> str:
+    """The one stream holding ``subject``, or HISTORY when several hold parts of it.
+
+    The JetStream API lists every stream whose subjects overlap the filter (nats-py's
+    ``find_stream_name_by_subject`` keeps only the first)."""
+    request = msgspec.json.encode({"subject": subject})
+    reply = await nc.request("$JS.API.STREAM.NAMES", request, timeout=5.0)
+    found: list[str] = msgspec.json.decode(reply.data, type=_Names).streams or []
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise nats.js.errors.NotFoundError
+    history = subjects.stream_name(cluster, "history")
+    await nc.jetstream().stream_info(history)  # NotFoundError: no Baton streams here
+    return history
+
+
+def consumer_config(since: str, *, now: dt.datetime) -> ConsumerConfig:
+    """Where the history starts. nats-py takes a start time only in the consumer config."""
     if since == "all":
-        return {"deliver_policy": DeliverPolicy.ALL}
+        return ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
     if since == "last":
-        return {"deliver_policy": DeliverPolicy.LAST_PER_SUBJECT}
-    start = since_start(since, dt.datetime.now(dt.UTC))
-    return {"deliver_policy": DeliverPolicy.BY_START_TIME, "opt_start_time": start.isoformat()}
+        return ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
+    return ConsumerConfig(
+        deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since_start(since, now)
+    )

@@ -11,42 +11,42 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from proto.actions import ActionResult, BindGang, Binding, CreatePod, EvictGang
+from libs.view import Shape, group_by_shape
+from proto import ids, keys
+from proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
 from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
-from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from proto.ticks import GangPolicy
-from services.gang import cluster as c
+from proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable
+from proto.runner import Tick
 from services.gang import ordering, restarting
-from services.gang.capacity import Index
-from services.gang.fitting import Shape, group_by_shape
-from services.gang.ids import digest
-from services.gang.needs import identity, verdict
+from services.gang.gangs import Assumption, Cluster, Gang, delete_pod, new_cluster
+from services.gang.needs import identity, shortfall, unknown_level, verdict
 from services.gang.topology import Plan, Search, reserve, search
 
 Policy = GangPolicy  # the core's knobs live in proto so the shell can record them
 
 
-class Tick(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="gang.tick.v1"):
-    """Run a placement cycle. Time comes in with the event."""
-
-    at: float
-
-
 Input = NodeEvent | PodEvent | PodGroupEvent | ActionResult | Tick
-Output = BindGang | EvictGang | CreatePod | GangPlaced | GangUnschedulable | GangRestarted
+Output = BindGang | EvictGang | RecreatePod | GangPlaced | GangUnschedulable | GangRestarted
 
 
 @dataclass(slots=True)
 class State:
     policy: Policy
-    cluster: c.Cluster
-    index: Index = field(default_factory=Index)  # eligible counts per shape, kept incrementally
+    cluster: Cluster  # the shared view (``libs.view``) with the gang core's gangs
     inflight: dict[str, str] = field(default_factory=dict)  # action id -> gang key
 
 
 def initial(policy: Policy | None = None) -> State:
     policy = policy or Policy()
-    return State(policy=policy, cluster=c.Cluster(levels=policy.topology_keys))
+    return State(policy=policy, cluster=new_cluster(policy.topology_keys))
+
+
+def wants_tick(state: State, now: float) -> bool:
+    """A cycle can change something: a gang waits to be placed, or a placement in flight
+    may expire. An idle cluster gets no ticks (and no tick records)."""
+    return bool(state.inflight) or any(
+        g.pending and not g.bound for g in state.cluster.gangs.values()
+    )
 
 
 def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, ...]]:
@@ -56,21 +56,21 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
         case Tick():
             outputs = cycle(state, now)
         case NodeEvent(op="delete", node=node):
-            c.delete_node(cl, node.name)
+            cl.delete_node(node.name)
             outputs += restarting.check_node(cl, node.name, recreate=recreate, now=now)
         case NodeEvent(node=node):
-            c.upsert_node(cl, node)
+            cl.upsert_node(node)
             outputs += restarting.check_node(cl, node.name, recreate=recreate, now=now)
         case PodEvent(op="delete", pod=pod):
-            c.delete_pod(cl, pod)
+            delete_pod(cl, pod)
         case PodEvent(pod=pod):
-            c.upsert_pod(cl, pod)
+            cl.upsert_pod(pod)
             if pod.node_name and pod.node_name in cl.nodes:
                 outputs += restarting.check_node(cl, pod.node_name, recreate=recreate, now=now)
         case PodGroupEvent(op="delete", pod_group=group):
-            c.delete_group(cl, group)
+            cl.delete_group(group)
         case PodGroupEvent(pod_group=group):
-            c.upsert_group(cl, group)
+            cl.upsert_group(group)
         case ActionResult():
             on_result(state, event, now)
     return state, tuple(outputs)
@@ -82,22 +82,23 @@ def cycle(state: State, now: float) -> list[Output]:
     expire(state, now)
     # 1. snapshot: the gangs ready to place, highest priority then oldest first.
     queue = ordering.queue(cl, now=now, require_admission=policy.require_admission)
-    free = state.index.free_totals(cl)
+    free = cl.free_totals()
     head, reserved, young = "", frozenset[str](), False
     outputs: list[Output] = []
     for gang in queue:
         members = group_by_shape(ordering.members(cl, gang))
         required, preferred = _levels(gang)
+        if required and required not in cl.levels:  # a level the search cannot honour
+            outputs += _published(gang, unknown_level(gang.key, members, required, cl.levels, now))
+            continue
         # 2. decide: all members in the narrowest, best-fitting domain, or none.
         found = None
-        if _may_fit(members, free):
-            found = search(
-                cl, state.index, members, required=required, preferred=preferred, excluded=reserved
-            )
+        if not shortfall(members, free, floor=_floor(gang)):
+            found = search(cl, members, required=required, preferred=preferred, excluded=reserved)
         if found is None or found.plan is None:
             if not head and not young and not _timed_out(cl, gang, now):
                 # the first gang that does not fit (and has not timed out) is the head
-                nodes = reserve(cl, state.index, members, required=required, preferred=preferred)
+                nodes = reserve(cl, members, required=required, preferred=preferred)
                 young = bool(nodes) and not _waited(state, gang, now)
                 if nodes and not young:  # it reserves once it has waited reserve_after_s
                     head, reserved = gang.key, nodes
@@ -109,13 +110,15 @@ def cycle(state: State, now: float) -> list[Output]:
         action_id = assume(state, gang, found.plan, members, now)
         _take(free, members)
         # 4. commit: one idempotent all-or-nothing bind for the actuator.
-        outputs += _commit(cl, gang, found.plan, action_id, now)
+        outputs += _commit(
+            cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s
+        )
     return outputs
 
 
 def _unschedulable(
     state: State,
-    gang: c.Gang,
+    gang: Gang,
     members: dict[Shape, list[str]],
     found: Search | None,
     *,
@@ -132,13 +135,10 @@ def _unschedulable(
         if gang.verdict is not None and now - gang.checked_at < state.policy.verdict_refresh_s:
             return []
         excluded = reserved if blocked else frozenset[str]()
-        found = search(
-            cl, state.index, members, required=required, preferred=preferred, excluded=excluded
-        )
+        found = search(cl, members, required=required, preferred=preferred, excluded=excluded)
     gang.checked_at = now
     event = verdict(
         cl,
-        state.index,
         members,
         found,
         gang=gang.key,
@@ -146,9 +146,17 @@ def _unschedulable(
         blocked_by=blocked,
         now=now,
     )
+    if gap := _min_resources_gap(cl, gang, members):
+        reason = f"short of the PodGroup's minResources ({_quantities(gap)} more free); "
+        event = msgspec.structs.replace(event, reason=reason + event.reason)
     if _timed_out(cl, gang, now):
         reason = f"timed out (scheduleTimeoutSeconds), holds no reservation: {event.reason}"
         event = msgspec.structs.replace(event, reason=reason)
+    return _published(gang, event)
+
+
+def _published(gang: Gang, event: GangUnschedulable) -> list[Output]:
+    """A verdict is published when it changes."""
     if identity(event) == gang.verdict:
         return []
     gang.verdict = identity(event)
@@ -156,22 +164,22 @@ def _unschedulable(
 
 
 def assume(
-    state: State, gang: c.Gang, plan: Plan, members: dict[Shape, list[str]], now: float
+    state: State, gang: Gang, plan: Plan, members: dict[Shape, list[str]], now: float
 ) -> str:
     cl = state.cluster
     gang.attempt += 1
     gang.verdict = None
     uid = gang.group.uid if gang.group is not None else cl.pods[next(iter(plan.nodes))].uid
     uids = sorted(cl.pods[k].uid for k in plan.nodes)
-    action_id = "bind-" + digest(uid, str(gang.attempt), *uids)
-    gang.assumed = c.Assumption(action_id=action_id, nodes=dict(plan.nodes), at=now)
+    action_id = ids.make("bind", uid, gang.attempt, *uids)
+    gang.assumed = Assumption(action_id=action_id, nodes=dict(plan.nodes), at=now)
     for key, node in plan.nodes.items():
-        c.account(cl, key, node, cl.pods[key].requests)
+        cl.account(key, node, cl.pods[key].requests)
     state.inflight[action_id] = gang.key
     return action_id
 
 
-def forget(state: State, gang: c.Gang, now: float) -> None:
+def forget(state: State, gang: Gang, now: float) -> None:
     """Undo an assumption: unbound members stop counting; retry after a backoff."""
     cl, assumed = state.cluster, gang.assumed
     if assumed is None:
@@ -180,7 +188,7 @@ def forget(state: State, gang: c.Gang, now: float) -> None:
     for key in assumed.nodes:
         pod = cl.pods.get(key)
         if pod is None or not pod.node_name:
-            c.account(cl, key, None, {})
+            cl.account(key, None, {})
     gang.assumed = None
     delay = min(state.policy.backoff_s * 2 ** max(gang.attempt - 1, 0), state.policy.backoff_max_s)
     gang.retry_after = now + delay
@@ -204,12 +212,17 @@ def expire(state: State, now: float) -> None:
             forget(state, gang, now)
 
 
-def _commit(cl: c.Cluster, gang: c.Gang, plan: Plan, action_id: str, now: float) -> list[Output]:
+def _commit(
+    cl: Cluster, gang: Gang, plan: Plan, action_id: str, now: float, *, expires_after: float
+) -> list[Output]:
     bindings = tuple(
         Binding(namespace=cl.pods[k].namespace, pod=cl.pods[k].name, uid=cl.pods[k].uid, node=n)
         for k, n in sorted(plan.nodes.items())
     )
-    bind = BindGang(id=action_id, by="gang", at=now, gang=gang.key, bindings=bindings)
+    bind = BindGang(
+        id=action_id, by="gang", at=now, gang=gang.key, bindings=bindings,
+        expires=now + expires_after,  # by then this placement is forgotten and re-decided
+    )  # fmt: skip
     placed = GangPlaced(
         gang=gang.key,
         at=now,
@@ -224,31 +237,46 @@ def _commit(cl: c.Cluster, gang: c.Gang, plan: Plan, action_id: str, now: float)
     return [bind, placed]
 
 
-def _waited(state: State, gang: c.Gang, now: float) -> bool:
+def _waited(state: State, gang: Gang, now: float) -> bool:
     return now - ordering.created(state.cluster, gang) >= state.policy.reserve_after_s
 
 
-def _timed_out(cl: c.Cluster, gang: c.Gang, now: float) -> bool:
+def _timed_out(cl: Cluster, gang: Gang, now: float) -> bool:
     """Past the PodGroup's ``scheduleTimeoutSeconds``: still placed when it fits, but it
     may no longer hold nodes back from others."""
     limit = gang.group.schedule_timeout_seconds if gang.group is not None else None
     return limit is not None and now - ordering.created(cl, gang) >= limit
 
 
-def _levels(gang: c.Gang) -> tuple[str, str]:
-    notes = gang.group.annotations if gang.group is not None else {}
-    return notes.get(c.REQUIRED, ""), notes.get(c.PREFERRED, "")
+def _levels(gang: Gang) -> tuple[str, str]:
+    """Required and preferred topology levels: Baton's PodGroup annotations, or an
+    upstream PodGroup's topology constraint (required)."""
+    if gang.group is None:
+        return "", ""
+    notes, constraint = gang.group.annotations, gang.group.topology
+    return notes.get(keys.TOPOLOGY_REQUIRED, constraint), notes.get(keys.TOPOLOGY_PREFERRED, "")
 
 
-def _may_fit(members: dict[Shape, list[str]], free: dict[str, int]) -> bool:
-    need: dict[str, int] = {}
-    for shape, keys in members.items():
-        for res, amount in shape.requests:
-            need[res] = need.get(res, 0) + amount * len(keys)
-    return all(free.get(r, 0) >= n for r, n in need.items())
+def _floor(gang: Gang) -> dict[str, int]:
+    """What the gang needs at least, whatever its members ask: ``spec.minResources``."""
+    return gang.group.min_resources if gang.group is not None else {}
+
+
+def _min_resources_gap(cl: Cluster, gang: Gang, members: dict[Shape, list[str]]) -> dict[str, int]:
+    """What free capacity lacks because of ``minResources`` beyond what members ask."""
+    floor = _floor(gang)
+    if not floor:
+        return {}
+    free = cl.free_totals()
+    gap = shortfall(members, free, floor=floor)
+    return gap if gap != shortfall(members, free, floor={}) else {}
+
+
+def _quantities(amounts: dict[str, int]) -> str:
+    return ", ".join(f"{res} {amount}" for res, amount in sorted(amounts.items()))
 
 
 def _take(free: dict[str, int], members: dict[Shape, list[str]]) -> None:
-    for shape, keys in members.items():
+    for shape, names in members.items():
         for res, amount in shape.requests:
-            free[res] = free.get(res, 0) - amount * len(keys)
+            free[res] = free.get(res, 0) - amount * len(names)

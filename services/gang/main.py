@@ -1,4 +1,4 @@
-"""``baton gang``: settings and wiring for gang placement.
+"""``baton gang``: settings, the service's spec and its entry.
 
 Settings come from ``BATON_GANG_<NAME>`` (or ``BATON_<NAME>`` for the shared ones:
 ``BATON_NATS_URL``, ``BATON_CLUSTER``, ``BATON_DRY_RUN``, ``BATON_OPS_PORT``) and an
@@ -9,28 +9,22 @@ from __future__ import annotations
 
 import os
 
-import msgspec
-
-from libs.bus import Bus
-from libs.runtime import (
-    load_settings,
-    run_service,
-    serve_ops,
-)
-from proto.ticks import DEFAULT_LEVELS
-from services.gang import core
-from services.gang.shell import GangShell
+from libs.runner import Input, Spec, Timer, serve
+from libs.runtime import OPS_PORTS, load_settings, run_service
+from libs.runtime.settings import Base
+from proto import keys
+from proto.actions import ActionResult
+from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from proto.placement import GangPolicy
+from services.gang import core, shell
 
 PREFIX = "BATON_GANG_"
 
 
-class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    nats_url: str = "nats://127.0.0.1:4222"
-    cluster: str = "c1"
-    dry_run: bool = False  # publish decisions, never actions
-    ops_port: int = 9107
-    cycle_interval: float = 0.5  # seconds between placement cycles
-    topology_keys: tuple[str, ...] = DEFAULT_LEVELS  # broad -> narrow
+class Settings(Base, frozen=True, kw_only=True):
+    ops_port: int = OPS_PORTS["gang"]
+    cycle_interval: float = 0.5  # seconds between placement cycles (while gangs wait)
+    topology_keys: tuple[str, ...] = keys.DEFAULT_LEVELS  # broad -> narrow
     require_admission: bool = False  # place only gangs the admission service admitted
     recreate_bare_pods: bool = True
     backoff_s: float = 1.0
@@ -41,6 +35,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     config: str = ""  # BATON_GANG_CONFIG: a settings file (read before the others)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         checks = {
             "CYCLE_INTERVAL": self.cycle_interval > 0,
             "TOPOLOGY_KEYS": len(set(self.topology_keys)) == len(self.topology_keys)
@@ -55,31 +50,36 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         if bad:
             raise ValueError(f"{PREFIX}{bad[0]} is out of range")
 
-    def policy(self) -> core.Policy:
-        return core.Policy(
+    def policy(self) -> GangPolicy:
+        return GangPolicy(
             topology_keys=self.topology_keys, require_admission=self.require_admission,
             recreate_bare_pods=self.recreate_bare_pods, backoff_s=self.backoff_s,
             backoff_max_s=self.backoff_max_s, assume_timeout_s=self.assume_timeout_s,
-            verdict_refresh_s=self.verdict_refresh_s,
-            reserve_after_s=self.reserve_after_s,
+            verdict_refresh_s=self.verdict_refresh_s, reserve_after_s=self.reserve_after_s,
         )  # fmt: skip
 
 
-async def serve(settings: Settings) -> None:
-    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name="gang")
-    try:
-        await bus.ensure_streams()
-        shell = GangShell(
-            bus, state=core.initial(settings.policy()), interval=settings.cycle_interval,
-            dry_run=settings.dry_run,
-        )  # fmt: skip
-        ops = await serve_ops(settings.ops_port, ready=lambda: shell.ready)
-        try:
-            await shell.run()
-        finally:
-            await ops.close()
-    finally:
-        await bus.close()
+SPEC = Spec(
+    name="gang",
+    description="All-or-nothing, topology-aware gang placement: publishes placement "
+    "decisions and bind/evict actions.",
+    settings=Settings,
+    policy=lambda settings: settings.policy(),
+    policy_type=GangPolicy,
+    initial=core.initial,
+    step=core.step,
+    inputs=(
+        Input("k8s.node.>", NodeEvent),
+        Input("k8s.pod.>", PodEvent),
+        Input("k8s.podgroup.>", PodGroupEvent),
+        Input("k8s.upstream-podgroup.>", PodGroupEvent),
+        Input("result.bind-gang.>", ActionResult),
+    ),
+    routes=shell.ROUTES,
+    timer=Timer(every=lambda settings: settings.cycle_interval, wants=core.wants_tick),
+    observe=shell.observe,
+    gauges=shell.gauges,
+)
 
 
 def load(file: str | None) -> Settings:
@@ -90,9 +90,8 @@ def run(argv: list[str]) -> int:
     return run_service(
         argv,
         name="gang",
-        description="All-or-nothing, topology-aware gang placement: reads baton.<cluster>.k8s.>, "
-        "publishes placement decisions and bind/evict actions. Settings: BATON_GANG_* variables.",
+        description=SPEC.description + " Settings: BATON_GANG_* variables.",
         load=load,
-        serve=serve,
+        serve=lambda settings: serve(SPEC, settings),
         dry_run="publish decisions, no actions",
     )

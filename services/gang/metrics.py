@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from prometheus_client import Counter, Gauge, Histogram
 
 CYCLE_SECONDS = Histogram(
@@ -12,6 +14,32 @@ CYCLE_SECONDS = Histogram(
 DECISIONS = Counter(
     "baton_gang_decisions_total", "Placement decisions published", ["kind"]
 )  # placed / unschedulable / restarted
-ACTIONS = Counter("baton_gang_actions_total", "Actions sent to the actuator", ["type"])
+ACTIONS = Counter(
+    "baton_gang_actions_total", "Actions sent to the actuator, by type as on the bus", ["type"]
+)
 PENDING_GANGS = Gauge("baton_gang_pending_gangs", "Gangs with pending members and nothing bound")
 NODES = Gauge("baton_gang_nodes", "Nodes the gang service knows", ["usable"])
+RACK_GPUS = Gauge(
+    "baton_gang_rack_gpus",
+    "GPUs of usable nodes per rack (the narrowest topology level), allocated or free",
+    ["rack", "state"],
+)
+WAIT_SECONDS = Histogram(
+    "baton_gang_wait_seconds",
+    "From a gang's creation (its newest member's) to its placement, by team and size class",
+    ["team", "size"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+)
+
+NO_RACK: Final = "none"  # nodes without the rack label
+NO_TEAM: Final = "none"  # the team label of a gang whose pods carry no baton.io/team
+SIZE_CLASSES: Final = ((1, "1"), (8, "2-8"), (32, "9-32"), (128, "33-128"), (1024, "129-1024"))
+LARGEST: Final = "1025+"
+
+
+def size_class(members: int) -> str:
+    """The ``size`` label: a gang's member count, in a few classes (bounded cardinality)."""
+    for most, label in SIZE_CLASSES:
+        if members <= most:
+            return label
+    return LARGEST

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from libs.view import Shape
 from proto.placement import GangUnschedulable, Need
-from services.gang.capacity import Index
-from services.gang.cluster import Cluster
-from services.gang.fitting import Shape
+from services.gang.gangs import Cluster
 from services.gang.topology import Search
 
 _COMMON = frozenset({"cpu", "memory", "ephemeral-storage"})
@@ -13,7 +12,6 @@ _COMMON = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 def verdict(
     cluster: Cluster,
-    index: Index,
     members: dict[Shape, list[str]],
     found: Search,
     *,
@@ -27,7 +25,7 @@ def verdict(
     total = sum(len(k) for k in members.values())
     within = required if required in cluster.levels else ""
     fits_now = found.best.get(within, 0) if within else found.best.get("", 0)
-    empty = index.view(cluster, shape, empty=True)
+    empty = cluster.eligible(shape, empty=True)
     if not empty.eligible:
         request = _shape(dict(shape.requests))
         return GangUnschedulable(
@@ -78,3 +76,38 @@ def identity(event: GangUnschedulable) -> tuple[object, ...]:
         event.fits_when_free,
         event.blocked_by,
     )
+
+
+def unknown_level(
+    gang: str, members: dict[Shape, list[str]], required: str, levels: tuple[str, ...], now: float
+) -> GangUnschedulable:
+    """The gang must fit in one domain of a label key that is not a topology level of the
+    search: it is never placed rather than placed ignoring its constraint."""
+    total = sum(len(k) for k in members.values())
+    return GangUnschedulable(
+        gang=gang,
+        at=now,
+        reason=(
+            f"topology key {required!r} is not one of the gang service's topology levels "
+            f"({', '.join(levels)}); ask your platform team to add it to "
+            "BATON_GANG_TOPOLOGY_KEYS, or use one of those keys"
+        ),
+        need=Need(nodes=0),
+        members=total,
+    )
+
+
+def shortfall(
+    members: dict[Shape, list[str]], free: dict[str, int], *, floor: dict[str, int]
+) -> dict[str, int]:
+    """What free capacity lacks for the gang: its members' requests summed, or the
+    PodGroup's ``minResources`` where that is more (scheduler-plugins' PreFilter check);
+    {} when the totals allow it (placement may still fail on fit or topology)."""
+    need = dict(floor)
+    asked: dict[str, int] = {}
+    for shape, names in members.items():
+        for res, amount in shape.requests:
+            asked[res] = asked.get(res, 0) + amount * len(names)
+    for res, amount in asked.items():
+        need[res] = max(need.get(res, 0), amount)
+    return {r: n - free.get(r, 0) for r, n in need.items() if free.get(r, 0) < n}

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
+from libs.view import quorum
+from proto import keys
 from proto.k8s import NodeSelectorTerm, Pod, Requirement
-from services.gang.cluster import ADMITTED, Cluster, Gang
-
-TEAM = "baton.io/team"
-BORROWING = "baton.io/borrowing"
+from services.gang.gangs import Cluster, Gang
 
 
 def members(cluster: Cluster, gang: Gang) -> list[Pod]:
@@ -26,17 +25,19 @@ def team_rule(gang: Gang, pods: list[Pod]) -> Requirement | None:
     """
     if gang.group is not None:
         marks = gang.group.annotations
-    elif pods:
-        marks = pods[0].annotations
+    elif pods:  # a lone pod, or the member carrying a group-less gang's marks (Kueue...)
+        marks = next((p.annotations for p in pods if keys.ADMITTED in p.annotations), {})
     else:
         return None
     labels = gang.group.labels if gang.group is not None else {}
-    team = labels.get(TEAM) or next((p.labels[TEAM] for p in pods if TEAM in p.labels), "")
-    if not team or marks.get(ADMITTED) != "true":
+    team = labels.get(keys.TEAM) or next(
+        (p.labels[keys.TEAM] for p in pods if keys.TEAM in p.labels), ""
+    )
+    if not team or marks.get(keys.ADMITTED) != "true":
         return None
-    if marks.get(BORROWING) == "true":
-        return Requirement(key=TEAM, operator="NotIn", values=(team,))
-    return Requirement(key=TEAM, operator="In", values=(team,))
+    if marks.get(keys.BORROWING) == "true":
+        return Requirement(key=keys.TEAM, operator="NotIn", values=(team,))
+    return Requirement(key=keys.TEAM, operator="In", values=(team,))
 
 
 def _narrowed(pod: Pod, rule: Requirement) -> Pod:
@@ -47,17 +48,21 @@ def _narrowed(pod: Pod, rule: Requirement) -> Pod:
     return msgspec.structs.replace(pod, affinity=affinity)
 
 
-def min_member(gang: Gang) -> int:
-    return gang.group.min_member if gang.group is not None else 1
+def min_member(cluster: Cluster, gang: Gang) -> int:
+    """Members needed before placement, whichever format the gang is in (0: unknown yet)."""
+    return quorum(gang, cluster.pods)
 
 
 def is_admitted(cluster: Cluster, gang: Gang) -> bool:
     """PodGroup annotation ``baton.io/admitted: "true"``, or the label/annotation on a member."""
-    if gang.group is not None and gang.group.annotations.get(ADMITTED) == "true":
+    if gang.group is not None and gang.group.annotations.get(keys.ADMITTED) == "true":
         return True
     for key in gang.pending:
         pod = cluster.pods.get(key)
-        if pod is not None and "true" in (pod.labels.get(ADMITTED), pod.annotations.get(ADMITTED)):
+        if pod is not None and "true" in (
+            pod.labels.get(keys.ADMITTED),
+            pod.annotations.get(keys.ADMITTED),
+        ):
             return True
     return False
 
@@ -70,9 +75,10 @@ def is_ready(cluster: Cluster, gang: Gang, *, now: float, require_admission: boo
     """
     if gang.bound or gang.assumed is not None or gang.restarting or now < gang.retry_after:
         return False
-    if gang.group is None and not gang.lone:
-        return False  # pods name a PodGroup we have not seen (yet)
-    if not gang.pending or len(gang.pending) < min_member(gang):
+    need = min_member(cluster, gang)
+    if need == 0:
+        return False  # pods name a PodGroup we have not seen (yet), and say no count
+    if not gang.pending or len(gang.pending) < need:
         return False
     return not require_admission or is_admitted(cluster, gang)
 

@@ -1,24 +1,34 @@
-"""Whole-gang restart when a node under a running gang fails or disappears.
+"""Whole-gang restart when a node under a running gang is drained or disappears.
 
-Every live member is evicted in one ``EvictGang``; the job restarts from its
-checkpoint anyway, and a gang missing a member trains nothing. Pods owned by a
-controller (Job, JobSet, LeaderWorkerSet: recognised by the labels those
-controllers put on their pods) are recreated by it. Bare pods have no one to
-recreate them, so the gang service asks the actuator to create each one again
-(``CreatePod``, name suffixed ``-r<n>``) unless the pod opts out with
-``baton.io/recreate: "false"``. The new pods are placed once every evicted member
-is gone.
+The gang service does not judge node health: the health service does, and when it
+decides a node failed it drains it with the ``baton.io/draining`` NoExecute taint
+(after a grace for the job to checkpoint, see docs/health.md). A gang with a member
+on a draining node, on a node that was deleted, or on a node with any other NoExecute
+taint the member does not tolerate (Kubernetes evicts such a pod anyway) restarts
+whole. A node that is merely NotReady is health's to judge (it waits, per condition,
+before it counts), so it restarts nothing here.
+
+Every live member goes at once; the job restarts from its checkpoint anyway, and a
+gang missing a member trains nothing. Pods owned by a controller (Job, JobSet,
+LeaderWorkerSet: recognised by the labels those controllers put on their pods) are
+evicted in one ``EvictGang`` and recreated by their controller. Bare pods have no
+one to recreate them: each gets a ``RecreatePod``, and the actuator replaces it with
+a faithful, unbound copy of the live pod under the same name (the slim pod on the
+bus has too little of it to rebuild it here), unless the pod opts out with
+``baton.io/recreate: "false"`` (then it is only evicted). A node that is deleted or
+not Ready has no kubelet to stop its pods gracefully, so the copies of the pods there
+replace them at once (grace 0): readiness decides how a pod is deleted, never whether
+its gang restarts. The gang is placed again once every old member is gone.
 """
 
 from __future__ import annotations
 
-import re
-
-from proto.actions import Binding, CreatePod, EvictGang, PodTemplate
+from libs.view import NodeView, gang_key
+from proto import ids, keys
+from proto.actions import Binding, EvictGang, RecreatePod
 from proto.k8s import Pod
 from proto.placement import GangRestarted
-from services.gang.cluster import UNHEALTHY_TAINT, Cluster, Gang, NodeState
-from services.gang.ids import digest
+from services.gang.gangs import Cluster, Gang
 
 CONTROLLER_LABELS = (
     "batch.kubernetes.io/job-name",
@@ -26,94 +36,99 @@ CONTROLLER_LABELS = (
     "jobset.sigs.k8s.io/jobset-name",
     "leaderworkerset.sigs.k8s.io/name",
 )
-RECREATE = "baton.io/recreate"
-_SUFFIX = re.compile(r"-r\d+$")
+NODE_DELETED = "node deleted"
+NODE_DRAINING = f"node draining ({keys.DRAINING})"
 
-Restart = EvictGang | CreatePod | GangRestarted
+Restart = EvictGang | RecreatePod | GangRestarted
 
 
-def failure(state: NodeState | None, pod: Pod) -> str:
+def failure(state: NodeView | None, pod: Pod) -> str:
     """Why ``pod`` cannot keep running on this node ('' if it can). None: node deleted."""
     if state is None:
-        return "node deleted"
-    node = state.node
-    if not node.ready:
-        return "node NotReady"
-    for taint in node.taints:
-        if taint.key == UNHEALTHY_TAINT:
-            return f"node tainted {UNHEALTHY_TAINT}"
+        return NODE_DELETED
+    taints = state.node.taints
+    if any(t.key == keys.DRAINING for t in taints):
+        return NODE_DRAINING
+    for taint in taints:
         if taint.effect == "NoExecute" and not any(t.tolerates(taint) for t in pod.tolerations):
             return f"node tainted {taint.key}:NoExecute"
     return ""
+
+
+def no_kubelet(state: NodeView | None) -> bool:
+    """Nothing will stop the node's pods gracefully: deleted, or not Ready."""
+    return state is None or not state.node.ready
 
 
 def check_node(cluster: Cluster, name: str, *, recreate: bool, now: float) -> list[Restart]:
     """Restart every running gang with a member on this node, if the node failed it."""
     outputs: list[Restart] = []
     state = cluster.nodes.get(name)
-    for key in sorted(cluster.on_node.get(name, ())):
-        pod = cluster.pods.get(key)
-        gang = cluster.gangs.get(f"{pod.namespace}/{pod.gang or pod.name}") if pod else None
-        if pod is None or gang is None or gang.restarting or key not in gang.bound:
+    for pod in cluster.pods_on(name):
+        gang = cluster.gangs.get(gang_key(pod))
+        if gang is None or gang.restarting or pod.key not in gang.bound:
             continue
         reason = failure(state, pod)
         if reason:
-            outputs += restart(cluster, gang, node=name, reason=reason, recreate=recreate, now=now)
+            outputs += restart(cluster, gang, node=name, reason=reason, recreate=recreate, now=now,
+                               forced=no_kubelet(state))  # fmt: skip
     return outputs
 
 
 def restart(
-    cluster: Cluster, gang: Gang, *, node: str, reason: str, recreate: bool, now: float
-) -> list[Restart]:
+    cluster: Cluster, gang: Gang, *, node: str, reason: str, recreate: bool, now: float,
+    forced: bool = False,
+) -> list[Restart]:  # fmt: skip
     pods = [cluster.pods[k] for k in sorted(gang.bound) if k in cluster.pods]
     gang.restarting = True
     gang.restarts += 1
-    uid = gang.group.uid if gang.group is not None else pods[0].uid
-    evict = EvictGang(
-        id="evict-" + digest(uid, "restart", *sorted(p.uid for p in pods)),
-        by="gang",
-        at=now,
-        reason=f"{reason} ({node})",
-        gang=gang.key,
-        pods=tuple(
-            Binding(namespace=p.namespace, pod=p.name, uid=p.uid, node=p.node_name) for p in pods
-        ),
+    bare = [p for p in pods if recreate and _is_bare(p)]
+    evicted = [p for p in pods if p not in bare]
+    outputs: list[Restart] = []
+    if evicted:
+        uid = gang.group.uid if gang.group is not None else evicted[0].uid
+        outputs.append(
+            EvictGang(
+                id=ids.make("evict", uid, "restart", *sorted(p.uid for p in evicted)),
+                by="gang",
+                at=now,
+                reason=f"{reason} ({node})",
+                gang=gang.key,
+                pods=tuple(
+                    Binding(namespace=p.namespace, pod=p.name, uid=p.uid, node=p.node_name)
+                    for p in evicted
+                ),
+            )
+        )
+    outputs += [
+        RecreatePod(
+            id=ids.make("recreate", p.uid, "recreate"),
+            by="gang",
+            at=now,
+            reason=f"gang restart {gang.restarts}: {reason} ({node})",
+            gang=gang.key,
+            namespace=p.namespace,
+            pod=p.name,
+            uid=p.uid,
+            grace_seconds=0 if forced and p.node_name == node else None,
+        )
+        for p in bare
+    ]
+    outputs.append(
+        GangRestarted(
+            gang=gang.key,
+            at=now,
+            reason=reason,
+            node=node,
+            evicted=len(pods),
+            recreated=len(bare),
+            restarts=gang.restarts,
+        )
     )
-    creates = [_recreate(p, gang.restarts, now) for p in pods if recreate and _is_bare(p)]
-    event = GangRestarted(
-        gang=gang.key,
-        at=now,
-        reason=reason,
-        node=node,
-        evicted=len(pods),
-        recreated=len(creates),
-        restarts=gang.restarts,
-    )
-    return [evict, *creates, event]
+    return outputs
 
 
 def _is_bare(pod: Pod) -> bool:
-    if pod.annotations.get(RECREATE) == "false":
+    if pod.annotations.get(keys.RECREATE) == "false":
         return False
     return not any(label in pod.labels for label in CONTROLLER_LABELS)
-
-
-def _recreate(pod: Pod, restarts: int, now: float) -> CreatePod:
-    name = f"{_SUFFIX.sub('', pod.name)[:240]}-r{restarts}"
-    return CreatePod(
-        id="create-" + digest(pod.uid, "recreate"),
-        by="gang",
-        at=now,
-        reason=f"gang restart {restarts}",
-        pod=PodTemplate(
-            namespace=pod.namespace,
-            name=name,
-            labels=pod.labels,
-            annotations=pod.annotations,
-            requests=pod.requests,
-            priority=pod.priority,
-            scheduler_name=pod.scheduler_name,
-            tolerations=pod.tolerations,
-            node_selector=pod.node_selector,
-        ),
-    )

@@ -2,9 +2,9 @@
 
 Levels are node label keys from broad to narrow (zone -> block -> rack). Per domain
 at every level, how many members of each shape it can take now (kept incrementally
-by ``capacity``); those aggregates pick the domain (narrowest level first, then best
-fit: least capacity left over, so large free domains stay whole), and only the nodes
-of the chosen domain are looked at to assign members.
+by the view, ``libs.view.capacity``); those aggregates pick the domain (narrowest
+level first, then best fit: least capacity left over, so large free domains stay
+whole), and only the nodes of the chosen domain are looked at to assign members.
 """
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from services.gang.capacity import Index, View
-from services.gang.cluster import Cluster, NodeState
-from services.gang.fitting import Shape, count_fits
-
-Counts = list[tuple[NodeState, int]]
+from libs.view import Counts, Eligible, NodeView, Shape, count_fits, domain_value, narrowest
+from services.gang.gangs import Cluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +46,6 @@ def level_order(
 
 def search(
     cluster: Cluster,
-    index: Index,
     members: dict[Shape, list[str]],
     *,
     required: str = "",
@@ -57,7 +53,7 @@ def search(
     excluded: frozenset[str] = frozenset(),
 ) -> Search:
     shapes = list(members)
-    views = {s: index.view(cluster, s, excluded=excluded) for s in shapes}
+    views = {s: cluster.eligible(s, excluded=excluded) for s in shapes}
     dominant = views[shapes[0]]
     levels = cluster.levels
     order, may_span = level_order(levels, required=required, preferred=preferred)
@@ -80,9 +76,12 @@ def search(
                 inside = {s: _rack_order(inside[s], len(members[s])) for s in shapes}
             nodes = _assign(members, inside, best_fit=narrowest)
             if nodes is not None:
-                value = path.rsplit("/", 1)[-1]
                 result.plan = _plan(
-                    cluster, nodes, level=levels[i], domain=value, min_domains=min_domains
+                    cluster,
+                    nodes,
+                    level=levels[i],
+                    domain=domain_value(path),
+                    min_domains=min_domains,
                 )
                 return result
     result.best[""] = dominant.total
@@ -111,9 +110,7 @@ def _rack_order(counts: Counts, need: int) -> Counts:
     the rest fits in one, then the smallest that holds the rest), then the others."""
     by_domain: dict[str, Counts] = {}
     for item in counts:
-        paths = item[0].paths
-        path = paths[-1] if paths and paths[-1] is not None else f"node:{item[0].node.name}"
-        by_domain.setdefault(path, []).append(item)
+        by_domain.setdefault(narrowest(item[0].paths, item[0].node.name), []).append(item)
     totals = sorted(((sum(n for _, n in v), p) for p, v in by_domain.items()))
     sizes = [t for t, _ in totals]
     chosen: list[str] = []
@@ -155,7 +152,7 @@ def _assign(
     return out
 
 
-def _count_after(state: NodeState, shape: Shape, taken: dict[str, dict[str, int]]) -> int:
+def _count_after(state: NodeView, shape: Shape, taken: dict[str, dict[str, int]]) -> int:
     use = taken.get(state.node.name)
     if not use:
         return count_fits(state.free, shape.requests)
@@ -163,11 +160,11 @@ def _count_after(state: NodeState, shape: Shape, taken: dict[str, dict[str, int]
     return count_fits(free, shape.requests)
 
 
-def _best_fit(items: Counts, need: int) -> list[tuple[NodeState, int]] | None:
+def _best_fit(items: Counts, need: int) -> list[tuple[NodeView, int]] | None:
     """Smallest node that holds the rest, else the largest and repeat: few nodes, tight fit."""
     ordered = sorted(items, key=lambda c: (c[1], c[0].node.name))
     sizes = [n for _, n in ordered]
-    picks: list[tuple[NodeState, int]] = []
+    picks: list[tuple[NodeView, int]] = []
     while need > 0 and ordered:
         i = bisect_left(sizes, need)
         if i < len(sizes):
@@ -180,8 +177,8 @@ def _best_fit(items: Counts, need: int) -> list[tuple[NodeState, int]] | None:
     return picks if need <= 0 else None
 
 
-def _in_order(items: Counts, need: int) -> list[tuple[NodeState, int]] | None:
-    picks: list[tuple[NodeState, int]] = []
+def _in_order(items: Counts, need: int) -> list[tuple[NodeView, int]] | None:
+    picks: list[tuple[NodeView, int]] = []
     for state, n in items:
         if need <= 0:
             break
@@ -195,8 +192,7 @@ def _plan(
 ) -> Plan:
     narrow: set[str] = set()
     for name in set(nodes.values()):
-        paths = cluster.nodes[name].paths
-        narrow.add(paths[-1] if paths and paths[-1] is not None else f"node:{name}")
+        narrow.add(narrowest(cluster.nodes[name].paths, name))
     return Plan(
         nodes=nodes, level=level, domain=domain, domains=len(narrow), min_domains=min_domains
     )
@@ -204,7 +200,6 @@ def _plan(
 
 def reserve(
     cluster: Cluster,
-    index: Index,
     members: dict[Shape, list[str]],
     *,
     required: str = "",
@@ -216,8 +211,8 @@ def reserve(
     counted as the biggest shape (a safe over-estimate)."""
     shape = next(iter(members))
     need = sum(len(k) for k in members.values())
-    empty = index.view(cluster, shape, empty=True)
-    now = index.view(cluster, shape)
+    empty = cluster.eligible(shape, empty=True)
+    now = cluster.eligible(shape)
     order, may_span = level_order(cluster.levels, required=required, preferred=preferred)
     for i in order:
         total, free = empty.sums[i], now.sums[i]
@@ -230,7 +225,7 @@ def reserve(
     return frozenset()
 
 
-def _soonest(items: Counts, now: View, need: int) -> frozenset[str]:
+def _soonest(items: Counts, now: Eligible, need: int) -> frozenset[str]:
     out: list[str] = []
     ordered = sorted(items, key=lambda c: (-now.count(c[0].node.name), -c[1], c[0].node.name))
     for state, n in ordered:

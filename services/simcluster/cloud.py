@@ -1,25 +1,30 @@
 """The cloud provider behind each pool's Cluster API MachineDeployment.
 
-``spec.replicas`` (patched directly or through ``/scale``) is the pool's wanted size.
-Growing provisions nodes that join Ready after ``provisioning_s``; shrinking first
-cancels nodes still provisioning, then removes nodes annotated
+``spec.replicas`` (patched directly or through ``/scale``) is the pool's wanted number
+of machines. Growing creates machines: within the pool's cloud ``quota`` each is
+provisioned and joins after ``provisioning_s`` plus or minus ``provisioning_spread_s``
+(seeded), except a ``join_failure_share`` that never joins and a ``not_ready_share``
+that joins NotReady; beyond the quota machines stay pending and the status says so
+(``Ready`` False, reason ``QuotaExceeded``). Shrinking first drops pending machines,
+then machines that never joined, then those still provisioning, then nodes annotated
 ``cluster.x-k8s.io/delete-machine`` (as Cluster API does for Machines), then those with
 the fewest pods (the newest among equals). A node deleted through the API is replaced,
 as a MachineSet replaces a lost Machine. ``status`` (replicas, readyReplicas, phase,
-selector) follows.
+selector, conditions) follows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from services.simcluster import topology
+from services.simcluster import conditions, topology
 from services.simcluster.clock import Clock
 from services.simcluster.spec import ClusterSpec, Pool
 from services.simcluster.store import ApiError, Store
@@ -33,8 +38,12 @@ Obj = dict[str, Any]
 @dataclass(slots=True)
 class PoolState:
     pool: Pool
+    rng: random.Random
     nodes: dict[str, int] = field(default_factory=dict)  # name -> slot
-    provisioning: dict[int, asyncio.TimerHandle] = field(default_factory=dict)  # slot -> timer
+    # slot -> its join timer; None: a machine that will never join
+    provisioning: dict[int, asyncio.TimerHandle | None] = field(default_factory=dict)
+    pending: int = 0  # machines waiting for quota
+    not_ready: set[str] = field(default_factory=set)  # nodes whose Ready is not True
     desired: int = 0
     freed: list[int] = field(default_factory=list)  # heap of slots given back
     next_slot: int = 0
@@ -49,6 +58,14 @@ class PoolState:
     def give_back(self, slot: int) -> None:
         heapq.heappush(self.freed, slot)
 
+    @property
+    def machines(self) -> int:
+        return len(self.nodes) + len(self.provisioning) + self.pending
+
+    def has_quota(self) -> bool:
+        quota = self.pool.quota
+        return quota is None or len(self.nodes) + len(self.provisioning) < quota
+
 
 class Cloud:
     def __init__(
@@ -58,22 +75,30 @@ class Cloud:
         self._spec = spec
         self._clock = clock
         self._load = load  # pods on a node, to prefer empty ones on scale-down
-        self.pools = {p.name: PoolState(pool=p, desired=p.count) for p in spec.pools}
+        self.pools = {
+            p.name: PoolState(pool=p, rng=random.Random(f"{spec.seed}/{p.name}"), desired=p.count)
+            for p in spec.pools
+        }
         self._owner: dict[str, str] = {}  # node -> pool
         self._ordinal = 0
 
     def start(self) -> None:
-        """Create every pool's MachineDeployment and its initial nodes, Ready at once."""
+        """Create every pool's MachineDeployment and its initial nodes, Ready at once (the
+        cluster as it stands; quota still applies, join failures do not)."""
         for state in self.pools.values():
             for _ in range(state.pool.count):
-                self._join(state, state.take_slot())
+                if state.has_quota():
+                    self._join(state, state.take_slot())
+                else:
+                    state.pending += 1
             self._store.create(RES, topology.machine_deployment(self._spec, state.pool))
             self._publish(state)
 
     def close(self) -> None:
         for state in self.pools.values():
             for timer in state.provisioning.values():
-                timer.cancel()
+                if timer is not None:
+                    timer.cancel()
             state.provisioning.clear()
 
     # following the store
@@ -84,23 +109,45 @@ class Cloud:
             if state is not None and obj["metadata"].get("namespace") == topology.MD_NAMESPACE:
                 state.desired = max(0, int(obj.get("spec", {}).get("replicas") or 0))
                 self._reconcile(state)
-        elif res == "nodes" and event == "DELETED":
-            pool = self._owner.pop(obj["metadata"]["name"], None)
+        elif res == "nodes":
+            pool = self._owner.get(obj["metadata"]["name"])
             if pool is not None:
-                state = self.pools[pool]
-                state.give_back(state.nodes.pop(obj["metadata"]["name"]))
-                self._reconcile(state)
+                self._on_node(self.pools[pool], event, obj)
+
+    def _on_node(self, state: PoolState, event: str, node: Obj) -> None:
+        name = node["metadata"]["name"]
+        if event == "DELETED":
+            del self._owner[name]
+            state.not_ready.discard(name)
+            state.give_back(state.nodes.pop(name))
+            self._reconcile(state)
+            return
+        was = name in state.not_ready
+        if conditions.is_ready(node):
+            state.not_ready.discard(name)
+        else:
+            state.not_ready.add(name)
+        if was != (name in state.not_ready):
+            self._publish(state)
 
     def _reconcile(self, state: PoolState) -> None:
-        have = len(state.nodes) + len(state.provisioning)
-        for _ in range(state.desired - have):
-            slot = state.take_slot()
-            delay = self._spec.delays.provisioning_s
-            state.provisioning[slot] = self._clock.call_later(delay, self._provisioned, state, slot)
-            log.info("provisioning node", pool=state.pool.name, slot=slot)
-        excess = have - state.desired
-        for slot in sorted(state.provisioning, reverse=True)[: max(0, excess)]:
-            state.provisioning.pop(slot).cancel()
+        state.pending += max(0, state.desired - state.machines)
+        self._shrink(state, state.machines - state.desired)
+        while state.pending and state.has_quota():
+            state.pending -= 1
+            self._provision(state)
+        self._publish(state)
+
+    def _shrink(self, state: PoolState, excess: int) -> None:
+        dropped = min(excess, state.pending)
+        state.pending -= dropped
+        excess -= dropped
+        # machines that never joined, then the latest still provisioning
+        order = sorted(state.provisioning, key=lambda s: (state.provisioning[s] is not None, -s))
+        for slot in order[: max(0, excess)]:
+            timer = state.provisioning.pop(slot)
+            if timer is not None:
+                timer.cancel()
             state.give_back(slot)
             excess -= 1
         if excess > 0:
@@ -109,7 +156,25 @@ class Cloud:
             )
             for name in by_load[:excess]:
                 self._remove(state, name)
-        self._publish(state)
+
+    def _provision(self, state: PoolState) -> None:
+        """Start one machine: its join delay and fate are drawn now, in a fixed order."""
+        pool, slot = state.pool, state.take_slot()
+        base = (
+            self._spec.delays.provisioning_s if pool.provisioning_s is None else pool.provisioning_s
+        )
+        spread = pool.provisioning_spread_s
+        delay = max(0.0, base + state.rng.uniform(-spread, spread))
+        never = state.rng.random() < pool.join_failure_share
+        not_ready = state.rng.random() < pool.not_ready_share
+        if never:
+            state.provisioning[slot] = None
+            log.info("machine will not join", pool=pool.name, slot=slot)
+            return
+        state.provisioning[slot] = self._clock.call_later(
+            delay, self._provisioned, state, slot, not_ready
+        )
+        log.info("provisioning node", pool=pool.name, slot=slot, seconds=round(delay, 1))
 
     def _marked(self, node: str) -> bool:
         """Cluster API's ``delete-machine`` annotation (here on the node) goes first."""
@@ -119,15 +184,17 @@ class Cloud:
             return False
         return DELETE_MACHINE in (annotations or {})
 
-    def _provisioned(self, state: PoolState, slot: int) -> None:
+    def _provisioned(self, state: PoolState, slot: int, not_ready: bool) -> None:
         if state.provisioning.pop(slot, None) is None:
             return
-        self._join(state, slot)
+        self._join(state, slot, not_ready=not_ready)
         self._publish(state)
 
-    def _join(self, state: PoolState, slot: int) -> None:
+    def _join(self, state: PoolState, slot: int, *, not_ready: bool = False) -> None:
         self._ordinal += 1
         node = topology.node_object(self._spec, pool=state.pool, slot=slot, ordinal=self._ordinal)
+        if not_ready:
+            conditions.apply(node, conditions.joined_not_ready())
         name = node["metadata"]["name"]
         state.nodes[name] = slot
         self._owner[name] = state.pool.name
@@ -135,6 +202,7 @@ class Cloud:
 
     def _remove(self, state: PoolState, name: str) -> None:
         state.give_back(state.nodes.pop(name))
+        state.not_ready.discard(name)
         self._owner.pop(name, None)
         log.info("removing node", pool=state.pool.name, node=name, pods=self._load(name))
         try:
@@ -144,13 +212,14 @@ class Cloud:
 
     def _publish(self, state: PoolState) -> None:
         """Write the MachineDeployment's status, if it changed."""
-        ready = len(state.nodes)
         status = topology.deployment_status(
             self._spec,
             state.pool.name,
-            replicas=ready + len(state.provisioning),
-            ready=ready,
+            replicas=state.machines,
+            ready=len(state.nodes) - len(state.not_ready),
             desired=state.desired,
+            pending=state.pending,
+            quota=state.pool.quota,
         )
         try:
             current = self._store.get(RES, topology.MD_NAMESPACE, state.pool.name)

@@ -1,150 +1,246 @@
-"""Node faults and heals, as data: which conditions and annotations each one sets.
+"""Fault kinds: what each does to a node's hardware (and Node), and how it heals. A table.
 
-The same fault applies in process (:func:`apply`, through ``Store.mutate``) or over the
-API (:func:`patches`: a strategic merge patch of ``status.conditions`` on
-``nodes/<name>/status`` and a merge patch of the annotations on ``nodes/<name>``), so
-``baton sim fault`` drives any simcluster the way a real node problem detector would.
+A :class:`Fault` names a kind and its details (``xid``, ``gpu``, ``mount``...). Each
+kind edits a :class:`~services.simcluster.hardware.NodeHardware` in place on inject
+and on heal, and may set Node conditions as well (``node-notready``; ``gpu-fault``,
+the older form of ``xid`` that also writes what a node problem detector would). The
+simulation (:mod:`faulting`) then derives the rest of the Node from the hardware: GPUs
+the device plugin would call unhealthy leave ``allocatable``, a full nodefs sets
+DiskPressure. Pure.
+
+Details in text (``baton sim fault --detail``, the trace's ``detail`` column) are
+``key=value`` pairs separated by spaces or ``;``: ``xid=79 gpu=3``, ``mount=/raid``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 
-from services.simcluster.clock import timestamp
-from services.simcluster.topology import GPU_HEALTHY
-
-GPU_FAULT_ANNOTATION = "sim.baton.io/gpu-fault"
-
-# DCGM / NVIDIA Xid meanings for the Xids a simulated fault may carry.
-XIDS: dict[int, str] = {
-    13: "Graphics Engine Exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing",
-    48: "Double Bit ECC Error",
-    63: "ECC page retirement or row remapping recording event",
-    64: "ECC page retirement or row remapper recording failure",
-    74: "NVLink Error",
-    79: "GPU has fallen off the bus",
-    94: "Contained ECC error",
-    95: "Uncontained ECC error",
-    119: "GSP RPC timeout",
-}
+from services.simcluster import conditions, hardware, xids
+from services.simcluster.conditions import NodeFault
+from services.simcluster.hardware import Gpu, NodeHardware
 
 
-class ConditionChange(msgspec.Struct, frozen=True, kw_only=True):
-    type: str
-    status: str
-    reason: str
-    message: str = ""
+class Fault(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    kind: str
+    xid: int = 79  # xid, gpu-fault
+    gpu: int | None = None  # GPU index; inject: None is GPU 0, heal: None is every GPU
+    sbe: int = 0  # ecc: single-bit errors to count
+    dbe: int = 1  # ecc: uncorrectable errors to count
+    errors: int = 1  # nvlink: NVLink errors to count
+    mount: str | None = None  # disk-full, disk-readonly; inject: None is "/", heal: every disk
+    ratio: float = 1.0  # disk-full: used share
+    nic: str | None = None  # nic-down; inject: None is ib0 (eth0 without IB), heal: every NIC
+    mib: int = 40_960  # zombie-gpu: GPU memory the orphaned process holds
 
 
-class NodeFault(msgspec.Struct, frozen=True, kw_only=True):
-    conditions: tuple[ConditionChange, ...] = ()
-    annotations: dict[str, str | None] = {}  # None removes the annotation
+Edit = Callable[[NodeHardware, Fault], None]
 
 
-def not_ready() -> NodeFault:
-    return NodeFault(
-        conditions=(
-            ConditionChange(
-                type="Ready",
-                status="False",
-                reason="KubeletNotReady",
-                message="simulated fault: kubelet stopped posting ready status",
-            ),
-        )
+@dataclass(frozen=True, slots=True)
+class Kind:
+    name: str
+    doc: str
+    inject: Edit
+    heal: Edit
+    on_inject: Callable[[Fault], NodeFault] | None = None  # Node conditions/annotations
+    on_heal: Callable[[Fault], NodeFault] | None = None
+    gpu: bool = False  # acts on GPUs (``gpu`` is checked against the node's GPUs)
+
+
+def _gpus(doc: NodeHardware, fault: Fault, *, heal: bool) -> list[Gpu]:
+    if heal and fault.gpu is None:
+        return list(doc.gpus)
+    return [hardware.find_gpu(doc, fault.gpu or 0)]
+
+
+def reset_gpu(gpu: Gpu) -> None:
+    """A GPU reset (or repair): back on the bus, volatile counters and pending work cleared;
+    aggregate counters stay, and a pending row remap or page retirement takes effect."""
+    gpu.present = True
+    gpu.retired_pages += gpu.retired_pages_pending
+    gpu.ecc_volatile_sbe = gpu.ecc_volatile_dbe = gpu.nvlink_errors = 0
+    gpu.retired_pages_pending = gpu.row_remap_pending = gpu.row_remap_failure = False
+    gpu.recovery_action = ""
+
+
+def _xid(doc: NodeHardware, fault: Fault) -> None:
+    xids.raise_xid(doc, hardware.find_gpu(doc, fault.gpu or 0), fault.xid)
+
+
+def _lost(doc: NodeHardware, fault: Fault) -> None:
+    xids.raise_xid(doc, hardware.find_gpu(doc, fault.gpu or 0), 79)
+
+
+def _reset(doc: NodeHardware, fault: Fault) -> None:
+    for gpu in _gpus(doc, fault, heal=True):
+        reset_gpu(gpu)
+
+
+def _ecc(doc: NodeHardware, fault: Fault) -> None:
+    gpu = hardware.find_gpu(doc, fault.gpu or 0)
+    xids.count_ecc(gpu, sbe=fault.sbe, dbe=fault.dbe)
+    gpu.row_remap_pending |= fault.dbe > 0
+
+
+def _nvlink(doc: NodeHardware, fault: Fault) -> None:
+    hardware.find_gpu(doc, fault.gpu or 0).nvlink_errors += fault.errors
+
+
+def _zombie(doc: NodeHardware, fault: Fault) -> None:
+    gpu = hardware.find_gpu(doc, fault.gpu or 0)
+    gpu.processes.append(hardware.GpuProcess(pid=hardware.next_pid(doc), used_mib=fault.mib))
+
+
+def _bury(doc: NodeHardware, fault: Fault) -> None:
+    for gpu in _gpus(doc, fault, heal=True):
+        gpu.processes = [p for p in gpu.processes if p.pod]
+
+
+def _disks(doc: NodeHardware, fault: Fault, *, heal: bool = False) -> list[hardware.Disk]:
+    if heal and fault.mount is None:
+        return list(doc.disks)
+    mount = fault.mount or "/"
+    for d in doc.disks:
+        if d.mount == mount:
+            return [d]
+    raise ValueError(f"mount: node {doc.node} has no disk at {mount!r}")
+
+
+def _fill(doc: NodeHardware, fault: Fault) -> None:
+    for d in _disks(doc, fault):
+        d.used_ratio = fault.ratio
+
+
+def _empty(doc: NodeHardware, fault: Fault) -> None:
+    for d in _disks(doc, fault, heal=True):
+        d.used_ratio = hardware.DEFAULT_USED.get(d.mount, 0.1)
+
+
+def _read_only(doc: NodeHardware, fault: Fault) -> None:
+    for d in _disks(doc, fault):
+        d.read_only = True
+        device = hardware.device_of(d.mount)
+        hardware.log(doc, f"EXT4-fs ({device}): Remounting filesystem read-only")
+
+
+def _writable(doc: NodeHardware, fault: Fault) -> None:
+    for d in _disks(doc, fault, heal=True):
+        d.read_only = False
+
+
+def _nic_name(doc: NodeHardware, fault: Fault) -> str:
+    if fault.nic is not None:
+        return fault.nic
+    return "ib0" if any(n.name == "ib0" for n in doc.nics) else "eth0"
+
+
+def _link(doc: NodeHardware, fault: Fault, *, up: bool) -> None:
+    """Set the link of one NIC (heal without ``nic``: of every NIC that is down)."""
+    wanted = None if up and fault.nic is None else _nic_name(doc, fault)
+    if wanted is not None and all(n.name != wanted for n in doc.nics):
+        raise ValueError(f"nic: node {doc.node} has no NIC {wanted!r}")
+    for i, nic in enumerate(doc.nics):
+        if wanted in (None, nic.name) and nic.up != up:
+            nic.up = up
+            state = "ACTIVE" if up else "DOWN"
+            hardware.log(doc, f"mlx5_core {hardware.nic_bus(i)} mlx5_{i}: Port: 1 Link {state}")
+
+
+def _power(up: bool) -> Edit:
+    def edit(doc: NodeHardware, fault: Fault) -> None:
+        doc.up = up
+
+    return edit
+
+
+def _nothing(doc: NodeHardware, fault: Fault) -> None:
+    return None
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("xid", "Xid <xid> on GPU <gpu>: its kernel line and effect; heal: GPU reset",
+             _xid, _reset, gpu=True),
+        Kind("ecc", "count <sbe>/<dbe> ECC errors on GPU <gpu> (no kernel line); heal: GPU reset",
+             _ecc, _reset, gpu=True),
+        Kind("nvlink", "count <errors> NVLink errors on GPU <gpu>; heal: GPU reset",
+             _nvlink, _reset, gpu=True),
+        Kind("gpu-lost", "GPU <gpu> falls off the bus (Xid 79); heal: GPU reset",
+             _lost, _reset, gpu=True),
+        Kind("zombie-gpu", "a process of no pod holds <mib> MiB on GPU <gpu>; heal: it exits",
+             _zombie, _bury, gpu=True),
+        Kind("disk-full", "disk <mount> at <ratio> used; heal: back to its usual use",
+             _fill, _empty),
+        Kind("disk-readonly", "disk <mount> remounted read-only; heal: writable",
+             _read_only, _writable),
+        Kind("nic-down", "NIC <nic> loses its link; heal: link up",
+             lambda d, f: _link(d, f, up=False), lambda d, f: _link(d, f, up=True)),
+        Kind("node-notready", "the kubelet stops posting Ready (condition only); heal: Ready",
+             _nothing, _nothing, on_inject=lambda f: conditions.not_ready(),
+             on_heal=lambda f: conditions.ready()),
+        Kind("agent-down", "the node is off or its agent cannot run (up: false); heal: up",
+             _power(False), _power(True)),
+        Kind("gpu-fault", "xid, plus GPUHealthy=False and annotation sim.baton.io/gpu-fault",
+             _xid, _reset, gpu=True,
+             on_inject=lambda f: conditions.gpu_fault(xid=f.xid, gpu=f.gpu or 0),
+             on_heal=lambda f: conditions.gpu_heal()),
     )
+}  # fmt: skip
+ALIASES = {"node-ready": ("node-notready", True), "gpu-heal": ("gpu-fault", True)}
 
 
-def ready() -> NodeFault:
-    return NodeFault(
-        conditions=(
-            ConditionChange(
-                type="Ready",
-                status="True",
-                reason="KubeletReady",
-                message="kubelet is posting ready status",
-            ),
-        )
-    )
+class FaultError(ValueError):
+    """A fault that cannot be applied; the message names the field (or node) at fault."""
 
 
-def gpu_fault(*, xid: int = 79, gpu: int = 0) -> NodeFault:
-    if xid not in XIDS:
-        raise ValueError(f"xid: unknown Xid {xid}; known: {', '.join(map(str, sorted(XIDS)))}")
-    if gpu < 0:
-        raise ValueError(f"gpu: expected >= 0, got {gpu}")
-    return NodeFault(
-        conditions=(
-            ConditionChange(
-                type=GPU_HEALTHY,
-                status="False",
-                reason=f"Xid{xid}",
-                message=f"GPU {gpu}: Xid {xid}: {XIDS[xid]}",
-            ),
-        ),
-        annotations={GPU_FAULT_ANNOTATION: f"xid={xid},gpu={gpu}"},
-    )
+def fault(kind: str, **detail: object) -> Fault:
+    """A checked Fault: ``fault("xid", xid=79, gpu=3)``; FaultError names what is wrong."""
+    if kind not in KINDS:
+        raise FaultError(f"kind: unknown fault {kind!r}; known: {', '.join(sorted(KINDS))}")
+    try:
+        made = msgspec.convert({"kind": kind, **detail}, Fault, strict=False)
+    except msgspec.ValidationError as exc:
+        raise FaultError(str(exc).replace(" - at `$.", ": ").rstrip("`")) from None
+    if kind in ("xid", "gpu-fault") and made.xid not in xids.XIDS:
+        known = ", ".join(map(str, sorted(xids.XIDS)))
+        raise FaultError(f"xid: unknown Xid {made.xid}; known: {known}")
+    if made.gpu is not None and made.gpu < 0:
+        raise FaultError(f"gpu: expected >= 0, got {made.gpu}")
+    return made
 
 
-def gpu_heal() -> NodeFault:
-    return NodeFault(
-        conditions=(
-            ConditionChange(
-                type=GPU_HEALTHY, status="True", reason="GPUsHealthy", message="all GPUs healthy"
-            ),
-        ),
-        annotations={GPU_FAULT_ANNOTATION: None},
-    )
+def pairs(text: str) -> dict[str, str]:
+    """``"xid=79 gpu=3"`` -> ``{"xid": "79", "gpu": "3"}``; FaultError names a bad pair."""
+    detail: dict[str, str] = {}
+    for pair in (p for p in re.split(r"[\s;]+", text.strip()) if p):
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise FaultError(f"detail: expected key=value, got {pair!r}")
+        detail[key] = value
+    return detail
 
 
-def apply(node: dict[str, Any], fault: NodeFault) -> None:
-    """Edit ``node`` in place (for ``Store.mutate``)."""
-    status = node.setdefault("status", {})
-    conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
-    for change in fault.conditions:
-        current = next((c for c in conditions if c.get("type") == change.type), None)
-        entry = _condition(change, previous=current)
-        if current is None:
-            conditions.append(entry)
-        else:
-            current.clear()
-            current.update(entry)
-    annotations = node.setdefault("metadata", {}).setdefault("annotations", {})
-    for key, value in fault.annotations.items():
-        if value is None:
-            annotations.pop(key, None)
-        else:
-            annotations[key] = value
+def parse_detail(kind: str, text: str) -> Fault:
+    """``parse_detail("xid", "xid=79 gpu=3")``; FaultError names what is wrong."""
+    return fault(kind, **pairs(text))
 
 
-def patches(fault: NodeFault, node: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(merge patch for ``nodes/<name>``, strategic merge patch for ``nodes/<name>/status``)."""
-    current = {c.get("type"): c for c in node.get("status", {}).get("conditions") or ()}
-    conditions = [_condition(c, previous=current.get(c.type)) for c in fault.conditions]
-    metadata = {"metadata": {"annotations": dict(fault.annotations)}} if fault.annotations else {}
-    return metadata, {"status": {"conditions": conditions}}
-
-
-def _condition(change: ConditionChange, *, previous: dict[str, Any] | None) -> dict[str, Any]:
-    now = timestamp()
-    since = now
-    if previous is not None and previous.get("status") == change.status:
-        since = previous.get("lastTransitionTime", now)
-    return {
-        "type": change.type,
-        "status": change.status,
-        "reason": change.reason,
-        "message": change.message,
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": since,
-    }
-
-
-def is_ready(node: dict[str, Any]) -> bool:
-    for c in node.get("status", {}).get("conditions") or ():
-        if c.get("type") == "Ready":
-            return bool(c.get("status") == "True")
-    return False
+def check(doc: NodeHardware, f: Fault) -> None:
+    """Raise FaultError if ``f`` cannot apply to this node (no such GPU, disk or NIC)."""
+    try:
+        if KINDS[f.kind].gpu and f.gpu is not None:
+            hardware.find_gpu(doc, f.gpu)
+        elif KINDS[f.kind].gpu and not doc.gpus:
+            raise ValueError(f"gpu: node {doc.node} has no GPUs")
+        if f.kind in ("disk-full", "disk-readonly") and f.mount is not None:
+            _disks(doc, f)
+        if f.kind == "nic-down" and _nic_name(doc, f) not in {n.name for n in doc.nics}:
+            raise ValueError(f"nic: node {doc.node} has no NIC {_nic_name(doc, f)!r}")
+    except ValueError as exc:
+        raise FaultError(str(exc)) from None

@@ -8,6 +8,9 @@ Succeeded after the ``sim.baton.io/duration-seconds`` annotation (none: runs unt
 deleted). A pod with a ``deletionTimestamp`` is removed after ``termination_s`` (or its
 grace period, if shorter). Pods of a node that is deleted are removed, as the pod
 garbage collector does; pods of a NotReady node keep running until someone evicts them.
+A running pod is on its node's hardware (listed, one process on each GPU it holds).
+A preflight pod (label ``baton.io/preflight: "true"``) runs ``preflight_s`` and ends
+Succeeded if the node's hardware is healthy, Failed with the problems named if not.
 Timers are event-loop callbacks, not tasks, so 100k pods cost little.
 """
 
@@ -19,14 +22,17 @@ from typing import Any
 
 import structlog
 
-from services.simcluster import quantities, statuses
+from services.simcluster import hardware, quantities, statuses
 from services.simcluster.clock import Clock
+from services.simcluster.hardware_feed import HardwareFeed
 from services.simcluster.spec import Delays
 from services.simcluster.store import ApiError, Store
 from services.simcluster.workload import DURATION_ANNOTATION
 
 log = structlog.get_logger("simcluster.kubelet")
 TERMINAL = ("Succeeded", "Failed")
+PREFLIGHT_LABEL = "baton.io/preflight"
+GPU = "nvidia.com/gpu"
 Obj = dict[str, Any]
 
 
@@ -48,10 +54,13 @@ class PodTrack:
 
 
 class Kubelets:
-    def __init__(self, store: Store, *, clock: Clock, delays: Delays) -> None:
+    def __init__(
+        self, store: Store, *, clock: Clock, delays: Delays, hardware: HardwareFeed | None = None
+    ) -> None:
         self._store = store
         self._clock = clock
         self._delays = delays
+        self._hardware = hardware or HardwareFeed()
         self.nodes: dict[str, NodeBook] = {}
         self._pods: dict[str, PodTrack] = {}
         self._ips = 0
@@ -156,15 +165,38 @@ class Kubelets:
             )
         except ApiError:
             return
+        self._hardware.pod_started(track.node, key, gpus=track.requests.get(GPU, 0))
+        preflight = (pod["metadata"].get("labels") or {}).get(PREFLIGHT_LABEL) == "true"
         duration = (pod["metadata"].get("annotations") or {}).get(DURATION_ANNOTATION)
-        if duration is None:
+        if duration is None and not preflight:
             return
         try:
-            seconds = float(duration)
+            seconds = self._delays.preflight_s if duration is None else float(duration)
         except ValueError:
             log.warning("bad duration annotation", pod=key, value=duration)
             return
-        track.timer = self._clock.call_later(seconds, self._finish, key)
+        done = self._preflight_done if preflight else self._finish
+        track.timer = self._clock.call_later(seconds, done, key)
+
+    def _preflight_done(self, key: str) -> None:
+        """A preflight check ends: Succeeded on healthy hardware, else Failed saying why."""
+        track = self._pods.get(key)
+        if track is None or track.terminating or track.node not in self._hardware:
+            self._finish(key)
+            return
+        found = hardware.problems(self._hardware.machine(track.node))
+        if not found:
+            self._finish(key)
+            return
+        track.timer = None
+        self._release(key, track)
+        message = "preflight failed: " + "; ".join(found)
+        log.info("preflight failed", pod=key, node=track.node, problems=len(found))
+        namespace, _, name = key.partition("/")
+        try:
+            self._store.mutate("pods", namespace, name, lambda p: statuses.failed(p, message))
+        except ApiError:
+            return
 
     def _finish(self, key: str) -> None:
         track = self._pods.get(key)
@@ -222,6 +254,7 @@ class Kubelets:
         if track.done:
             return
         track.done = True
+        self._hardware.pod_stopped(track.node, key)
         book = self.nodes.get(track.node)
         if book is None:
             return

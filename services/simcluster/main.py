@@ -2,11 +2,13 @@
 
     baton sim --nodes N --listen HOST:PORT --kubeconfig PATH [--spec FILE]
               [--trace FILE|philly-sample|synthetic --speed X] [--time-scale F]
-    baton sim fault --kubeconfig PATH node-notready|node-ready|gpu-fault|gpu-heal NODE...
+              [--fault-trace FILE]
+    baton sim fault KIND TARGET... [--xid X --gpu G --detail ...]   (see fault_cli)
+    baton sim heal KIND TARGET...
 
 The kubeconfig is written (atomically) once the API serves and the nodes exist, and
-one line ``simcluster ready ...`` is printed. ``fault`` patches nodes through the API
-like a node problem detector would, so it works on any running simcluster.
+one line ``simcluster ready ...`` is printed. ``fault`` and ``heal`` talk to a running
+simcluster's ``/sim/v1/faults``.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import msgspec
 import structlog
 
 from libs.runtime import configure_logging, run_until_signalled
-from services.simcluster import faults, spec, trace, workload
+from services.simcluster import fault_cli, fault_trace, spec, trace, workload
 from services.simcluster.calls import Settings
 from services.simcluster.kubeconfig import write_kubeconfig
 from services.simcluster.server import ApiServer
+from services.simcluster.simapi import SimApi
 from services.simcluster.simulation import build
 from services.simcluster.store import Store
 
@@ -43,6 +46,19 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     time_scale: float
     seed: int
     history: int
+    load: float = 0.9
+    fault_trace: tuple[fault_trace.TraceRow, ...] = ()
+
+
+CLOUD_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--provisioning-s", float, "seconds from scale-up to a node joining"),
+    ("--provisioning-spread-s", float, "each machine joins up to this much sooner or later"),
+    ("--join-failure-share", float, "share of new machines that never join (0..1)"),
+    ("--not-ready-share", float, "share of new machines that join NotReady (0..1)"),
+    ("--quota", int, "cloud quota: machines a pool may have; more wait, pending"),
+    ("--min-size", int, "autoscaler min-size annotation of each MachineDeployment"),
+    ("--max-size", int, "autoscaler max-size annotation of each MachineDeployment"),
+)
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -58,7 +74,14 @@ def parse_args(argv: list[str]) -> Options:
     p.add_argument("--speed", type=float, default=1.0, help="trace time compression")
     p.add_argument("--time-scale", type=float, default=1.0, help="speed of simulated delays")
     p.add_argument("--seed", type=int, default=1, help="seed of the synthetic workload")
+    p.add_argument(
+        "--load", type=float, default=0.9, help="synthetic: share of the GPUs kept busy (0.9)"
+    )
     p.add_argument("--history", type=int, default=100_000, help="changes kept for watches")
+    p.add_argument("--fault-trace", type=Path, help="replay this fault trace CSV (--speed)")
+    cloud = p.add_argument_group("cloud (every pool; overrides --spec)")
+    for flag, kind, text in CLOUD_FLAGS:
+        cloud.add_argument(flag, type=kind, help=text)
     args = p.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():
@@ -67,31 +90,60 @@ def parse_args(argv: list[str]) -> Options:
         p.error("--nodes: expected >= 0")
     if args.speed <= 0 or args.time_scale <= 0:
         p.error("--speed and --time-scale must be > 0")
+    if args.load <= 0:
+        p.error(f"--load: expected > 0, got {args.load}")
     if args.trace not in ("", "synthetic", "philly-sample") and not Path(args.trace).is_file():
         p.error(f"--trace: not synthetic, philly-sample or a readable file: {args.trace!r}")
-    try:
-        cluster = spec.load(args.spec) if args.spec else spec.default_spec(args.nodes)
-    except spec.SpecError as exc:
-        p.error(f"--spec: {exc}" if args.spec else f"--nodes: {exc}")
     return Options(
         host=host,
         port=int(port),
         kubeconfig=args.kubeconfig,
         advertise=args.advertise,
-        spec=cluster,
+        spec=_cluster(p, args),
         trace=args.trace,
         speed=args.speed,
         time_scale=args.time_scale,
         seed=args.seed,
         history=args.history,
+        load=args.load,
+        fault_trace=_fault_trace(p, args),
     )
+
+
+def _cluster(p: argparse.ArgumentParser, args: argparse.Namespace) -> spec.ClusterSpec:
+    """The spec (``--spec`` or ``--nodes``) with the cloud flags set on every pool."""
+    try:
+        cluster = spec.load(args.spec) if args.spec else spec.default_spec(args.nodes)
+    except spec.SpecError as exc:
+        p.error(f"--spec: {exc}" if args.spec else f"--nodes: {exc}")
+    names = [flag[2:].replace("-", "_") for flag, _, _ in CLOUD_FLAGS]
+    overrides = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    try:
+        return spec.with_pools(cluster, **overrides) if overrides else cluster
+    except spec.SpecError as exc:
+        key = str(exc).split(":", 1)[0].rsplit(".", 1)[-1]
+        p.error(f"--{key.replace('_', '-')}: {exc}")
+
+
+def _fault_trace(
+    p: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[fault_trace.TraceRow, ...]:
+    if args.fault_trace is None:
+        return ()
+    try:
+        with args.fault_trace.open(newline="") as f:
+            rows = fault_trace.parse(f, seed=args.seed, source=str(args.fault_trace))
+    except (OSError, fault_trace.TraceError) as exc:
+        p.error(f"--fault-trace: {exc}")
+    return tuple(rows)
 
 
 def jobs(opts: Options) -> Iterable[workload.Job]:
     if opts.trace == "synthetic":
-        return workload.synthetic_jobs(seed=opts.seed)
+        gpus = sum(p.count * p.gpus for p in opts.spec.pools)
+        return workload.synthetic_jobs(seed=opts.seed, gpus=gpus or None, load=opts.load)
     path = trace.sample_path() if opts.trace == "philly-sample" else Path(opts.trace)
-    return trace.read(path)
+    return trace.from_busy_start(trace.read(path))
 
 
 def tune_gc() -> None:
@@ -106,6 +158,7 @@ async def serve(opts: Options) -> None:
     server = ApiServer(store, Settings())
     cluster = build(store, spec=opts.spec, speed=opts.time_scale)
     cluster.admission = server.admission
+    server.sim = SimApi(cluster)
     try:
         await cluster.start()
         gc.freeze()  # the nodes live as long as the process: keep them out of collections
@@ -114,6 +167,8 @@ async def serve(opts: Options) -> None:
             write_kubeconfig(opts.kubeconfig, opts.advertise or url)
         if opts.trace:
             cluster.replay(jobs(opts), speed=opts.speed)
+        if opts.fault_trace:
+            cluster.replay_faults(opts.fault_trace, speed=opts.speed)
         nodes = len(cluster.node_names())
         print(
             f"simcluster ready url={url} nodes={nodes} kubeconfig={opts.kubeconfig or '-'}",
@@ -125,59 +180,11 @@ async def serve(opts: Options) -> None:
         await server.stop()
 
 
-# baton sim fault
-
-FAULTS = {
-    "node-notready": lambda a: faults.not_ready(),
-    "node-ready": lambda a: faults.ready(),
-    "gpu-fault": lambda a: faults.gpu_fault(xid=a.xid, gpu=a.gpu),
-    "gpu-heal": lambda a: faults.gpu_heal(),
-}
-
-
-def parse_fault(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="baton sim fault", description="inject or heal a node fault")
-    p.add_argument("--kubeconfig", required=True, help="the simcluster's kubeconfig")
-    p.add_argument("fault", choices=sorted(FAULTS))
-    p.add_argument("nodes", nargs="+", metavar="NODE")
-    p.add_argument("--xid", type=int, default=79, help="gpu-fault: the Xid (default 79)")
-    p.add_argument("--gpu", type=int, default=0, help="gpu-fault: the GPU index (default 0)")
-    args = p.parse_args(argv)
-    try:
-        args.change = FAULTS[args.fault](args)
-    except ValueError as exc:
-        p.error(str(exc))
-    return args
-
-
-async def inject(args: argparse.Namespace) -> int:
-    from kubernetes_asyncio import client, config
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    api_client = await config.new_client_from_config(
-        config_file=args.kubeconfig, persist_config=False
-    )
-    failed = 0
-    async with api_client:
-        core = client.CoreV1Api(api_client)
-        for name in args.nodes:
-            try:
-                node = api_client.sanitize_for_serialization(await core.read_node(name))
-                metadata, status = faults.patches(args.change, node)
-                if metadata:
-                    await core.patch_node(name, metadata)
-                await core.patch_node_status(name, status)
-            except ApiException as exc:
-                print(f"baton sim fault: {name}: {exc.status} {exc.reason}", file=sys.stderr)
-                failed += 1
-                continue
-            print(f"{name}: {args.fault}")
-    return 1 if failed else 0
-
-
 def run(argv: list[str]) -> int:
-    if argv[:1] == ["fault"]:
-        return asyncio.run(inject(parse_fault(argv[1:])))
+    if argv[:1] in (["fault"], ["heal"]):
+        verb = argv[0]
+        config, path, body = fault_cli.parse(argv[1:], heal=verb == "heal")
+        return asyncio.run(fault_cli.send(config, path, body, verb=verb))
     opts = parse_args(argv)
     configure_logging(service="simcluster")
     asyncio.run(run_until_signalled(lambda: serve(opts)))

@@ -2,17 +2,21 @@
 
 These deliberately keep the upstream ``apiserver_`` names (not ``baton_``) so the
 queries users already run against kube-apiserver work against the simulator, and a
-test can count what Baton costs the API server. One registry per server instance, so
-several simulators can run in one process.
+test can count what Baton costs the API server (and ``baton_build_info``, as every
+Baton process has). One registry per server instance, so several simulators can run in
+one process.
 """
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from libs.runtime.ops import version
 
 
 class ApiMetrics:
@@ -44,6 +48,15 @@ class ApiMetrics:
             registry=self.registry,
         )
         self.registry.register(_StoredObjects(counts))
+        build = Gauge(
+            "baton_build_info",
+            "Always 1: the Baton version and Python of a service's process",
+            ["service", "version", "python"],
+            registry=self.registry,
+        )
+        build.labels(service="simcluster", version=version(), python=platform.python_version()).set(
+            1
+        )
 
 
 class _StoredObjects(Collector):

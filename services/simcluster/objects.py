@@ -2,7 +2,8 @@
 
 Kept apart from the store so the rules read as a short list: generated names,
 DNS-subdomain names, per-resource defaults (a pod gets ``schedulerName``,
-``restartPolicy``, a 30 s grace period and phase Pending; a namespace phase Active).
+``restartPolicy``, a 30 s grace period, requests from limits and phase Pending; a
+namespace phase Active), and pod priority from its PriorityClass.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -100,10 +102,105 @@ def validate(res: str, obj: dict[str, Any]) -> None:
     name = obj["metadata"]["name"]
     if res == "pods" and not (obj.get("spec") or {}).get("containers"):
         raise invalid("Pod", name, [("spec.containers", "Required value")])
+    if res == "priorityclasses" and not isinstance(obj.get("value"), int):
+        raise invalid("PriorityClass", name, [("value", "Required value")])
+
+
+# The two classes every cluster has (pkg/apis/scheduling: SystemPriorityClasses).
+SYSTEM_PRIORITY_CLASSES: tuple[dict[str, Any], ...] = (
+    {
+        "metadata": {"name": "system-node-critical"},
+        "value": 2000001000,
+        "description": "Used for system critical pods that must not be moved from their "
+        "current node.",
+        "preemptionPolicy": "PreemptLowerPriority",
+    },
+    {
+        "metadata": {"name": "system-cluster-critical"},
+        "value": 2000000000,
+        "description": "Used for system critical pods that must run in the cluster, but can be "
+        "moved to another node if necessary.",
+        "preemptionPolicy": "PreemptLowerPriority",
+    },
+)
+
+
+def default_requests(pod: dict[str, Any]) -> None:
+    """A container's request of a resource that has only a limit is that limit, as the API
+    server defaults it (NVIDIA's examples set ``nvidia.com/gpu`` only in limits). Numbers
+    become quantity strings (``1`` -> ``"1"``), as the server writes every Quantity."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or ():
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if not isinstance(resources, dict):
+                continue
+            limits = _quantities(resources.get("limits"))
+            requests = _quantities(resources.get("requests"))
+            for name, amount in limits.items():
+                requests.setdefault(name, amount)
+            for key, values in (("limits", limits), ("requests", requests)):
+                if values:
+                    resources[key] = values
+
+
+def _quantities(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        return {}
+    return {name: _quantity_text(amount) for name, amount in raw.items()}
+
+
+def _quantity_text(amount: Any) -> Any:
+    if isinstance(amount, bool) or not isinstance(amount, int | float):
+        return amount  # strings stay as written; nonsense is left for the reader to reject
+    if float(amount).is_integer():
+        return str(int(amount))
+    return f"{round(amount * 1000)}m"
+
+
+def resolve_priority(
+    pod: dict[str, Any],
+    *,
+    find: Callable[[str], dict[str, Any] | None],
+    default: dict[str, Any] | None,
+) -> None:
+    """The Priority admission plugin: ``priorityClassName`` (else the globalDefault class)
+    sets ``spec.priority`` and ``preemptionPolicy``; 403 Forbidden for a class that does
+    not exist or a priority that contradicts it. A pod with neither a class nor a default
+    keeps the priority it states (upstream would require 0)."""
+    spec = pod.setdefault("spec", {})
+    name = pod["metadata"]["name"]
+    wanted = spec.get("priorityClassName")
+    pc = find(wanted) if wanted else default
+    if wanted and pc is None:
+        raise ApiError(
+            403,
+            "Forbidden",
+            f'pods "{name}" is forbidden: no PriorityClass with name {wanted} was found',
+            details={"name": name, "kind": "pods"},
+        )
+    if pc is None:
+        return
+    value = int(pc.get("value", 0))
+    stated = spec.get("priority")
+    if stated is not None and stated != value:
+        raise ApiError(
+            403,
+            "Forbidden",
+            f'pods "{name}" is forbidden: the integer value of priority ({stated}) must not be '
+            f"provided in pod spec; priority admission controller computed {value} from the "
+            "given PriorityClass name",
+            details={"name": name, "kind": "pods"},
+        )
+    spec.update(priorityClassName=pc["metadata"]["name"], priority=value)
+    spec.setdefault("preemptionPolicy", pc.get("preemptionPolicy", "PreemptLowerPriority"))
 
 
 def apply_defaults(res: str, obj: dict[str, Any]) -> None:
     if res == "pods":
+        default_requests(obj)
         spec = obj.setdefault("spec", {})
         spec.setdefault("schedulerName", "default-scheduler")
         spec.setdefault("restartPolicy", "Always")
@@ -115,3 +212,6 @@ def apply_defaults(res: str, obj: dict[str, Any]) -> None:
     elif res == "namespaces":
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj["status"] = {"phase": "Active", **(obj.get("status") or {})}
+    elif res == "priorityclasses":
+        obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+        obj.setdefault("globalDefault", False)

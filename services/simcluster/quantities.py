@@ -1,46 +1,24 @@
-"""Kubernetes resource quantities as integers in canonical units.
+"""Pods' and nodes' resource quantities as integers in canonical units.
 
-``cpu`` in millicores, ``memory`` (and every other byte-like resource) in bytes,
-counts (``nvidia.com/gpu``, ``rdma/ib``, ``pods``) as plain integers - the same units
-as ``proto.k8s.Resources``.
+One parser for all of Baton: ``libs.kube.quantities`` (``cpu`` in millicores, every
+other resource in its base unit, fractions rounded up), the same units as
+``proto.k8s.Resources``. This module adds what the simulated kubelet needs on top:
+a whole pod's requests.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
-_SUFFIX = {
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-}
+from libs.kube.quantities import InvalidQuantity, canonical
 
 
 def parse(name: str, value: str | int | float) -> int:
     """``parse("cpu", "500m") == 500``; ``parse("memory", "1Gi") == 2**30``."""
-    text = str(value).strip()
-    milli = text.endswith("m")
-    if milli:
-        text = text[:-1]
-    digits = text.rstrip("kMGTPi")
-    suffix = text[len(digits) :]
-    if suffix not in _SUFFIX or not digits:
-        raise ValueError(f"{name}: not a quantity: {value!r}")
-    number = float(digits) * _SUFFIX[suffix]
-    if milli:
-        number /= 1000
-    if name == "cpu":
-        number *= 1000
-    return math.ceil(number)
+    try:
+        return canonical(name, str(value))
+    except InvalidQuantity as exc:
+        raise InvalidQuantity(f"{name}: {exc}") from exc
 
 
 def parse_all(raw: Mapping[str, str | int | float] | None) -> dict[str, int]:

@@ -51,22 +51,31 @@ def scale_of(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def served(call: Call, obj: dict[str, Any]) -> dict[str, Any]:
+    """A stored object as this resource serves it (converted when it is a view)."""
+    conversion = call.res.conversion
+    return obj if conversion is None else conversion.out(obj)
+
+
 async def get(call: Call) -> web.StreamResponse:
     store = call.server.store
     assert call.name is not None
     if call.sub == "scale":
-        return json_response(scale_of(store.get(call.res.plural, call.namespace, call.name)))
+        return json_response(scale_of(store.get(call.res.key, call.namespace, call.name)))
     if call.as_table:
-        obj = store.get(call.res.plural, call.namespace, call.name)
+        obj = served(call, store.get(call.res.key, call.namespace, call.name))
         return json_response(_table(call, [obj], rv=str(store.rv)))
-    return raw_response(store.get_raw(call.res.plural, call.namespace, call.name))
+    if call.res.conversion is not None:
+        return json_response(served(call, store.get(call.res.key, call.namespace, call.name)))
+    return raw_response(store.get_raw(call.res.key, call.namespace, call.name))
 
 
 def predicate(call: Call) -> Predicate | None:
+    fields = call.query("fieldSelector")
+    if call.res.conversion is not None:
+        fields = call.res.conversion.field_selector(fields)
     try:
-        return call.server.store.predicate(
-            call.res.plural, call.query("labelSelector"), call.query("fieldSelector")
-        )
+        return call.server.store.predicate(call.res.key, call.query("labelSelector"), fields)
     except SelectorError as err:
         raise ApiError(400, "BadRequest", str(err)) from None
 
@@ -83,11 +92,14 @@ async def list_(call: Call) -> web.StreamResponse:
             meta = b',"continue":"' + next_token.encode() + b'"'
     else:
         _check_exact(call)
-        entries = store.entries(res.plural, call.namespace, pred)
+        entries = store.entries(res.key, call.namespace, pred)
     if call.as_table:  # kubectl get: only this path pays for building rows
-        objs = [obj for obj, _ in entries]
+        objs = [served(call, obj) for obj, _ in entries]
         return json_response(_table(call, objs, rv=str(rv), cont=next_token))
-    raws = [raw for _, raw in entries]
+    if res.conversion is not None:
+        raws = [_encode(res.conversion.out(obj)) for obj, _ in entries]
+    else:
+        raws = [raw for _, raw in entries]
     head = (
         b'{"kind":"'
         + res.kind.encode()
@@ -107,20 +119,24 @@ def _table(call: Call, objs: list[dict[str, Any]], *, rv: str = "", cont: str = 
     if include not in ("None", "Metadata", "Object"):
         raise ApiError(400, "BadRequest", f"invalid includeObject: {include!r}")
     now = call.server.store.now()
-    return tables.table(call.res.plural, objs, now=now, include=include, rv=rv, cont=cont)
+    return tables.table(call.res.key, objs, now=now, include=include, rv=rv, cont=cont)
 
 
-def _table_lines(call: Call, lines: bytes) -> bytes:
-    """Watch event lines with each object turned into a one-row Table (kubectl get -w)."""
+def _lines_out(call: Call, lines: bytes) -> bytes:
+    """Watch event lines as this call wants them: converted for a view, one-row Tables
+    for kubectl get -w; the stored lines untouched otherwise (the fast path)."""
+    if not call.as_table and call.res.conversion is None:
+        return lines
     out: list[bytes] = []
     for line in lines.splitlines():
         event = _decode(line)
         obj = event.get("object") or {}
         if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-            event["object"] = _table(call, [obj])
-        elif event.get("type") == "BOOKMARK":
+            obj = served(call, obj)
+            event["object"] = _table(call, [obj]) if call.as_table else obj
+        elif event.get("type") == "BOOKMARK" and call.as_table:
             rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-            event["object"] = tables.table(call.res.plural, [], now=0.0, rv=rv)
+            event["object"] = tables.table(call.res.key, [], now=0.0, rv=rv)
         out.append(_encode(event) + b"\n")
     return b"".join(out)
 
@@ -135,7 +151,7 @@ def _check_exact(call: Call) -> None:
 def _page(
     call: Call, pred: Predicate | None, limit: int, token: str
 ) -> tuple[list[Entry], int, str]:
-    store, plural = call.server.store, call.res.plural
+    store, plural = call.server.store, call.res.key
     rv, start = _decode_token(token) if token else (store.rv, (call.namespace or "", ""))
     try:
         store.ring.check(rv)
@@ -182,9 +198,7 @@ async def watch(call: Call) -> web.StreamResponse:
     pred = predicate(call)
     rv_text = call.query("resourceVersion")
     if rv_text in ("", "0"):
-        initial = [
-            frame("ADDED", raw) for _, raw in store.entries(res.plural, call.namespace, pred)
-        ]
+        initial = [frame("ADDED", raw) for _, raw in store.entries(res.key, call.namespace, pred)]
         since = store.rv
     else:
         initial, since = [], call.int_query("resourceVersion") or 0
@@ -192,7 +206,7 @@ async def watch(call: Call) -> web.StreamResponse:
     await response.prepare(call.request)
     try:
         watcher = store.watch(
-            res.plural,
+            res.key,
             namespace=call.namespace,
             predicate=pred,
             since=since,
@@ -207,7 +221,7 @@ async def watch(call: Call) -> web.StreamResponse:
     try:
         if initial:
             first = b"".join(initial)
-            await response.write(_table_lines(call, first) if call.as_table else first)
+            await response.write(_lines_out(call, first))
         await _follow(call, watcher, response)
     except (ConnectionResetError, ConnectionError):
         pass
@@ -235,13 +249,13 @@ async def _follow(call: Call, watcher: Watcher, response: web.StreamResponse) ->
         if watcher.lines:
             metrics.labels(call.res.plural).inc(len(watcher.lines))
             lines = watcher.drain()
-            await response.write(_table_lines(call, lines) if call.as_table else lines)
+            await response.write(_lines_out(call, lines))
         if watcher.closed:
             return
         if bookmarks and time.monotonic() >= next_bookmark and not watcher.lines:
             # only with nothing queued: the bookmark promises all up to this RV was sent
             mark = _bookmark(call, call.server.store.rv)
-            await response.write(_table_lines(call, mark) if call.as_table else mark)
+            await response.write(_lines_out(call, mark))
             next_bookmark = time.monotonic() + settings.bookmark_seconds
 
 

@@ -18,8 +18,8 @@ import structlog
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from services.simcluster import reading, webhooks, writing
-from services.simcluster.calls import Admission, Call, Settings, json_response
+from services.simcluster import openapi, reading, webhooks, writing
+from services.simcluster.calls import Admission, Call, Settings, json_response, raw_response
 from services.simcluster.metrics import ApiMetrics
 from services.simcluster.objects import ApiError
 from services.simcluster.resources import BY_GROUP_VERSION, groups, resource_list
@@ -27,6 +27,8 @@ from services.simcluster.store import Store
 
 log = structlog.get_logger("simcluster.api")
 Handler = Callable[[Call], Awaitable[web.StreamResponse]]
+# simcluster's own routes (/sim/...): (request, path) -> response; see simapi.SimApi
+SimRoutes = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
 METRIC = web.RequestKey("metric", tuple[str, str, str])  # (verb, resource, subresource)
 VERSION = {
     "major": "1",
@@ -48,6 +50,7 @@ class ApiServer:
     store: Store
     settings: Settings = field(default_factory=Settings)
     admission: list[Admission] = field(default_factory=list)  # webhooks, in order
+    sim: SimRoutes | None = None  # the simulation's /sim/ endpoints, once there is one
 
     def __post_init__(self) -> None:
         self.metrics = ApiMetrics(self.store.counts)
@@ -101,7 +104,9 @@ class ApiServer:
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
-        special = self._special(path)
+        if path.startswith("/sim/") and self.sim is not None:
+            return await self.sim(request, path)
+        special = self._special(path, request)
         if special is not None:
             return special
         call = parse(path, request, self)
@@ -109,7 +114,7 @@ class ApiServer:
         handler = _handler(request.method, call)
         return await handler(call)
 
-    def _special(self, path: str) -> web.StreamResponse | None:
+    def _special(self, path: str, request: web.Request) -> web.StreamResponse | None:
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
         if path == "/metrics":
@@ -120,8 +125,24 @@ class ApiServer:
             )
         if path == "/version":
             return json_response(VERSION)
+        if path.startswith("/openapi/"):
+            return _openapi(path, request.headers.get("Accept", ""))
         body = discovery(path, self.url)
         return None if body is None else json_response(body)
+
+
+def _openapi(path: str, accept: str) -> web.StreamResponse:
+    if path == "/openapi/v2" and "json" not in accept and "*/*" not in accept and accept:
+        raise ApiError(406, "NotAcceptable", f"only application/json is served, not {accept}")
+    if path == "/openapi/v2":
+        doc: bytes | None = openapi.v2_document()
+    elif path == "/openapi/v3":
+        doc = openapi.v3_index()
+    else:
+        doc = openapi.v3_document(path.removeprefix("/openapi/v3/"))
+    if doc is None:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    return raw_response(doc)
 
 
 def discovery(path: str, url: str) -> dict[str, Any] | None:

@@ -1,9 +1,11 @@
-"""The simulated cluster behind the API: nodes, kubelets, cloud, faults, workload.
+"""The simulated cluster behind the API: nodes, their hardware, kubelets, cloud, faults,
+workload.
 
 ``Simulation(store, spec)`` follows the store's changes; ``await sim.start()`` creates
-the pools' MachineDeployments and nodes; the fault methods are what tests (and
-``running_sim``'s ``sim.cluster``) use; ``sim.replay(jobs, speed=...)`` submits a
-workload in the background. ``await sim.stop()`` cancels every timer and task.
+the pools' MachineDeployments and nodes; ``sim.inject(kind, nodes, **detail)`` and
+``sim.heal(...)`` are the fault API tests (and ``running_sim``'s ``sim.cluster``) use;
+``sim.replay(jobs, speed=...)`` submits a workload and ``sim.replay_faults(rows)`` a
+fault trace in the background. ``await sim.stop()`` cancels every timer and task.
 """
 
 from __future__ import annotations
@@ -16,15 +18,22 @@ from typing import Any
 import msgspec
 import structlog
 
-from services.simcluster import faults
+from services.simcluster import faults, quantities
 from services.simcluster.calls import Admission
 from services.simcluster.clock import Clock
 from services.simcluster.cloud import Cloud
+from services.simcluster.fault_trace import TraceRow
+from services.simcluster.faulting import Faults
+from services.simcluster.hardware import NodeHardware
+from services.simcluster.hardware_feed import HardwareFeed
 from services.simcluster.kubelet import Kubelets
 from services.simcluster.resources import resource
 from services.simcluster.spec import ClusterSpec, Delays, default_spec
 from services.simcluster.store import ApiError, Store
+from services.simcluster.targets import Target
 from services.simcluster.workload import Job, job_objects
+
+Nodes = str | Iterable[str] | Target  # a node, some nodes, or a Target
 
 log = structlog.get_logger("simcluster")
 
@@ -36,24 +45,38 @@ def build(
     spec: ClusterSpec | None = None,
     speed: float = 1.0,
     delays: Delays | None = None,
+    hardware_history: int = 20_000,
 ) -> Simulation:
     """A Simulation of ``spec`` (default: ``nodes`` HGX-like nodes), not yet started.
 
     ``speed`` compresses simulated time (delays, durations); ``delays`` overrides the
-    spec's.
+    spec's; ``hardware_history`` is how many hardware changes a watch can resume from.
     """
     spec = spec or default_spec(nodes)
     if delays is not None:
         spec = msgspec.structs.replace(spec, delays=delays)
-    return Simulation(store, spec, clock=Clock(speed))
+    return Simulation(
+        store, spec, clock=Clock(speed), hardware=HardwareFeed(history=hardware_history)
+    )
 
 
 class Simulation:
-    def __init__(self, store: Store, spec: ClusterSpec, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        spec: ClusterSpec,
+        *,
+        clock: Clock | None = None,
+        hardware: HardwareFeed | None = None,
+    ) -> None:
         self.store = store
         self.spec = spec
         self.clock = clock or Clock()
-        self.kubelets = Kubelets(store, clock=self.clock, delays=spec.delays)
+        self.hardware = hardware or HardwareFeed()
+        self.kubelets = Kubelets(
+            store, clock=self.clock, delays=spec.delays, hardware=self.hardware
+        )
+        self.faults = Faults(store, self.hardware, clock=self.clock)
         self.cloud = Cloud(store, spec=spec, clock=self.clock, load=self.kubelets.pod_count)
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
@@ -75,32 +98,62 @@ class Simulation:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.faults.stop()
         self.cloud.close()
         self.kubelets.close()
+        self.hardware.close()
 
     def _on_change(self, event: str, res: str, obj: dict[str, Any]) -> None:
         if not self._running:
             return
+        if res == "nodes" and event != "MODIFIED":
+            self._on_node(event, obj)
         self.kubelets.on_change(event, res, obj)
         self.cloud.on_change(event, res, obj)
 
+    def _on_node(self, event: str, node: dict[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        if event == "DELETED":
+            self.hardware.remove(name)
+            return
+        capacity = quantities.parse_all((node.get("status") or {}).get("capacity"))
+        gpus, nics = capacity.get("nvidia.com/gpu", 0), capacity.get("rdma/ib", 0)
+        self.hardware.add(name, gpus=gpus, nics=nics)
+
     # faults
 
+    def inject(self, kind: str, nodes: Nodes, **detail: Any) -> list[str]:
+        """Inject a fault (``faults.KINDS``) on ``nodes``; returns the nodes it hit.
+
+        ``sim.inject("xid", "gpu-00001", xid=79, gpu=3)``,
+        ``sim.inject("gpu-lost", Target(pool="gpu", share=0.1, seed=7))``.
+        Raises ``faults.FaultError`` (unknown kind, Xid, GPU, node) before changing anything.
+        """
+        return self.faults.apply(faults.fault(kind, **detail), _target(nodes))
+
+    def heal(self, kind: str, nodes: Nodes, **detail: Any) -> list[str]:
+        """Heal ``kind`` on ``nodes`` (GPU kinds: every GPU unless ``gpu=`` is given)."""
+        return self.faults.apply(faults.fault(kind, **detail), _target(nodes), heal=True)
+
+    def replay_faults(self, rows: Iterable[TraceRow], *, speed: float = 1.0) -> asyncio.Task[None]:
+        """Replay a fault trace (``fault_trace.parse``) in the background."""
+        return self.faults.replay(rows, speed=speed)
+
     def node_not_ready(self, node: str) -> None:
-        self._fault(node, faults.not_ready())
+        self.inject("node-notready", node)
 
     def node_ready(self, node: str) -> None:
-        self._fault(node, faults.ready())
+        self.heal("node-notready", node)
 
     def gpu_fault(self, node: str, *, xid: int = 79, gpu: int = 0) -> None:
-        self._fault(node, faults.gpu_fault(xid=xid, gpu=gpu))
+        self.inject("gpu-fault", node, xid=xid, gpu=gpu)
 
     def gpu_heal(self, node: str) -> None:
-        self._fault(node, faults.gpu_heal())
+        self.heal("gpu-fault", node)
 
-    def _fault(self, node: str, fault: faults.NodeFault) -> None:
-        self.store.mutate("nodes", None, node, lambda n: faults.apply(n, fault))
-        log.info("node fault", node=node, conditions=[c.type for c in fault.conditions])
+    def hardware_of(self, node: str) -> NodeHardware:
+        """The node's hardware document as the agent would read it now (do not edit)."""
+        return self.hardware.machine(node)
 
     # inspection
 
@@ -149,3 +202,11 @@ class Simulation:
     def _ensure_namespace(self, name: str) -> None:
         with contextlib.suppress(ApiError):
             self.store.create("namespaces", {"metadata": {"name": name}})
+
+
+def _target(nodes: Nodes) -> Target:
+    if isinstance(nodes, Target):
+        return nodes
+    if isinstance(nodes, str):
+        return Target(nodes=(nodes,))
+    return Target(nodes=tuple(nodes))

@@ -29,6 +29,7 @@ _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"
 Count = Annotated[int, msgspec.Meta(ge=0)]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
+Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Name = Annotated[str, msgspec.Meta(pattern=_DNS_LABEL, max_length=40)]
 LabelKey = Annotated[str, msgspec.Meta(pattern=_LABEL_KEY, max_length=253)]
 Quantity = Annotated[str, msgspec.Meta(pattern=_QUANTITY)]
@@ -51,6 +52,22 @@ class Pool(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     gpu_product: str = "NVIDIA-H100-80GB-HBM3"
     instance_type: str = "hgx-h100-8"
     zone: Name = "zone-a"
+    # Cluster API autoscaler bounds, written as the MachineDeployment's
+    # cluster-api-autoscaler-node-group-{min,max}-size annotations (max: count if unset)
+    min_size: Count = 0
+    max_size: Count | None = None
+    # the cloud behind the pool: provisioning takes provisioning_s (else delays') plus or
+    # minus up to provisioning_spread_s, uniformly; a share of new machines never joins,
+    # a share joins NotReady; beyond quota machines (not nodes) wait, pending
+    provisioning_s: Seconds | None = None
+    provisioning_spread_s: Seconds = 0.0
+    join_failure_share: Share = 0.0
+    not_ready_share: Share = 0.0
+    quota: Count | None = None
+
+    @property
+    def max_nodes(self) -> int:
+        return self.count if self.max_size is None else self.max_size
 
 
 class Topology(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -69,6 +86,7 @@ class Delays(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     pod_start_s: Seconds = 1.0
     termination_s: Seconds = 1.0
     provisioning_s: Seconds = 30.0
+    preflight_s: Seconds = 5.0  # a baton.io/preflight pod runs this long, then passes or fails
 
 
 class ClusterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -77,6 +95,7 @@ class ClusterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     delays: Delays = Delays()
     cluster_name: Name = "sim"
     node_prefix: Name = "gpu"
+    seed: int = 1  # the cloud's randomness (provisioning spread, failures)
 
 
 def default_spec(nodes: int, **pool: Any) -> ClusterSpec:
@@ -91,6 +110,14 @@ def from_dict(raw: Any) -> ClusterSpec:
         raise SpecError(_readable(str(exc))) from None
     _check(spec)
     return spec
+
+
+def with_pools(spec: ClusterSpec, **fields: Any) -> ClusterSpec:
+    """``spec`` with ``fields`` set on every pool (CLI flags), validated like a file."""
+    raw = msgspec.to_builtins(spec)
+    for pool in raw["pools"]:
+        pool.update(fields)
+    return from_dict(raw)
 
 
 def load(path: Path) -> ClusterSpec:
@@ -112,6 +139,8 @@ def _check(spec: ClusterSpec) -> None:
         if pool.name in seen:
             raise SpecError(f"pools[{i}].name: duplicate pool {pool.name!r}")
         seen.add(pool.name)
+        if pool.min_size > pool.max_nodes:
+            raise SpecError(f"pools[{i}].min_size: {pool.min_size} > max_size {pool.max_nodes}")
     keys = (spec.topology.zone_key, spec.topology.block_key, spec.topology.rack_key)
     if len(set(keys)) != len(keys):
         raise SpecError("topology: zone_key, block_key and rack_key must differ")

@@ -1,4 +1,4 @@
-"""Pod status as a kubelet writes it: admission shortfall, Running, Succeeded."""
+"""Pod status as a kubelet writes it: admission shortfall, Running, Succeeded, Failed."""
 
 from __future__ import annotations
 
@@ -73,6 +73,24 @@ def succeeded(pod: Obj) -> None:
                 }
             },
         )
+
+
+def failed(pod: Obj, message: str, *, exit_code: int = 1) -> None:
+    """The containers exited with ``exit_code``; ``message`` is their termination message."""
+    now = timestamp()
+    status = pod.setdefault("status", {})
+    status.update(phase="Failed", message=message)
+    conditions(status, now, ready="False", reason="PodFailed")
+    for c in status.get("containerStatuses") or ():
+        started = (c.get("state") or {}).get("running", {}).get("startedAt", now)
+        terminated = {
+            "exitCode": exit_code,
+            "reason": "Error",
+            "message": message,
+            "startedAt": started,
+            "finishedAt": now,
+        }
+        c.update(ready=False, started=False, state={"terminated": terminated})
 
 
 def conditions(status: Obj, now: str, *, ready: str, reason: str) -> None:

@@ -61,6 +61,8 @@ class Store:
         self._rng = random.Random(seed)
         for ns in DEFAULT_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": ns}})
+        for pc in objects.SYSTEM_PRIORITY_CLASSES:
+            self.create("priorityclasses", pc)
 
     @property
     def rv(self) -> int:
@@ -158,10 +160,21 @@ class Store:
             meta.pop(key, None)
         new = {"apiVersion": r.api_version, "kind": r.kind, **obj}
         new.update(apiVersion=r.api_version, kind=r.kind, metadata=meta)
+        if res == "pods":
+            objects.resolve_priority(new, find=self._priority_class, default=self._default_class())
         objects.apply_defaults(res, new)
         objects.validate(res, new)
         self._sorted.pop(res, None)
         return self._write(res, ns, name, _decode(_encode(new)), "ADDED", None)
+
+    def _priority_class(self, name: str) -> dict[str, Any] | None:
+        entry = self._objs.get("priorityclasses", {}).get("", {}).get(name)
+        return None if entry is None else entry[0]
+
+    def _default_class(self) -> dict[str, Any] | None:
+        classes = self._objs.get("priorityclasses", {}).get("", {}).values()
+        defaults = [pc for pc, _ in classes if pc.get("globalDefault")]
+        return min(defaults, key=lambda pc: pc.get("value", 0), default=None)
 
     def replace(self, res: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Store ``obj`` in place of the current one; 409 if its resourceVersion is stale."""

@@ -20,6 +20,8 @@ CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
 DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
 MD_NAMESPACE = "default"
 GPU_HEALTHY = "GPUHealthy"
+MIN_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 
 Obj = dict[str, Any]
 
@@ -142,6 +144,7 @@ def machine_deployment(spec: ClusterSpec, pool: Pool) -> Obj:
             "name": pool.name,
             "namespace": MD_NAMESPACE,
             "labels": {CLUSTER_LABEL: spec.cluster_name, POOL_LABEL: pool.name},
+            "annotations": {MIN_SIZE: str(pool.min_size), MAX_SIZE: str(pool.max_nodes)},
         },
         "spec": {
             "clusterName": spec.cluster_name,
@@ -166,14 +169,35 @@ def machine_deployment(spec: ClusterSpec, pool: Pool) -> Obj:
 
 
 def deployment_status(
-    spec: ClusterSpec, pool: str, *, replicas: int, ready: int, desired: int
+    spec: ClusterSpec,
+    pool: str,
+    *,
+    replicas: int,
+    ready: int,
+    desired: int,
+    pending: int = 0,
+    quota: int | None = None,
 ) -> Obj:
+    """MachineDeployment status; ``pending`` machines wait for cloud quota."""
     if ready < desired:
         phase = "ScalingUp"
     elif replicas > desired:
         phase = "ScalingDown"
     else:
         phase = "Running"
+    if pending:
+        reason = "QuotaExceeded"
+        message = (
+            f"{pending} of {desired} machines cannot be created: cloud quota of {quota} "
+            f"machines for pool {pool} reached"
+        )
+    elif ready < desired:
+        reason, message = "WaitingForMachines", f"{desired - ready} of {desired} machines not ready"
+    else:
+        reason, message = "", ""
+    ready_condition = {"type": "Ready", "status": "False" if reason else "True"}
+    if reason:
+        ready_condition.update(reason=reason, severity="Warning", message=message)
     return {
         "selector": f"{CLUSTER_LABEL}={spec.cluster_name},{DEPLOYMENT_LABEL}={pool}",
         "replicas": replicas,
@@ -182,4 +206,5 @@ def deployment_status(
         "updatedReplicas": replicas,
         "unavailableReplicas": max(0, desired - ready),
         "phase": phase,
+        "conditions": [ready_condition],
     }

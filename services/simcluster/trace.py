@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 
+import msgspec
+
 from services.simcluster.workload import Job
 
 COLUMNS = ("job_id", "submit_s", "num_gpus", "duration_s", "vc")
@@ -75,3 +77,37 @@ def _job(row: dict[str, str], *, where: str) -> Job:
         duration_s=number("duration_s"),
         team=team,
     )
+
+
+def from_busy_start(
+    jobs: Iterable[Job], *, window_s: float = 3600.0, min_jobs: int = 20
+) -> list[Job]:
+    """The trace from its first busy hour on, with the cluster as the trace had it then.
+
+    Real traces often start with a long quiet stretch (the bundled Philly sample has 76
+    jobs in its first 20 days, then 1,500 in a day). The replay starts at the first job
+    with ``min_jobs`` more within ``window_s``: jobs submitted before then and still
+    running are submitted at once with what remains of their duration, finished ones are
+    dropped, and later submit times move earlier by the skipped span. A trace that is
+    never that busy is returned as it is.
+    """
+    ordered = sorted(jobs, key=lambda j: j.submit_s)
+    times = [j.submit_s for j in ordered]
+    start = next(
+        (
+            t
+            for i, t in enumerate(times)
+            if i + min_jobs < len(times) and times[i + min_jobs] - t <= window_s
+        ),
+        None,
+    )
+    if start is None or start <= (times[0] if times else 0.0):
+        return ordered
+    out: list[Job] = []
+    for job in ordered:
+        if job.submit_s >= start:
+            out.append(msgspec.structs.replace(job, submit_s=round(job.submit_s - start, 3)))
+        elif job.submit_s + job.duration_s > start:
+            left = round(job.submit_s + job.duration_s - start, 3)
+            out.append(msgspec.structs.replace(job, submit_s=0.0, duration_s=left))
+    return sorted(out, key=lambda j: j.submit_s)

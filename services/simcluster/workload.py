@@ -116,6 +116,21 @@ SYNTHETIC_SHAPES: tuple[tuple[float, int, int], ...] = (
 )
 
 
+def mean_gpus() -> float:
+    """GPUs of the average synthetic job."""
+    total = sum(w for w, _, _ in SYNTHETIC_SHAPES)
+    return sum(w * pods * per_pod for w, pods, per_pod in SYNTHETIC_SHAPES) / total
+
+
+def arrival_interval(*, gpus: int, load: float, median_duration_s: float) -> float:
+    """Mean seconds between jobs that keep ``load`` of ``gpus`` busy (Little's law: busy
+    GPUs = arrival rate x mean duration x GPUs per job; durations are log-normal, sigma 1)."""
+    if gpus <= 0 or load <= 0:
+        raise ValueError("gpus and load must be > 0")
+    mean_duration = median_duration_s * math.exp(0.5)
+    return mean_gpus() * mean_duration / (load * gpus)
+
+
 def synthetic_jobs(
     *,
     seed: int,
@@ -123,10 +138,23 @@ def synthetic_jobs(
     teams: tuple[str, ...] = ("a", "b", "c"),
     mean_interval_s: float = 30.0,
     median_duration_s: float = 1800.0,
+    gpus: int | None = None,
+    load: float = 0.9,
 ) -> Iterator[Job]:
-    """A seeded, reproducible stream of jobs (endless when ``count`` is None)."""
+    """A seeded, reproducible stream of jobs (endless when ``count`` is None).
+
+    With ``gpus`` (the cluster's) the stream is sized to the cluster: jobs arrive often
+    enough to keep ``load`` of those GPUs busy, and the first ones, summing to that load,
+    are all submitted at once, so the cluster starts busy rather than filling over an
+    hour. Without it jobs arrive every ``mean_interval_s`` on average.
+    """
     rng = random.Random(seed)
     weights = [w for w, _, _ in SYNTHETIC_SHAPES]
+    if gpus:
+        mean_interval_s = arrival_interval(
+            gpus=gpus, load=load, median_duration_s=median_duration_s
+        )
+    backlog = load * gpus if gpus else 0.0  # GPUs submitted at t=0
     at = 0.0
     index = 0
     while count is None or index < count:
@@ -139,5 +167,7 @@ def synthetic_jobs(
             duration_s=round(max(1.0, duration), 3),
             team=rng.choice(teams),
         )
-        at += rng.expovariate(1.0 / mean_interval_s)
+        backlog -= pods * per_pod
+        if backlog <= 0:
+            at += rng.expovariate(1.0 / mean_interval_s)
         index += 1

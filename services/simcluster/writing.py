@@ -14,13 +14,13 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from services.simcluster import patching
+from services.simcluster import objects, patching
 from services.simcluster.calls import Call, json_response, raw_response, success
+from services.simcluster.clock import timestamp
 from services.simcluster.objects import ApiError
-from services.simcluster.reading import predicate, scale_of
+from services.simcluster.reading import predicate, scale_of, served
 
 _decode = msgspec.json.Decoder().decode
-_BUILT_IN = ("", "coordination.k8s.io", "discovery.k8s.io")
 _PATCHES = {
     "application/merge-patch+json": patching.merge_patch,
     "application/strategic-merge-patch+json": patching.strategic_merge_patch,
@@ -67,29 +67,39 @@ async def _admit(
     return obj
 
 
+def _stored(call: Call, obj: dict[str, Any]) -> dict[str, Any]:
+    """A request's object in the form the Store keeps (converted when ``res`` is a view)."""
+    conversion = call.res.conversion
+    return obj if conversion is None else conversion.into(obj)
+
+
+def _answer(call: Call, name: str, status: int = 200) -> web.Response:
+    store = call.server.store
+    if call.res.conversion is not None:
+        return json_response(served(call, store.get(call.res.key, call.namespace, name)), status)
+    return raw_response(store.get_raw(call.res.key, call.namespace, name), status)
+
+
 async def create(call: Call) -> web.StreamResponse:
     if call.res.namespaced and call.namespace is None:
         raise ApiError(405, "MethodNotAllowed", "create needs a namespace in the path")
     body = await _object_body(call)
-    if call.res.plural == "pods" or (
-        call.res.group not in _BUILT_IN and "status" in call.res.subresources
-    ):
+    if call.res.plural == "pods" or (call.res.group and "status" in call.res.subresources):
         body.pop("status", None)  # as upstream: a pod starts Pending, a CR without status
+    if call.res.plural == "pods":
+        objects.default_requests(body)  # defaulting comes before admission, as upstream
     body = await _admit(call, "CREATE", body, None)
-    obj = call.server.store.create(call.res.plural, body)
-    meta = obj["metadata"]
-    return raw_response(
-        call.server.store.get_raw(call.res.plural, call.namespace, meta["name"]), 201
-    )
+    obj = call.server.store.create(call.res.key, _stored(call, body))
+    return _answer(call, obj["metadata"]["name"], 201)
 
 
 async def update(call: Call) -> web.StreamResponse:
-    store, plural, name = call.server.store, call.res.plural, call.name or ""
-    old_raw = store.get_raw(plural, call.namespace, name)
+    store, name = call.server.store, call.name or ""
+    old_raw = store.get_raw(call.res.key, call.namespace, name)
     body = await _object_body(call)
     if call.sub == "scale":
         return _set_replicas(call, body)
-    current = _decode(old_raw)
+    current = served(call, _decode(old_raw))
     if call.sub == "status":
         current["status"] = body.get("status")
         current["metadata"]["resourceVersion"] = body["metadata"].get("resourceVersion")
@@ -100,12 +110,10 @@ async def update(call: Call) -> web.StreamResponse:
 
 
 async def patch(call: Call) -> web.StreamResponse:
-    store, plural = call.server.store, call.res.plural
+    store = call.server.store
     ctype = call.request.content_type
     apply = _PATCHES.get(ctype)
-    if apply is None or (
-        apply is patching.strategic_merge_patch and call.res.group not in _BUILT_IN
-    ):
+    if apply is None or (apply is patching.strategic_merge_patch and not call.res.built_in):
         raise ApiError(
             415,
             "UnsupportedMediaType",
@@ -115,7 +123,7 @@ async def patch(call: Call) -> web.StreamResponse:
     body = await call.body()
     if apply is not patching.json_patch and not isinstance(body, dict):
         raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
-    current = _decode(store.get_raw(plural, call.namespace, call.name or ""))
+    current = served(call, _decode(store.get_raw(call.res.key, call.namespace, call.name or "")))
     if call.sub == "scale":
         scaled = apply(scale_of(current), body)
         return _set_replicas(call, scaled)
@@ -132,6 +140,8 @@ async def patch(call: Call) -> web.StreamResponse:
 
 
 async def _store(call: Call, new: dict[str, Any], old: dict[str, Any]) -> web.StreamResponse:
+    if call.res.plural == "pods":
+        objects.default_requests(new)  # every write is decoded and defaulted upstream
     new = await _admit(call, "UPDATE", new, old)
     new["metadata"]["name"] = call.name
     if call.res.namespaced:
@@ -140,14 +150,12 @@ async def _store(call: Call, new: dict[str, Any], old: dict[str, Any]) -> web.St
         new["metadata"].pop("namespace", None)
     if new.get("status") is None:
         new.pop("status", None)
-    stored = call.server.store.replace(call.res.plural, new)
-    return raw_response(
-        call.server.store.get_raw(call.res.plural, call.namespace, stored["metadata"]["name"])
-    )
+    stored = call.server.store.replace(call.res.key, _stored(call, new))
+    return _answer(call, stored["metadata"]["name"])
 
 
 def _set_replicas(call: Call, scale: dict[str, Any]) -> web.StreamResponse:
-    store, plural, name = call.server.store, call.res.plural, call.name or ""
+    store, plural, name = call.server.store, call.res.key, call.name or ""
     replicas = (scale.get("spec") or {}).get("replicas")
     if not isinstance(replicas, int) or replicas < 0:
         raise ApiError(
@@ -184,7 +192,7 @@ async def _delete_options(call: Call) -> dict[str, Any]:
 
 
 async def delete(call: Call) -> web.StreamResponse:
-    store, plural, name = call.server.store, call.res.plural, call.name or ""
+    store, plural, name = call.server.store, call.res.key, call.name or ""
     opts = await _delete_options(call)
     meta = store.get(plural, call.namespace, name)["metadata"]
     for key, have in (opts.get("preconditions") or {}).items():
@@ -196,16 +204,16 @@ async def delete(call: Call) -> web.StreamResponse:
                 f"{have}, {key} in object meta: {meta.get(key)}",
             )
     gone = store.delete(plural, call.namespace, name, grace_seconds=opts.get("gracePeriodSeconds"))
-    return json_response(gone)
+    return json_response(served(call, gone))
 
 
 async def delete_collection(call: Call) -> web.StreamResponse:
     store, res = call.server.store, call.res
     opts = await _delete_options(call)
-    items = [obj for obj, _ in store.entries(res.plural, call.namespace, predicate(call))]
+    items = [obj for obj, _ in store.entries(res.key, call.namespace, predicate(call))]
     gone = [
         store.delete(
-            res.plural,
+            res.key,
             obj["metadata"].get("namespace"),
             obj["metadata"]["name"],
             grace_seconds=opts.get("gracePeriodSeconds"),
@@ -217,7 +225,7 @@ async def delete_collection(call: Call) -> web.StreamResponse:
             "kind": f"{res.kind}List",
             "apiVersion": res.api_version,
             "metadata": {"resourceVersion": str(store.rv)},
-            "items": gone,
+            "items": [served(call, obj) for obj in gone],
         }
     )
 
@@ -253,8 +261,17 @@ def bind(call: Call, name: str, binding: dict[str, Any]) -> web.StreamResponse:
 
     def assign(obj: dict[str, Any]) -> None:
         obj["spec"]["nodeName"] = node
+        scheduled(obj.setdefault("status", {}))  # as the API server's binding does
         if notes:
             obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), **notes}
 
     store.mutate("pods", call.namespace, name, assign)
     return success(201)
+
+
+def scheduled(status: dict[str, Any]) -> None:
+    """``PodScheduled`` True (a scheduler's Unschedulable verdict is replaced)."""
+    kept = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
+    entry = {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+             "lastTransitionTime": timestamp()}  # fmt: skip
+    status["conditions"] = [entry, *kept]

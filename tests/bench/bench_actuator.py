@@ -19,8 +19,8 @@ from libs.testing.sim import Sim, running_sim
 from proto import subjects
 from proto.actions import BindGang, Binding
 from services.actuator import core
+from services.actuator import main as actuator_main
 from services.actuator.calling import Api
-from services.actuator.shell import Actuator
 
 NS = "bench"
 NODES = 512
@@ -107,7 +107,8 @@ async def measure() -> list[tuple[str, int, float]]:
         )
         actuator_bus = await Bus.connect(url, cluster="bench", name="actuator")
         limits = core.Limits(qps=0, concurrency=32)
-        actuator = Actuator(actuator_bus, api=api, limits=limits, bind_concurrency=CONCURRENCY)
+        settings = actuator_main.Settings(cluster="bench", bind_concurrency=CONCURRENCY)
+        actuator = actuator_main.runner(actuator_bus, settings, api=api, limits=limits)
         task = asyncio.create_task(actuator.run())
         try:
             for run, (gang, pods) in enumerate(RUNS):

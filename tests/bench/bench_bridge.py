@@ -23,6 +23,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from libs.bus import Bus
 from libs.kube import PODS
+from libs.runner import Item
 from libs.testing.nats import running_nats
 from proto import k8s, subjects
 from proto.codec import encode
@@ -119,12 +120,12 @@ async def publish_round(
     url: str, events: list[k8s.K8sEvent], *, cluster: str
 ) -> tuple[float, float]:
     """(raw, bridge) seconds to publish ``events`` to a fresh K8S stream of ``cluster``."""
-    from services.bridge.shell import CHUNK, Bridge
+    from services.bridge import main as bridge_main
 
     bus = await Bus.connect(url, cluster=cluster, name="bench")
     await bus.ensure_streams()
     stream = subjects.stream_name(cluster, "k8s")
-    state = core.initial(cluster=cluster)
+    state = core.initial(core.Policy(cluster=cluster))
     outputs = [
         o for e in events for o in core.step(state, e, 0.0)[1] if isinstance(o, core.Publish)
     ]
@@ -138,20 +139,42 @@ async def publish_round(
     raw = time.perf_counter() - started
     await bus.js.purge_stream(stream)
 
-    bridge = Bridge(bus=bus, api=None, cluster=cluster)  # type: ignore[arg-type]
+    runner = bridge_main.runner(bus, None, bridge_main.Settings(cluster=cluster))  # type: ignore[arg-type]
+    runner.feed = ListFeed(events)
     started = time.perf_counter()
-    state = core.initial(cluster=cluster)
-    for start in range(0, len(events), CHUNK):
-        chunk: list[core.Output] = []
-        for event in events[start : start + CHUNK]:
-            state, produced = core.step(state, event, event.at)
-            chunk.extend(produced)
-        await bridge._publish(chunk)
+    task = asyncio.create_task(runner.run())
+    while runner.handled < len(events):  # noqa: ASYNC110 - a local counter, read cheaply
+        await asyncio.sleep(0.005)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
     bridged = time.perf_counter() - started
     info = await bus.js.stream_info(stream)
     assert info.state.messages == len(events), info.state
     await bus.close()
     return raw, bridged
+
+
+class ListFeed:
+    """The bridge's feed without an API server: the events, in the watch's batches."""
+
+    def __init__(self, events: list[k8s.K8sEvent], *, page: int = 500) -> None:
+        self.pages = [events[i : i + page] for i in range(0, len(events), page)]
+        self.caught_up = False
+
+    async def start(self) -> None:
+        return None
+
+    async def take(self, limit: int) -> list[Item]:
+        if not self.pages:
+            self.caught_up = True
+            await asyncio.Event().wait()
+        taken: list[k8s.K8sEvent] = []
+        while self.pages and len(taken) < limit:
+            taken.extend(self.pages.pop(0))
+        return [Item(event=e) for e in taken]
+
+    async def close(self) -> None:
+        return None
 
 
 async def bench_publish(

@@ -4,7 +4,7 @@ recorded session into a fresh gang core, against the session's own span of event
 The session is synthesized the way the live pipeline records it: 7,500 nodes
 (3 zones x 10 blocks x 25 racks x 10 nodes), the Philly trace (jobs 48,000-51,000,
 or the bundled sample), a gang core deciding as the shell would (a tick at the next
-0.5 s boundary after any input, recorded when it changed something), the actuator's
+0.5 s boundary after any input, every tick recorded), the actuator's
 result and the bridge's pod updates (bound, Running, Succeeded, deleted) fed back.
 Written as the envelope lines ``baton replay --record`` writes, then read and
 replayed with ``--compare``'s check. Run at the trace's pace and compressed 100x and
@@ -30,13 +30,13 @@ from typing import Any
 import msgspec
 
 from libs.testing.builders import gang
+from proto import subjects
 from proto.actions import ActionResult, BindGang
 from proto.k8s import NodeEvent, Pod, PodEvent, PodGroupEvent
-from proto.ticks import RecordedTick
+from proto.runner import Tick
 from services.cli import recording, replay
-from services.cli.services import SERVICES
+from services.cli.services import replayable
 from services.gang import core
-from services.gang.shell import tick_marks
 from tests.bench.bench_gang import TraceJob, cluster_7500, philly
 
 INTERVAL = 0.5  # the gang shell's default cycle interval
@@ -76,7 +76,7 @@ class Session:
         if isinstance(event, ActionResult):
             self.last_result = self.put("EVENTS", "baton.c1.result.bind-gang.x", event)
         else:
-            self.put("K8S", "baton.c1.k8s.x", event)
+            self.put("K8S", _k8s_subject(event), event)
         core.step(self.state, event, event.at)
         at = math.ceil(event.at / INTERVAL + 1e-9) * INTERVAL
         if at not in self.ticks:
@@ -84,12 +84,9 @@ class Session:
             self.later(at, "tick")
 
     def tick(self, at: float, durations: dict[str, float]) -> None:
-        marks = tick_marks(self.state)
-        _, outputs = core.step(self.state, core.Tick(at=at), at)
-        if not outputs and marks == tick_marks(self.state):
-            return
-        tick = RecordedTick(at=at, k8s_seq=self.seqs["K8S"], result_seq=self.last_result)
-        self.put("EVENTS", "baton.c1.placement.tick", tick)
+        tick = Tick(at=at, service="gang")
+        self.put("EVENTS", subjects.runner("c1", "tick", "gang"), tick)
+        _, outputs = core.step(self.state, tick, at)
         for out in outputs:
             stream = "ACTIONS" if isinstance(out, BindGang) else "EVENTS"
             self.put(stream, "baton.c1.x", out)
@@ -106,6 +103,14 @@ class Session:
                 changed = msgspec.structs.replace(pod, node_name=b.node, phase=phase)
                 self.later(at + dt, PodEvent(op="upsert", at=at + dt, pod=changed))
             self.later(at + 1.5 + duration, ("delete", pod, b.node))
+
+
+def _k8s_subject(event: Any) -> str:
+    if isinstance(event, NodeEvent):
+        return subjects.subject("c1", subjects.K8S, "node", event.node.name)
+    obj = event.pod if isinstance(event, PodEvent) else event.pod_group
+    kind = "pod" if isinstance(event, PodEvent) else "podgroup"
+    return subjects.subject("c1", subjects.K8S, kind, obj.namespace, obj.name)
 
 
 def synthesize(jobs: list[TraceJob], *, speed: float) -> Session:
@@ -137,19 +142,20 @@ def synthesize(jobs: list[TraceJob], *, speed: float) -> Session:
 
 def measure(jobs: list[TraceJob], *, speed: float) -> tuple[Any, ...]:
     session = synthesize(jobs, speed=speed)
-    service = SERVICES["gang"]
+    service = replayable()["gang"]
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "session.jsonl"
         path.write_bytes(b"".join(msgspec.json.encode(x) + b"\n" for x in session.lines))
         started = time.perf_counter()
         records = recording.read(path, types=service.types, tags=service.tags)
         read_s = time.perf_counter() - started
-    run = replay.replay(service, records, state=core.initial())
-    lines, same = replay.compare(service, records, run)
+    segments = service.segments(records)
+    run = replay.replay(service, segments, policy=core.Policy())
+    lines, same = replay.compare(service, segments, run)
     assert same, "\n".join(lines)
-    ticks = sum(1 for r in run.inputs if isinstance(r.event, RecordedTick))
-    plain = [r for r in records if not isinstance(r.event, RecordedTick)]
-    no_cycles = replay.replay(service, plain, state=core.initial())
+    ticks = sum(1 for r in run.inputs if isinstance(r.event, Tick))
+    plain = [r for r in records if not isinstance(r.event, Tick)]
+    no_cycles = replay.replay(service, service.segments(plain), policy=core.Policy())
     placed = sum(1 for d in run.decisions if type(d.event).__name__ == "GangPlaced")
     return (
         speed, len(records), len(run.inputs), ticks, placed, run.span, run.seconds,

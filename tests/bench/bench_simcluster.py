@@ -5,8 +5,9 @@
 then, next to the floor of a process that only imports the same modules.
 (2) In process: 100k bound pods through the simulated kubelets (admission against the
 node's allocatable, Running with IPs and conditions): seconds until all run, and the
-memory the pods and the kubelets' bookkeeping add. The API's own list and watch costs
-are in ``bench_simcluster_api``.
+memory the pods and the kubelets' bookkeeping add; then again with the hardware feed
+read (listed once, one watcher of every node drained as it goes), as when node agents
+follow it. The API's own list and watch costs are in ``bench_simcluster_api``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 from services.simcluster.main import tune_gc
-from services.simcluster.simulation import build
+from services.simcluster.simulation import Simulation, build
 from services.simcluster.spec import Delays
 from services.simcluster.store import Store
 from services.simcluster.workload import Job, job_objects
@@ -76,8 +77,9 @@ def process_start() -> tuple[float, float, float, float]:
     return ready, rss, floor, int(out[1]) / 1024
 
 
-async def kubelets_at_scale() -> tuple[float, float, float, float]:
-    """(start seconds, start MiB, seconds for 100k pods to run, MiB they add)."""
+async def kubelets_at_scale(*, hardware: bool = False) -> tuple[float, float, float, float]:
+    """(start seconds, start MiB, seconds for 100k pods to run, MiB they add); with
+    ``hardware`` someone lists and watches the hardware feed all along."""
     tune_gc()  # as baton sim does
     gc.collect()
     before = rss_mib()
@@ -87,6 +89,8 @@ async def kubelets_at_scale() -> tuple[float, float, float, float]:
     await sim.start()
     gc.freeze()
     started, start_mib = time.perf_counter() - t0, rss_mib() - before
+    seen = [0]
+    follower = asyncio.create_task(follow_hardware(sim, seen)) if hardware else None
     store.create("namespaces", {"metadata": {"name": "team-a"}})
     nodes = sim.node_names()
     pods = []
@@ -104,6 +108,12 @@ async def kubelets_at_scale() -> tuple[float, float, float, float]:
         await asyncio.sleep(0.05)  # start timers fire in order: the last one runs last
     phases = {p["status"]["phase"] for p in store.list("pods", namespace="team-a")[0]}
     assert phases == {"Running"}, phases
+    if follower is not None:  # until the reader has every node's change
+        sim.hardware.flush()
+        while seen[0] < NODES:
+            assert time.perf_counter() - t0 < 600, seen
+            await asyncio.sleep(0.05)
+        follower.cancel()
     elapsed = time.perf_counter() - t0
     del pods
     gc.collect()
@@ -112,9 +122,22 @@ async def kubelets_at_scale() -> tuple[float, float, float, float]:
     return started, start_mib, elapsed, added
 
 
+async def follow_hardware(sim: Simulation, seen: list[int]) -> None:
+    """A reader of every node's hardware, as a fleet of agents would be."""
+    rv, _ = sim.hardware.list()
+    watcher = sim.hardware.watch(since=rv, node=None, capacity=10**7)
+    try:
+        while True:
+            await watcher.wait(0.1)
+            seen[0] += watcher.drain().count(b"\n")
+    finally:
+        sim.hardware.unwatch(watcher)
+
+
 def main() -> None:
     ready, rss, floor_s, floor_mib = process_start()
     started, start_mib, elapsed, added = asyncio.run(kubelets_at_scale())
+    _, _, hw_elapsed, hw_added = asyncio.run(kubelets_at_scale(hardware=True))
     print(f"## simcluster simulation at {NODES:,} nodes\n")
     print("| measurement | result |")
     print("|---|---|")
@@ -131,6 +154,10 @@ def main() -> None:
     print(
         f"| {PODS:,} bound pods created until all admitted by kubelets | {elapsed:.2f} s "
         f"({PODS / elapsed:,.0f} pods/s), +{added:.0f} MiB |"
+    )
+    print(
+        f"| the same with the hardware feed listed and watched (all nodes) | {hw_elapsed:.2f} s "
+        f"({PODS / hw_elapsed:,.0f} pods/s), +{hw_added:.0f} MiB |"
     )
 
 

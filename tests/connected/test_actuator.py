@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -17,25 +18,30 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from libs.bus import Bus
+from libs.runner import Runner
 from libs.testing.nats import running_nats
 from libs.testing.sim import running_sim
 from proto import subjects
 from proto.actions import (
     ActionResult,
+    Annotate,
     AnyAction,
     BindGang,
     Binding,
     Cordon,
     EvictGang,
+    MarkNode,
     ScaleMachineDeployment,
     SetTaint,
+    action_subject,
 )
 from proto.deadletter import DeadLetter
 from proto.k8s import Taint
 from services.actuator import core
+from services.actuator import main as actuator_main
 from services.actuator.calling import Api
-from services.actuator.shell import Actuator
 from services.simcluster.objects import ApiError as SimApiError
+from tests.pipeline import stop
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 
@@ -132,20 +138,17 @@ async def _collect(sub: Any, into: dict[str, list[ActionResult]]) -> None:
 @contextlib.asynccontextmanager
 async def actuator(
     env: Env, *, dry_run: bool = False, bind_concurrency: int = 64, max_attempts: int = 5
-) -> AsyncIterator[Actuator]:
+) -> AsyncIterator[Runner[core.State]]:
     bus = await Bus.connect(env.nats_url, cluster="c1", name="actuator")
     api = None if dry_run else Api(env.client, tries=2, base=0.01)
     limits = core.Limits(qps=0, max_attempts=max_attempts, backoff_base=0.05)
-    running = Actuator(
-        bus, api=api, limits=limits, dry_run=dry_run, bind_concurrency=bind_concurrency
-    )
+    settings = actuator_main.Settings(dry_run=dry_run, bind_concurrency=bind_concurrency)
+    running = actuator_main.runner(bus, settings, api=api, limits=limits)
     task = asyncio.create_task(running.run())
     try:
         yield running
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop(task, within=15.0, what="actuator")
         await bus.close()
 
 
@@ -231,6 +234,67 @@ async def test_taint_add_and_remove_are_idempotent(env: Env) -> None:
     assert outcomes == ["applied", "already", "applied", "already"]
 
 
+async def test_annotate_a_node_sets_and_removes_only_the_keys_it_names(env: Env) -> None:
+    node = env.nodes[1]
+    await env.core.patch_node(node, {"metadata": {"annotations": {"someone.else/note": "keep"}}})
+
+    def act(id_: str, value: str | None) -> Annotate:
+        notes = {"baton.io/health": value}
+        return Annotate(id=id_, by="health", at=0.0, priority="health", kind="Node",
+                        namespace="", name=node, annotations=notes)  # fmt: skip
+
+    async with actuator(env):
+        outcomes = []
+        for id_, value in [("a1", '{"state":"quarantined"}'), ("a2", '{"state":"quarantined"}'),
+                           ("a3", None)]:  # fmt: skip
+            action = act(id_, value)
+            assert action_subject("c1", action) == f"baton.c1.action.annotate.{node}"
+            await env.publish("annotate", action, node)
+            outcomes.append((await env.result(id_)).outcome)
+            notes = (await env.core.read_node(node)).metadata.annotations or {}
+            assert notes.get("baton.io/health") == value
+            assert notes["someone.else/note"] == "keep"
+    assert outcomes == ["applied", "already", "applied"]
+
+
+async def test_mark_node_changes_only_what_it_names_in_one_write(env: Env) -> None:
+    node = env.nodes[2]
+    theirs = {"key": "other.io/x", "value": "y", "effect": "NoSchedule"}
+    await env.core.patch_node(node, {"spec": {"taints": [theirs]},
+                                     "metadata": {"labels": {"team": "a"}}})  # fmt: skip
+    bad = Taint(key="baton.io/unhealthy", value="true", effect="NoSchedule")
+    drain = Taint(key="baton.io/draining", value="true", effect="NoExecute")
+
+    def act(id_: str, on: tuple[Taint, ...], off: tuple[Taint, ...], fix: str | None) -> MarkNode:
+        return MarkNode(id=id_, by="health", at=0.0, priority="health", node=node, taints=on,
+                        untaint=off, labels={"baton.io/remediation": fix},
+                        annotations={"baton.io/health": f"note {id_}"})  # fmt: skip
+
+    async with actuator(env):
+        steps = [
+            ("m1", (bad, drain), (), "reboot"),
+            ("m2", (bad, drain), (), "reboot"),  # the same again: nothing to write
+            ("m3", (), (bad, drain), None),
+        ]
+        outcomes = []
+        for id_, on, off, fix in steps:
+            action = act(id_, on, off, fix)
+            assert action_subject("c1", action) == f"baton.c1.action.mark-node.{node}"
+            await env.publish("mark-node", action, node)
+            outcomes.append((await env.result(id_)).outcome)
+            read = await env.core.read_node(node)
+            keys = {t.key for t in read.spec.taints or []}
+            assert keys == {"other.io/x"} | {t.key for t in on}
+            assert read.metadata.labels.get("baton.io/remediation") == fix
+            assert read.metadata.labels["team"] == "a"
+    assert outcomes == ["applied", "applied", "applied"]  # m2: its note differs
+    repeat = act("m4", (), (bad, drain), None)
+    repeat = msgspec.structs.replace(repeat, annotations={"baton.io/health": "note m3"})
+    async with actuator(env):
+        await env.publish("mark-node", repeat, node)
+        assert (await env.result("m4")).outcome == "already"
+
+
 async def test_evict_gang_evicts_and_tolerates_missing_pods(env: Env) -> None:
     node = env.nodes[0]
     await make_pods(env, ["e-0"])
@@ -308,7 +372,7 @@ async def test_duplicate_action_id_is_applied_once(env: Env) -> None:
         while already() < already_before + 1:
             assert time.monotonic() < deadline, "the duplicate was not handled"
             await asyncio.sleep(0.02)
-        assert not running.state.in_flight and not running.messages
+        assert not running.state.in_flight and not running.feed.messages  # type: ignore[attr-defined]
     assert await env.writes() == writes
     assert [await env.node_name(p) for p in ["u-0", "u-1"]] == nodes
 

@@ -20,8 +20,9 @@ from proto import subjects
 from proto.actions import ActionResult, AnyAction, SetLabels, SetTaint
 from proto.k8s import Taint
 from services.actuator import core
+from services.actuator import main as actuator_main
 from services.actuator.calling import Api
-from services.actuator.shell import Actuator
+from tests.pipeline import stop
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 
@@ -63,13 +64,12 @@ async def wait_for(results: list[ActionResult], count: int, *, within: float = 6
 @contextlib.asynccontextmanager
 async def running_actuator(url: str, api: Api, limits: core.Limits) -> AsyncIterator[None]:
     bus = await Bus.connect(url, cluster=C, name="actuator")
-    task = asyncio.create_task(Actuator(bus, api=api, limits=limits).run())
+    runner = actuator_main.runner(bus, actuator_main.Settings(cluster=C), api=api, limits=limits)
+    task = asyncio.create_task(runner.run())
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop(task, within=15.0, what="actuator")
         await bus.close()
 
 

@@ -13,11 +13,13 @@ from prometheus_client import REGISTRY
 
 from libs.bus import Bus, Subscription
 from libs.kube import Options
+from libs.runner import Runner
 from libs.testing.nats import running_nats
 from libs.testing.sim import Sim, running_sim
 from proto import k8s, subjects
 from services.bridge import core
-from services.bridge.shell import Bridge
+from services.bridge import main as bridge_main
+from tests.pipeline import stop, until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 
@@ -32,31 +34,23 @@ async def nats_url() -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def running_bridge(sim: Sim, url: str) -> AsyncIterator[Bridge]:
+async def running_bridge(sim: Sim, url: str) -> AsyncIterator[Runner[core.State]]:
     """A bridge on its own NATS connection, ready (every kind listed and published)."""
     bus = await Bus.connect(url, cluster=CLUSTER, name="bridge")
+    await bus.ensure_streams()
     api = await sim.api_client()
-    bridge = Bridge(bus=bus, api=api, cluster=CLUSTER, options=Options(backoff_initial_s=0.05))
+    settings = bridge_main.Settings(cluster=CLUSTER)
+    bridge = bridge_main.runner(bus, api, settings, options=Options(backoff_initial_s=0.05))
     task = asyncio.create_task(bridge.run())
     try:
-        await until(lambda: bridge.ready or task.done(), what="bridge ready")
+        await until(lambda: bridge.ready or task.done(), what="bridge ready", within=30)
         if task.done():
             task.result()
         yield bridge
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop(task, within=15.0, what="bridge")
         await bus.close()
         await api.close()
-
-
-async def until(check: Callable[[], bool], *, what: str, within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def collect(
@@ -184,6 +178,7 @@ async def test_deletes_during_a_watch_outage_are_found_by_the_relist(nats_url: s
             await until(
                 lambda: counter("baton_bridge_relists_total", kind="pod") > relists,
                 what="a pod relist",
+                within=30,
             )
 
             bus = await Bus.connect(nats_url, cluster=CLUSTER, name="check")
@@ -268,7 +263,8 @@ async def test_six_consumers_cost_the_api_server_one_watch_per_kind(nats_url: st
                 res: sim.metric("apiserver_longrunning_requests", verb="WATCH", resource=res)
                 for res in ("nodes", "pods", "podgroups", "endpointslices")
             }
-            assert watches == {"nodes": 1, "pods": 1, "podgroups": 1, "endpointslices": 1}
+            # podgroups: scheduler-plugins' and upstream's (scheduling.k8s.io), one each
+            assert watches == {"nodes": 1, "pods": 1, "podgroups": 2, "endpointslices": 1}
             lists = sim.metric(
                 "apiserver_request_total", verb="LIST", resource="pods", subresource="", code="200"
             )
@@ -287,15 +283,51 @@ async def test_a_kind_the_server_does_not_serve_does_not_block_readiness(nats_ur
     async with running_sim() as sim:
         populate(sim, pods=1)
         bus = await Bus.connect(nats_url, cluster=CLUSTER, name="bridge")
+        await bus.ensure_streams()
         api = await sim.api_client()
-        bridge = Bridge(bus=bus, api=api, cluster=CLUSTER, kinds=(NODES, missing))
+        settings = bridge_main.Settings(cluster=CLUSTER)
+        bridge = bridge_main.runner(bus, api, settings, kinds=(NODES, missing))
         task = asyncio.create_task(bridge.run())
         try:
-            await until(lambda: bridge.ready, what="ready without the CRD")
+            await until(lambda: bridge.ready, what="ready without the CRD", within=30)
             assert counter("baton_bridge_watch_restarts_total", kind="podgroup") >= 1
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop(task, within=15.0, what="bridge")
             await bus.close()
+            await api.close()
+
+
+async def test_the_upstream_pod_group_kind_is_read_at_the_version_the_server_serves() -> None:
+    """A server that serves only v1alpha2 (Kubernetes 1.36): after the v1beta1 path's 404
+    the reflector lists and watches v1alpha2."""
+    import dataclasses
+
+    from libs.kube import UPSTREAM_POD_GROUPS, Reflector
+
+    only_alpha = dataclasses.replace(
+        UPSTREAM_POD_GROUPS, path="/apis/scheduling.k8s.io/v1gamma1/podgroups"
+    )
+    rack = {"topology": [{"key": "baton.io/rack"}]}
+    body = {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": "ml"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 4}},
+                     "schedulingConstraints": rack}}  # fmt: skip
+    async with running_sim() as sim:
+        sim.store.create("namespaces", {"metadata": {"name": "ml"}})
+        sim.store.create("podgroups.scheduling.k8s.io", body)
+        api = await sim.api_client()
+        reflector = Reflector(api, only_alpha, options=Options(backoff_initial_s=0.01))
+        try:
+            async with asyncio.timeout(20):
+                async for batch in reflector.batches():
+                    if batch:
+                        break
+            (event,) = batch
+            assert isinstance(event, k8s.PodGroupEvent)
+            group = event.pod_group
+            assert (group.key, group.api, group.min_member, group.topology) == (
+                "ml/train", k8s.UPSTREAM_API, 4, "baton.io/rack"
+            )  # fmt: skip
+            assert reflector.path.endswith("/v1alpha2/podgroups")
+        finally:
             await api.close()

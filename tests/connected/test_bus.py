@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from proto import subjects
 from proto.actions import AnyAction, Cordon
 from proto.deadletter import DeadLetter
 from proto.k8s import K8sEvent, Pod, PodEvent
+from tests.pipeline import until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 
@@ -52,15 +53,6 @@ async def next_message(sub: Any, within: float = 10.0) -> Message[Any]:
         return msg
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
-    """Poll ``check`` until it holds, up to ``within`` seconds."""
-    async with asyncio.timeout(within):
-        while True:
-            if await check():
-                return
-            await asyncio.sleep(0.05)
-
-
 async def test_ensure_streams_is_idempotent_and_declares_every_stream(bus: Bus) -> None:
     await bus.ensure_streams()  # second time: no error, no change
     names = {info.config.name for info in await bus.js.streams_info()}
@@ -85,7 +77,7 @@ async def test_history_keeps_every_version_from_the_first_publish(nats_url: str)
         async def copied() -> bool:
             return (await bus.js.stream_info(history)).state.messages >= 3
 
-        await eventually(copied)
+        await until(copied, what="copied")
         stored = [(await bus.js.get_msg(history, seq)).data for seq in (1, 2, 3)]
         versions = [msgspec.json.decode(data)["pod"]["resource_version"] for data in stored]
         assert versions == ["1", "2", "3"]
@@ -129,7 +121,7 @@ async def test_nak_redelivers_and_term_dead_letters(bus: Bus) -> None:
             info = await bus.js.consumer_info(sub.stream or "", "t1")
             return info.num_ack_pending == 0 and info.num_pending == 0
 
-        await eventually(settled)
+        await until(settled, what="settled")
     letters = await bus.snapshot(DEAD, DeadLetter)
     assert [(d.seq, d.reason, d.error_class) for d in letters] == [
         (first.seq, "refused by the test", "bad-input")
@@ -204,7 +196,7 @@ async def test_tombstone_expires_with_its_ttl(bus: Bus) -> None:
     async def expired() -> bool:
         return await bus.snapshot(PODS, K8sEvent) == []
 
-    await eventually(expired)
+    await until(expired, what="expired")
 
 
 async def test_history_keeps_k8s_and_actions_in_order(bus: Bus) -> None:
@@ -223,7 +215,7 @@ async def test_history_keeps_k8s_and_actions_in_order(bus: Bus) -> None:
     async def copied() -> bool:
         return (await bus.js.stream_info(history)).state.messages == 2
 
-    await eventually(copied)
+    await until(copied, what="copied")
     events = await bus.snapshot(subjects.wildcard(CLUSTER), K8sEvent | AnyAction, stream=history)
     assert sorted(type(e).__name__ for e in events) == ["Cordon", "PodEvent"]
 
@@ -235,7 +227,7 @@ async def test_publish_many_accepts_ttl(bus: Bus) -> None:
     async def expired() -> bool:
         return await bus.snapshot(PODS, K8sEvent) == []
 
-    await eventually(expired)
+    await until(expired, what="expired")
 
 
 async def test_a_consumer_carries_on_across_a_server_restart(tmp_path: Path) -> None:

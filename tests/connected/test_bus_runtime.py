@@ -12,8 +12,8 @@ import sys
 import aiohttp
 import pytest
 
+from libs.runner.metrics import HANDLED
 from libs.runtime import run_until_signalled, serve_ops
-from libs.service import HANDLED
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(30)]
 
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.connected, pytest.mark.timeout(30)]
 async def test_ops_endpoint_serves_metrics_health_and_readiness() -> None:
     ready = False
     HANDLED.labels(service="ops-test", type="k8s.pod.v1", outcome="ok").inc()
-    ops = await serve_ops(0, lambda: ready, host="127.0.0.1")
+    ops = await serve_ops(0, lambda: ready, service="ops-test", host="127.0.0.1")
     try:
         base = f"http://127.0.0.1:{ops.port}"
         async with aiohttp.ClientSession() as http:
@@ -39,7 +39,7 @@ async def test_ops_endpoint_serves_metrics_health_and_readiness() -> None:
     finally:
         await ops.close()
     assert (
-        'baton_events_handled_total{outcome="ok",service="ops-test",type="k8s.pod.v1"} 1.0' in text
+        'baton_runner_inputs_total{outcome="ok",service="ops-test",type="k8s.pod.v1"} 1.0' in text
     )
 
 

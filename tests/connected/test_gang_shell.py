@@ -1,4 +1,5 @@
-"""The gang shell on a real nats-server: bootstrap from K8S, ticks, actions and decisions out."""
+"""The gang service on the runner, on a real nats-server: bootstrap from K8S, ticks,
+actions and decisions out."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from libs.bus import Bus
+from libs.runner import Runner
 from libs.testing.builders import gang, node
 from libs.testing.nats import running_nats
 from proto import subjects
@@ -17,25 +19,17 @@ from proto.actions import ActionResult, AnyAction, BindGang
 from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from proto.placement import AnyPlacement, GangPlaced, GangUnschedulable
 from services.gang import core
-from services.gang.shell import GangShell
+from services.gang.main import SPEC, Settings
+from tests.pipeline import running
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 C = "c1"
 
 
 @contextlib.asynccontextmanager
-async def gang_service(url: str, policy: core.Policy | None = None) -> AsyncIterator[GangShell]:
-    bus = await Bus.connect(url, cluster=C, name="gang")
-    await bus.ensure_streams()
-    shell = GangShell(bus, state=core.initial(policy), interval=0.05)
-    task = asyncio.create_task(shell.run())
-    try:
-        yield shell
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await bus.close()
+async def gang_service(url: str, **settings: Any) -> AsyncIterator[Runner[core.State]]:
+    async with running(SPEC, url, Settings(cycle_interval=0.05, **settings)) as runner:
+        yield runner
 
 
 async def publish_cluster(bus: Bus, *, nodes: int, gangs: list[tuple[str, int]]) -> None:
@@ -109,7 +103,7 @@ async def test_a_rolled_back_bind_is_retried_with_a_new_action_id() -> None:
         try:
             await bus.ensure_streams()
             await publish_cluster(bus, nodes=4, gangs=[("job", 4)])
-            async with gang_service(url, core.Policy(backoff_s=0.2)):
+            async with gang_service(url, backoff_s=0.2):
                 (first,) = await collect(bus, f"baton.{C}.action.bind-gang.>", AnyAction, 1)
                 result = ActionResult(
                     action_id=first.id, action_type="action.bind-gang.v1", by="actuator", at=5.0,

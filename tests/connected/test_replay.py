@@ -3,7 +3,7 @@ the bus's HISTORY is recorded; a fresh gang core fed the recording decides the s
 
 Scenario on 8 nodes of 8 GPUs: two gangs that cannot both fit (one waits, with an
 unschedulable verdict, then runs), a small one beside them, then a long gang whose
-node goes NotReady (restarted whole, recreated, placed again).
+node the health service drains (restarted whole, recreated, placed again).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from libs.testing.sim import Sim, running_sim
 from proto import subjects
 from services.cli import recording, replay
 from services.simcluster.workload import Job
-from tests.pipeline import running_services, until
+from tests.pipeline import drain_as_health_does, running_services, until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(180)]
 C = "c1"
@@ -72,12 +72,13 @@ async def run_scenario(url: str, sim: Sim) -> None:
         await until(lambda: all(finished(sim, j) for j in "abc"), within=60, what="a, b, c")
         sim.cluster.replay([Job(job_id="r", submit_s=0, gpus=16, duration_s=3600, team="t1")])
         await until(lambda: bound(sim, "r") == 2, within=30, what="r bound")
-        old = {p["metadata"]["name"] for p in pods(sim, "r")}
-        sim.cluster.node_not_ready(sorted(p["spec"]["nodeName"] for p in pods(sim, "r"))[0])
+        old = {p["metadata"]["uid"] for p in pods(sim, "r")}
+        drain_as_health_does(sim, sorted(p["spec"]["nodeName"] for p in pods(sim, "r"))[0])
 
         def replaced() -> bool:
             now = pods(sim, "r")
-            return not ({p["metadata"]["name"] for p in now} & old) and bound(sim, "r") == 2
+            fresh = {p["metadata"]["uid"] for p in now} - old
+            return len(fresh) == len(now) == 2 and bound(sim, "r") == 2
 
         await until(replaced, within=60, what="r restarted and placed again")
         await asyncio.sleep(0.5)  # let the last results and pod updates land
@@ -94,7 +95,8 @@ async def test_replaying_a_recorded_session_reproduces_every_gang_decision(
             written = await recording.record(url, cluster=C, out=out)
     assert written > 0
     text = path.read_text()
-    assert '"gang.tick.v1"' in text and '"placement.restarted.v1"' in text
+    assert '"runner.tick.v1"' in text and '"placement.restarted.v1"' in text
+    assert '"runner.started.v1"' in text
 
     code = replay.run(["--from", str(path), "--compare"])
     out = capsys.readouterr().out
@@ -102,14 +104,14 @@ async def test_replaying_a_recorded_session_reproduces_every_gang_decision(
     assert "compare: identical" in out
     expected = (
         *("placed team-t1/job-a", "placed team-t1/job-b", "unschedulable team-t1/job-"),
-        *("restarted team-t1/job-r", "-> bind-gang", "-> evict-gang", "-> create-pod"),
+        *("restarted team-t1/job-r", "-> bind-gang", "-> recreate-pod"),
     )
     for what in expected:
         assert what in out, what
-    assert "ticks placed by stream sequence" in out
+    assert "as the live runner fed them" in out
 
     # Without the recorded ticks, the same file does not replay: the ticks are inputs.
     no_ticks = tmp_path / "no-ticks.jsonl"
-    no_ticks.write_text("".join(ln for ln in text.splitlines(True) if "gang.tick.v1" not in ln))
+    no_ticks.write_text("".join(ln for ln in text.splitlines(True) if "runner.tick.v1" not in ln))
     assert replay.run(["--from", str(no_ticks), "--compare", "--quiet"]) == 1
     assert "DIVERGED at decision 1" in capsys.readouterr().out

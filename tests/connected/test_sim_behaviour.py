@@ -17,6 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from libs.testing.sim import Sim, running_sim
 from services.simcluster import main, trace
 from services.simcluster.spec import Delays
+from tests.pipeline import until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 MERGE = "application/merge-patch+json"
@@ -39,18 +40,6 @@ async def api(sim: Sim) -> AsyncIterator[client.ApiClient]:
         yield api_client
     finally:
         await api_client.close()
-
-
-async def until(probe: Callable[[], Awaitable[T | None]], *, within: float = 10.0) -> T:
-    """Poll ``probe`` until it returns something truthy; fail at the deadline."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {within}s (last: {value!r})")
-        await asyncio.sleep(0.02)
 
 
 def gpu_pod(name: str, *, gpus: int, duration: float | None = None) -> dict[str, Any]:
@@ -88,11 +77,11 @@ async def test_bound_pod_runs_for_its_duration_then_succeeds(api: client.ApiClie
     await core.create_namespaced_pod("default", gpu_pod("train", gpus=8, duration=300))
     assert (await core.read_namespaced_pod("train", "default")).status.phase == "Pending"
     await bind(core, "train", "gpu-00002")
-    running = await until(phase_is(core, "train", "Running"))
+    running = await until(phase_is(core, "train", "Running"), what="train Running")
     assert running.status.pod_ip
     assert running.status.host_ip == "10.0.0.2"
     assert {c.type: c.status for c in running.status.conditions}["Ready"] == "True"
-    done = await until(phase_is(core, "train", "Succeeded"))
+    done = await until(phase_is(core, "train", "Succeeded"), what="train Succeeded")
     (container,) = done.status.container_statuses
     assert container.state.terminated.reason == "Completed"
 
@@ -102,7 +91,7 @@ async def test_pod_that_does_not_fit_fails_like_the_kubelet(api: client.ApiClien
     for name in ("first", "second"):
         await core.create_namespaced_pod("default", gpu_pod(name, gpus=6))
         await bind(core, name, "gpu-00001")
-    failed = await until(phase_is(core, "second", "Failed"))
+    failed = await until(phase_is(core, "second", "Failed"), what="second Failed")
     assert failed.status.reason == "OutOfnvidia.com/gpu"
     assert "requested: 6, used: 6, capacity: 8" in failed.status.message
     assert (await core.read_namespaced_pod("first", "default")).status.phase != "Failed"
@@ -112,7 +101,7 @@ async def test_deleted_pod_terminates_and_frees_its_node(sim: Sim, api: client.A
     core = client.CoreV1Api(api)
     await core.create_namespaced_pod("default", gpu_pod("serve", gpus=8))
     await bind(core, "serve", "gpu-00003")
-    await until(phase_is(core, "serve", "Running"))
+    await until(phase_is(core, "serve", "Running"), what="serve Running")
     assert sim.cluster.used("gpu-00003")["nvidia.com/gpu"] == 8
     terminating = await core.delete_namespaced_pod("serve", "default")
     assert terminating.metadata.deletion_timestamp is not None  # graceful, not gone at once
@@ -124,7 +113,7 @@ async def test_deleted_pod_terminates_and_frees_its_node(sim: Sim, api: client.A
             return err.status == 404
         return False
 
-    await until(gone)
+    await until(gone, what="the pod gone")
     assert "nvidia.com/gpu" not in sim.cluster.used("gpu-00003")
 
 
@@ -148,19 +137,21 @@ async def test_machine_deployment_scale_adds_then_removes_nodes(api: client.ApiC
         nodes = await pool_nodes(core)
         return nodes if len(nodes) == 6 else None
 
-    nodes = await until(six_ready)
+    nodes = await until(six_ready, what="six nodes ready")
     newest = nodes[-1]
     assert newest.metadata.name == "gpu-00006"
     assert newest.metadata.labels["baton.io/rack"] == "gpu-rack-000"
     assert {c.type: c.status for c in newest.status.conditions}["Ready"] == "True"
     md = await custom.get_namespaced_custom_object(*CAPI, "gpu")
     assert (md["status"]["readyReplicas"], md["status"]["phase"]) == (6, "Running")
-    assert (await until(phase_is(core, "early", "Running"))).spec.node_name == "gpu-00005"
+    assert (
+        await until(phase_is(core, "early", "Running"), what="early Running")
+    ).spec.node_name == "gpu-00005"
 
     # a busy node survives scale-down; empty ones go
     await core.create_namespaced_pod("default", gpu_pod("busy", gpus=1))
     await bind(core, "busy", "gpu-00006")
-    await until(phase_is(core, "busy", "Running"))
+    await until(phase_is(core, "busy", "Running"), what="busy Running")
     # the autoscaler's choice, as Cluster API's delete-machine annotation, goes first
     marked = {"metadata": {"annotations": {"cluster.x-k8s.io/delete-machine": "yes"}}}
     await core.patch_node("gpu-00005", marked)
@@ -173,7 +164,7 @@ async def test_machine_deployment_scale_adds_then_removes_nodes(api: client.ApiC
         return names if len(names) == 2 else None
 
     # marked gpu-00005 first, then the empty ones newest first; busy gpu-00006 stays
-    assert await until(two_left) == ["gpu-00001", "gpu-00006"]
+    assert await until(two_left, what="two nodes left") == ["gpu-00001", "gpu-00006"]
     md = await custom.get_namespaced_custom_object(*CAPI, "gpu")
     assert (md["status"]["replicas"], md["status"]["readyReplicas"]) == (2, 2)
 

@@ -1,7 +1,9 @@
 """`baton tail` against a real bus: history first (--since), then typed one-line events."""
 
 import asyncio
+import datetime as dt
 import sys
+import time
 
 import pytest
 
@@ -52,3 +54,73 @@ async def test_tail_says_when_no_stream_holds_the_subject() -> None:
         code, _, err = await tail(url, "k8s.>", "--since", "all", "--count", "1")
     assert code == 1
     assert "no stream holds 'baton.c1.k8s.>'" in err
+
+
+async def _publish_nodes(url: str, *nodes: tuple[str, float]) -> None:
+    bus = await Bus.connect(url, cluster="c1", name="test")
+    try:
+        await bus.ensure_streams()
+        for name, at in nodes:
+            node = Node(name=name, uid=name, resource_version="1")
+            subject = subjects.subject("c1", subjects.K8S, "node", name)
+            await bus.publish(subject, NodeEvent(op="upsert", at=at, node=node))
+    finally:
+        await bus.close()
+
+
+async def test_tail_since_a_duration_reads_that_much_history() -> None:
+    """nats-py takes the start time only in the consumer config: --since 10m crashed."""
+    async with running_nats() as url:
+        await _publish_nodes(url, ("n1", time.time()))
+        code, out, err = await tail(url, "k8s.node.>", "--since", "10m", "--count", "1")
+    assert code == 0, err
+    assert "baton.c1.k8s.node.n1  k8s.node.v1" in out
+    assert "Traceback" not in err
+
+
+async def test_tail_count_holds_with_since_last() -> None:
+    async with running_nats() as url:
+        await _publish_nodes(url, *((f"n{i}", time.time()) for i in range(5)))
+        code, out, err = await tail(url, "k8s.node.>", "--since", "last", "--count", "2")
+    assert code == 0, err
+    assert len(out.splitlines()) == 2, out
+
+
+async def test_history_lines_show_the_events_own_time() -> None:
+    two_hours_ago = time.time() - 7200
+    async with running_nats() as url:
+        await _publish_nodes(url, ("old", two_hours_ago))
+        code, out, err = await tail(url, "k8s.node.>", "--since", "all", "--count", "1")
+    assert code == 0, err
+    shown = dt.datetime.fromtimestamp(two_hours_ago).strftime("%H:%M:%S.%f")[:-3]
+    assert out.startswith(shown + " "), out
+
+
+async def test_a_subject_across_streams_is_read_from_history() -> None:
+    """'>' spans K8S, EVENTS, ...: no one stream holds it, HISTORY copies them all."""
+    async with running_nats() as url:
+        await _publish_nodes(url, ("n1", time.time()))
+        code, out, err = await tail(url, "--since", "all", "--count", "1", "--json")
+    assert code == 0, err
+    assert out.startswith('{"type":"k8s.node.v1"'), out
+
+
+async def test_a_closed_pipe_ends_the_tail_quietly() -> None:
+    """`baton tail ... | head -1`: one line, no traceback per further message."""
+    async with running_nats() as url:
+        await _publish_nodes(url, *((f"n{i}", time.time()) for i in range(50)))
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "services.cli", "tail", "--nats", url, "k8s.node.>",
+            "--since", "all", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stdout is not None and process.stderr is not None
+        first = await asyncio.wait_for(process.stdout.readline(), timeout=30)
+        process.stdout.feed_eof()
+        # The reader goes away, as `head` does after its line: close our end of the pipe.
+        transport = process._transport  # type: ignore[attr-defined]
+        transport.get_pipe_transport(1).close()
+        err = await asyncio.wait_for(process.stderr.read(), timeout=30)
+        code = await asyncio.wait_for(process.wait(), timeout=30)
+    assert b"k8s.node.v1" in first
+    assert code == 0, err.decode()
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()

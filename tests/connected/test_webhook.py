@@ -3,10 +3,11 @@ directly and through simcluster calling its configured webhooks on create."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
-import shutil
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,7 @@ from services.admission.certificates import self_signed
 from services.admission.serving import Webhook, serve_webhook, tls_context
 from services.admission.teams import parse
 
-pytestmark = [
-    pytest.mark.connected,
-    pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI"),
-]
+pytestmark = pytest.mark.connected
 
 TEAMS = {
     "teams": [
@@ -376,10 +374,34 @@ async def test_self_signed_certificate_is_made_once_and_serves(tmp_path: Path) -
         await runner.cleanup()
 
 
-def test_without_openssl_the_webhook_is_off(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))  # no openssl there
+def test_without_a_certificate_the_webhook_is_off(tmp_path: Path) -> None:
+    (tmp_path / "tls").write_text("a file where the certificate directory should be")
     assert main._tls(main.Settings(tls_self_signed_dir=str(tmp_path / "tls"))) is None
     with pytest.raises(ValueError, match="tls_self_signed_dir"):
         main.Settings(tls_cert="c", tls_key="k", tls_self_signed_dir="d")
+
+
+async def test_baton_install_webhook_registers_it_with_a_simulated_cluster(
+    webhook: Served, tmp_path: Path
+) -> None:
+    """What compose.yaml and people running services by hand do: register the running
+    webhook by URL with its self-signed certificate; again is fine (it is updated)."""
+    async with running_sim() as sim:
+        for _ in range(2):
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "services.cli", "install-webhook", "--url", webhook.url,
+                "--ca", str(tmp_path / "tls.crt"), "--kubeconfig", str(sim.kubeconfig),
+                "--wait", "30", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+            assert process.returncode == 0, err.decode()
+            assert f"registered {webhook.url}" in out.decode()
+        api = await sim.api_client()
+        try:
+            core_api = client.CoreV1Api(api)
+            await core_api.create_namespace({"metadata": {"name": "team-a"}})
+            created = await core_api.create_namespaced_pod("team-a", pod("job-0", gang="job"))
+            assert created.spec.scheduler_name == "baton"
+            assert created.metadata.labels["baton.io/team"] == "a"
+        finally:
+            await api.close()

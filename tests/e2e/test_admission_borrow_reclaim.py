@@ -17,12 +17,11 @@ import pytest
 from kubernetes_asyncio import client
 
 from libs.bus import Bus
+from libs.runner import Runner, serve
 from libs.testing.nats import running_nats
 from libs.testing.sim import running_sim
 from services.actuator import main as actuator_main
-from services.admission.serving import tls_context
-from services.admission.shell import Admission
-from services.admission.webhook import Options
+from services.admission import main as admission_main
 from services.bridge import main as bridge_main
 from services.gang import main as gang_main
 from tests.connected.test_webhook import make_cert
@@ -115,16 +114,24 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
             await core_api.create_namespace({"metadata": {"name": ns}})
 
         bus = await Bus.connect(url, cluster="c1", name="admission")
-        admission = Admission(bus=bus, teams_file=str(teams), options=Options(), reload_s=60)
-        bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        await bus.ensure_streams()
         common = {"nats_url": url, "cluster": "c1", "ops_port": 0}
+        settings = admission_main.Settings(
+            **common, teams_file=str(teams), reload_s=60, tls_cert=cert, tls_key=key,
+            webhook_host="127.0.0.1", webhook_port=0,
+        )  # fmt: skip
+        admission = Runner(admission_main.SPEC, bus=bus, settings=settings)
+        bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        webhook = admission_main.beside(settings, bus, bound=bound)
+        gang = gang_main.Settings(**common, require_admission=True, cycle_interval=0.1)
         async with tasks(
-            admission.run(tls=tls_context(cert, key), host="127.0.0.1", port=0, bound=bound),
-            bridge_main.serve(bridge_main.Settings(**common, kubeconfig=sim.kubeconfig)),
-            actuator_main.serve(actuator_main.Settings(**common, kubeconfig=sim.kubeconfig)),
-            gang_main.serve(
-                gang_main.Settings(**common, require_admission=True, cycle_interval=0.1)
+            admission.run(),
+            webhook.run(admission),
+            bridge_main.serve_bridge(bridge_main.Settings(**common, kubeconfig=sim.kubeconfig)),
+            actuator_main.serve_actuator(
+                actuator_main.Settings(**common, kubeconfig=sim.kubeconfig)
             ),
+            serve(gang_main.SPEC, gang),
         ):
             port = await asyncio.wait_for(bound, 10)
             await register_webhooks(custom, port=port, ca=ca)
@@ -176,7 +183,7 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
 
             async def one_solo_runs() -> bool:
                 b = await placement("team-b")
-                state = admission.status.state
+                state = admission.state
                 waiting = state.gangs.get("team-b/solo-2")
                 return (
                     bool(b.get("solo-1"))

@@ -2,8 +2,8 @@
 
 - Deadlock: 150 free 8-GPU nodes, two 100-node gangs at once. One runs with all 100
   pods, the other has none bound until the first finishes, then runs whole.
-- Restart: a running gang whose node goes NotReady is evicted whole and recreated
-  off the failed node.
+- Restart: a running gang of bare pods whose node the health service drains is recreated whole
+  (same names, same containers) and placed again off the failed node.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
+from libs.runner import Runner
 from libs.testing.nats import running_nats
 from libs.testing.sim import Sim, running_sim
-from services.gang.shell import GangShell
+from services.gang.core import State
 from services.simcluster.workload import Job
-from tests.pipeline import running_services, until
+from tests.pipeline import drain_as_health_does, running_services, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 C = "c1"
@@ -31,7 +32,7 @@ NS = "team-t1"
 @dataclass
 class System:
     sim: Sim
-    gang: GangShell
+    gang: Runner[State]
 
     def pods(self, job: str) -> list[dict[str, Any]]:
         objs, _ = self.sim.store.list(
@@ -81,22 +82,22 @@ async def test_two_gangs_that_cannot_both_fit_run_one_after_the_other_never_half
         assert s.finished(first) or s.bound(first) == 100
 
 
-async def test_a_gang_whose_node_goes_not_ready_is_restarted_whole() -> None:
+async def test_a_gang_whose_node_health_drains_is_restarted_whole() -> None:
     async with system(8) as s:
         s.sim.cluster.replay([Job(job_id="r", submit_s=0, gpus=32, duration_s=3600, team="t1")])
         await until(lambda: s.bound("r") == 4, within=30, what="the gang to be bound")
-        old = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in s.pods("r")}
-        victim = sorted(old.values())[0]
-        s.sim.cluster.node_not_ready(victim)
+        old = {p["metadata"]["uid"]: p for p in s.pods("r")}
+        victim = sorted(p["spec"]["nodeName"] for p in old.values())[0]
+        drain_as_health_does(s.sim, victim)
 
         def restarted() -> bool:
-            pods = s.pods("r")
-            names = {p["metadata"]["name"] for p in pods}
-            fresh = [p for p in pods if p["metadata"]["name"] not in old]
-            bound = [p for p in fresh if p["spec"].get("nodeName")]
-            return not (names & old.keys()) and len(bound) == 4
+            fresh = [p for p in s.pods("r") if p["metadata"]["uid"] not in old]
+            return len(fresh) == len(s.pods("r")) == 4 and s.bound("r") == 4
 
-        await until(restarted, within=60, what="the gang to be evicted and placed again")
-        nodes = {p["spec"]["nodeName"] for p in s.pods("r")}
-        assert victim not in nodes
-        assert sorted(p["metadata"]["name"] for p in s.pods("r")) == sorted(f"{n}-r1" for n in old)
+        await until(restarted, within=60, what="the gang to be recreated and placed again")
+        assert victim not in {p["spec"]["nodeName"] for p in s.pods("r")}
+        # Bare pods come back under their own names, as written (not as a pause pod).
+        names = sorted(p["metadata"]["name"] for p in old.values())
+        assert sorted(p["metadata"]["name"] for p in s.pods("r")) == names
+        was = {p["metadata"]["name"]: p["spec"]["containers"] for p in old.values()}
+        assert all(p["spec"]["containers"] == was[p["metadata"]["name"]] for p in s.pods("r"))

@@ -34,8 +34,9 @@ def test_baton_up_runs_the_synthetic_workload_to_completion(tmp_path: Path) -> N
     phases = dict(re.findall(r"(pending|running|succeeded|failed) (\d+)", last))
     assert int(phases["running"]) + int(phases["succeeded"]) > 0, last
     assert int(phases["failed"]) == 0, last
-    for service in ("bridge", "actuator", "admission", "gang"):
+    for service in ("bridge", "actuator", "admission", "gang", "bandwidth", "agent"):
         assert f"{service}:ok" in last, last
+    assert re.search(r"egress\s+default \d+%", last), last  # each team's share and use
     assert "placement.placed.v1" in output  # decisions scrolled past as they happened
     assert "admission webhook registered" in output  # pods went through the real webhook
     assert "baton up: stopped" in output
@@ -56,3 +57,39 @@ async def test_baton_up_runs_against_an_existing_cluster_and_nats(tmp_path: Path
     assert re.search(r"nodes\s+8 \(8 ready", last), last
     assert "services  bridge:ok  gang:ok  actuator:ok" in last  # none of its own nats/sim
     assert "webhook" not in output  # a real cluster's webhooks are the admin's to install
+
+
+async def test_a_recorded_baton_up_run_replays_identically_for_gang_and_admission(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Record what `baton up` did (HISTORY), then replay it into fresh cores: the same
+    placements, verdicts, admissions and actions, from the same code path as live."""
+    from services.cli import recording, replay
+    from services.simcluster.workload import Job
+
+    async with running_nats() as url, running_sim(nodes=8) as sim:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "services.cli", "up", "--kubeconfig", str(sim.kubeconfig),
+            "--nats", url, "--services", "bridge,gang,actuator,admission", "--duration", "30",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        await asyncio.sleep(8)  # the services start and catch up
+        jobs = [
+            Job(job_id=f"r{i}", submit_s=i * 0.5, gpus=gpus, duration_s=4.0, team="t1")
+            for i, gpus in enumerate((8, 16, 32, 8, 64, 16, 8, 32))
+        ]
+        sim.cluster.replay(jobs)
+        out, _ = await asyncio.wait_for(process.communicate(), timeout=150)
+        assert process.returncode == 0, out.decode()[-3000:]
+        path = tmp_path / "up.jsonl"
+        with path.open("wb") as file:
+            assert await recording.record(url, cluster="c1", out=file) > 0
+    capsys.readouterr()
+    for service in ("gang", "admission"):
+        code = replay.run(["--from", str(path), "--service", service, "--compare", "--quiet"])
+        captured = capsys.readouterr()
+        text = captured.out
+        assert code == 0, f"{service}:\n{text}\n{captured.err}"
+        assert "compare: identical" in text, text
+        checked = re.search(r"identical \((\d+) decisions", text)
+        assert checked is not None and int(checked.group(1)) > 0, text

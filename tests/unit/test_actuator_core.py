@@ -6,7 +6,15 @@ import random
 
 import pytest
 
-from proto.actions import BindGang, Binding, Cordon, CreatePod, PodTemplate, SetTaint
+from proto.actions import (
+    BindGang,
+    Binding,
+    Cordon,
+    CreatePod,
+    PodTemplate,
+    RecreatePod,
+    SetTaint,
+)
 from proto.k8s import Taint
 from services.actuator import core, pacing, retrying
 from services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle, Tick, WakeAt
@@ -178,4 +186,26 @@ def test_results_name_the_action_type() -> None:
     create = CreatePod(id="c", by="balloon", at=0.0, pod=PodTemplate(namespace="a", name="b"))
     assert core.action_type(action) == "action.taint.v1"
     assert core.cost_of(create) == 1
+    assert core.cost_of(recreate("r")) == 2  # a delete and a create
+    assert core.action_type(recreate("r")) == "action.recreate-pod.v1"
     assert core.cost_of(gang("g", 7)) == 7
+
+
+def recreate(id_: str) -> RecreatePod:
+    return RecreatePod(id=id_, by="gang", at=0.0, gang="a/g", namespace="a", pod="p0", uid="u0")
+
+
+def test_a_recreate_pod_seen_before_is_not_applied_again() -> None:
+    """A redelivered RecreatePod would delete the copy made the first time."""
+    state = core.initial(Limits(qps=0), now=0.0)
+    state, out = core.step(state, Arrived(action=recreate("r1"), ticket=1), 0.0)
+    assert applied(out) == ["r1"]
+    state, out = core.step(state, Arrived(action=recreate("r1"), ticket=2), 0.5)
+    assert applied(out) == [] and of(out, Settle) == []  # joins the delivery in flight
+    state, out = core.step(state, Finished(action_id="r1", outcome="applied", calls=2), 1.0)
+    (settled,) = of(out, Settle)
+    assert (settled.tickets, settled.verdict) == ((1, 2), "ack")
+    state, out = core.step(state, Arrived(action=recreate("r1"), ticket=3), 2.0)
+    assert applied(out) == []
+    (report,) = of(out, Report)
+    assert report.result.outcome == "already" and "duplicate" in report.result.error

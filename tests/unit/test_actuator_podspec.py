@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from libs.runtime import SettingsError, load_settings
-from proto.actions import PodTemplate
+from proto.actions import PodTemplate, RecreatePod
 from proto.k8s import Toleration
-from services.actuator import podspec
+from proto.keys import PLACEMENT_MARKS, RECREATED_FROM
+from services.actuator import podspec, recreating
 from services.actuator.main import PREFIX, Settings
 from services.actuator.shell import result_subject
 
@@ -23,10 +26,129 @@ def test_unbound_copy_drops_what_the_api_server_assigns() -> None:
         "status": {"phase": "Pending"},
     }  # fmt: skip
     copy = podspec.unbound_copy(pod)
-    assert copy["metadata"] == {"name": "w-0", "namespace": "a", "labels": {"x": "y"}}
+    assert copy["metadata"] == {
+        "name": "w-0", "namespace": "a", "labels": {"x": "y"},
+        "annotations": {RECREATED_FROM: "u1"},
+    }  # fmt: skip
     assert copy["spec"] == {"schedulerName": "baton", "containers": [{"name": "m"}]}
     assert "status" not in copy
     assert pod["spec"]["nodeName"] == "n1"  # the original is untouched
+
+
+def live_pod() -> dict[str, Any]:
+    """A bare gang member as the API server returns it: bound, running, admitted."""
+    container = {
+        "name": "trainer",
+        "image": "ghcr.io/acme/train:1.4",
+        "command": ["torchrun"],
+        "args": ["--nproc-per-node=8", "train.py"],
+        "env": [
+            {"name": "NCCL_DEBUG", "value": "INFO"},
+            {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "resources": {
+            "requests": {"nvidia.com/gpu": "8", "cpu": "32"},
+            "limits": {"nvidia.com/gpu": "8"},
+        },
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "gpu.acme.io/kind", "operator": "In", "values": ["h100"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "job-0", "namespace": "team-a", "uid": "old-uid", "resourceVersion": "42",
+            "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z",
+            "managedFields": [{"manager": "kubectl"}], "generateName": "job-",
+            "deletionTimestamp": "2026-01-01T01:00:00Z", "deletionGracePeriodSeconds": 30,
+            "labels": {"scheduling.x-k8s.io/pod-group": "job", "app": "train",
+                       "baton.io/admitted": "true"},
+            "annotations": {"baton.io/admitted": "true", "baton.io/borrowing": "true",
+                            "baton.io/recreated-from": "older-uid",
+                            "baton.io/topology-required": "baton.io/rack",
+                            "sim.baton.io/duration-seconds": "60", "note": "mine"},
+            "ownerReferences": [{"kind": "ConfigMap", "name": "cfg", "uid": "c"}],
+        },
+        "spec": {
+            "nodeName": "gpu-3", "schedulerName": "baton", "priority": 1000,
+            "priorityClassName": "training", "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 45, "serviceAccountName": "trainer",
+            "containers": [container], "initContainers": [{"name": "fetch", "image": "busybox"}],
+            "ephemeralContainers": [{"name": "debug", "image": "busybox"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "ds"}}],
+            "affinity": affinity, "nodeSelector": {"gpu.acme.io/pool": "a"},
+            "tolerations": [{"key": "baton.io/team", "operator": "Equal", "value": "a",
+                             "effect": "NoSchedule"}],
+        },
+        "status": {"phase": "Running", "podIP": "10.0.0.3", "hostIP": "10.1.0.3"},
+    }  # fmt: skip
+
+
+def test_unbound_copy_keeps_everything_the_user_wrote() -> None:
+    pod = live_pod()
+    copy = podspec.unbound_copy(pod)
+    expected_spec = {
+        k: v for k, v in pod["spec"].items() if k not in ("nodeName", "ephemeralContainers")
+    }
+    assert copy["spec"] == expected_spec  # image, command, args, env, volumes, affinity, ...
+    meta = copy["metadata"]
+    assert (meta["name"], meta["namespace"]) == ("job-0", "team-a")
+    assert meta["labels"] == {"scheduling.x-k8s.io/pod-group": "job", "app": "train"}
+    assert meta["annotations"] == {
+        "baton.io/topology-required": "baton.io/rack",
+        "sim.baton.io/duration-seconds": "60",
+        "note": "mine",
+        RECREATED_FROM: "old-uid",
+    }
+    assert meta["ownerReferences"] == pod["metadata"]["ownerReferences"]
+    assert set(meta) == {"name", "namespace", "labels", "annotations", "ownerReferences"}
+    assert set(copy) == {"apiVersion", "kind", "metadata", "spec"}
+
+
+def test_unbound_copy_drops_every_placement_mark_and_shares_nothing() -> None:
+    pod = live_pod()
+    copy = podspec.unbound_copy(pod)
+    for mark in PLACEMENT_MARKS:
+        if mark != RECREATED_FROM:
+            assert mark not in copy["metadata"]["annotations"]
+            assert mark not in copy["metadata"]["labels"]
+    copy["spec"]["containers"][0]["env"].append({"name": "X", "value": "1"})
+    copy["metadata"]["labels"]["app"] = "changed"
+    assert len(pod["spec"]["containers"][0]["env"]) == 2
+    assert pod["metadata"]["labels"]["app"] == "train"
+    assert pod["metadata"]["annotations"]["baton.io/admitted"] == "true"
+
+
+WAITS = [
+    # (action grace, pod's deletionGracePeriodSeconds, pod's spec grace, seconds waited)
+    (None, None, None, 40.0),  # Kubernetes' default 30 s + the margin
+    (None, None, 5, 15.0),
+    (None, 2, 5, 12.0),  # already terminating with a shorter grace
+    (0, None, 5, 10.0),  # forced: only the margin
+    (None, None, 3600, 60.0),  # capped: a longer grace takes more attempts
+]
+
+
+@pytest.mark.parametrize(("action", "deleting", "own", "waited"), WAITS)
+def test_how_long_an_attempt_waits_for_the_old_pod_to_go(
+    action: int | None, deleting: int | None, own: int | None, waited: float
+) -> None:
+    recreate = RecreatePod(id="r", by="gang", at=0.0, gang="a/g", namespace="a", pod="p",
+                           uid="u", grace_seconds=action)  # fmt: skip
+    meta = {} if deleting is None else {"deletionGracePeriodSeconds": deleting}
+    spec = {} if own is None else {"terminationGracePeriodSeconds": own}
+    assert recreating.wait_s(recreate, {"metadata": meta, "spec": spec}) == waited
 
 
 @pytest.mark.parametrize(
@@ -52,6 +174,16 @@ def test_pod_from_template() -> None:
     assert body["spec"]["priority"] == -10
     assert body["spec"]["tolerations"] == [{"key": "k", "operator": "Exists"}]
     assert "nodeName" not in body["spec"]
+    assert "command" not in container and "restartPolicy" not in body["spec"]
+
+
+def test_a_check_pod_runs_its_command_once_on_its_node() -> None:
+    template = PodTemplate(namespace="baton-system", name="preflight-n1", image="dcgm",
+                           command=("dcgmi", "diag", "-r", "2"), restart_policy="Never",
+                           node_name="n1")  # fmt: skip
+    body = podspec.from_template(template)
+    assert body["spec"]["containers"][0]["command"] == ["dcgmi", "diag", "-r", "2"]
+    assert (body["spec"]["restartPolicy"], body["spec"]["nodeName"]) == ("Never", "n1")
 
 
 def test_result_subject_mirrors_the_action_subject() -> None:

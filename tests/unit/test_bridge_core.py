@@ -57,12 +57,12 @@ def node_event(name: str, rv: str, *, op: k8s.Op = "upsert") -> k8s.NodeEvent:
 def test_publish_subject_id_and_ttl(
     event: k8s.K8sEvent, subject: str, msg_id: str, ttl: str | None
 ) -> None:
-    _, outputs = core.step(core.initial(cluster="c1"), event, 2.0)
+    _, outputs = core.step(core.initial(core.Policy(cluster="c1")), event, 2.0)
     assert outputs == (core.Publish(subject=subject, event=event, msg_id=msg_id, ttl=ttl),)
 
 
 def test_the_same_change_twice_is_published_once() -> None:
-    state = core.initial(cluster="c1")
+    state = core.initial(core.Policy(cluster="c1"))
     state, first = core.step(state, pod_event("w-0", "7"), 1.0)
     state, again = core.step(state, pod_event("w-0", "7"), 2.0)
     state, newer = core.step(state, pod_event("w-0", "8"), 3.0)
@@ -71,7 +71,7 @@ def test_the_same_change_twice_is_published_once() -> None:
 
 def test_what_the_stream_holds_is_not_published_again() -> None:
     held = [pod_event("w-0", "7"), pod_event("w-1", "3", op="delete")]
-    state = core.initial(cluster="c1", held=held)
+    state = core.step(core.initial(core.Policy(cluster="c1")), core.Held(events=list(held)), 0.0)[0]
     assert core.step(state, pod_event("w-0", "7"), 1.0)[1] == ()
     assert core.step(state, pod_event("w-1", "3", op="delete"), 1.0)[1] == ()
     # a deletion of what the stream holds as live is news
@@ -80,7 +80,7 @@ def test_what_the_stream_holds_is_not_published_again() -> None:
 
 
 def test_a_name_that_cannot_be_a_token_is_rejected_with_the_reason() -> None:
-    state = core.initial(cluster="c1")
+    state = core.initial(core.Policy(cluster="c1"))
     state, outputs = core.step(state, pod_event("Bad_Name", "1"), 1.0)
     (rejected,) = outputs
     assert isinstance(rejected, core.Rejected)
@@ -104,7 +104,7 @@ def test_replaying_events_gives_the_same_outputs() -> None:
     ]
 
     def run() -> list[core.Output]:
-        state, outs = core.initial(cluster="c1"), []
+        state, outs = core.initial(core.Policy(cluster="c1")), []
         for e in events:
             state, produced = core.step(state, e, e.at)
             outs.extend(produced)

@@ -2,10 +2,12 @@ import datetime as dt
 
 import pytest
 
-from proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent
+from proto import keys
+from proto.health import Control, StateChanged, Withheld
+from proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, Taint
 from services.cli import tail
 from services.cli.main import COMMANDS, main
-from services.cli.view import ServiceHealth, View, gang_states, gpu_usage, render
+from services.cli.view import ServiceHealth, View, gang_states, gpu_usage, summarize, text
 
 pytestmark = pytest.mark.unit
 
@@ -42,10 +44,11 @@ def test_render_shows_phases_services_and_recent_decisions() -> None:
     view = View()
     view.apply(_pod("a", node="n1", phase="Running"))
     view.note("placement.placed.v1 t/job")
-    text = render(view, [ServiceHealth("gang", alive=True, ready=True)], elapsed=3)
-    assert "running 1" in text
-    assert "gang:ok" in text
-    assert "placement.placed.v1 t/job" in text
+    health = [ServiceHealth("gang", alive=True, ready=True)]
+    shown = text(summarize(view, health, title="baton up", teams=None))
+    assert "running 1" in shown
+    assert "gang:ok" in shown
+    assert "placement.placed.v1 t/job" in shown
 
 
 def test_tail_scopes_short_subjects_to_the_cluster() -> None:
@@ -58,6 +61,44 @@ def test_tail_since_durations() -> None:
     assert tail.since_start("10m", now) == dt.datetime(2026, 1, 1, 11, 50, tzinfo=dt.UTC)
     with pytest.raises(SystemExit):
         tail.parse_args(["x", "--since", "yesterday"])
+
+
+def test_tail_starts_history_in_the_consumer_config() -> None:
+    from nats.js.api import DeliverPolicy
+
+    now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
+    config = tail.consumer_config("10m", now=now)
+    assert config.deliver_policy == DeliverPolicy.BY_START_TIME
+    assert config.opt_start_time == dt.datetime(2026, 1, 1, 11, 50, tzinfo=dt.UTC)
+    assert tail.consumer_config("last", now=now).deliver_policy == DeliverPolicy.LAST_PER_SUBJECT
+
+
+def test_tail_shows_the_events_own_time() -> None:
+    assert tail.event_time(b'{"type":"x","at":100.5}', stored=200.0, received=300.0) == 100.5
+    assert tail.event_time(b'{"type":"x"}', stored=200.0, received=300.0) == 200.0
+    assert tail.event_time(b"not json", stored=None, received=300.0) == 300.0
+    at = dt.datetime(2026, 1, 1, 12, 0, 1, 250000).timestamp()
+    assert tail.stamp(at, now=at + 5) == "12:00:01.250"
+    assert tail.stamp(at, now=at + 2 * 86400) == "2026-01-01 12:00:01"
+
+
+def test_tail_stops_printing_at_count_and_at_a_closed_pipe() -> None:
+    import io
+
+    out = io.StringIO()
+    printer = tail.Printer(out, count=2)
+    for line in ("a", "b", "c"):
+        printer.write(line)
+    assert out.getvalue() == "a\nb\n" and printer.done.is_set()
+
+    class Closed(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError
+
+    printer = tail.Printer(Closed(), count=None)
+    printer.write("a")
+    printer.write("b")
+    assert printer.closed and printer.done.is_set() and printer.printed == 0
 
 
 def test_tail_formats_typed_events_for_people() -> None:
@@ -82,7 +123,7 @@ def test_gangs_are_waiting_running_or_done_by_their_pods() -> None:
     lone = Pod(namespace="t", name="solo", uid="s", scheduler_name="baton")
     view.apply(PodEvent(op="upsert", at=0.0, pod=lone))
     assert gang_states(view) == {"running": 1, "waiting": 2, "done": 1}
-    assert "gangs     waiting 2  running 1  done 1" in render(view, [], elapsed=0)
+    assert "gangs waiting 2  running 1  done 1" in text(summarize(view, [], title="", teams=None))
 
 
 def test_up_takes_named_workloads_and_refuses_a_missing_trace(
@@ -105,3 +146,25 @@ def test_bus_rates_are_messages_since_the_last_update() -> None:
     view.counts["k8s"] += 10
     update_rates(view, interval=2.0)
     assert view.rates == {"k8s": 5.0}
+
+
+def test_render_shows_quarantined_draining_and_withheld_nodes() -> None:
+    view = View()
+    marks = {
+        "n1": ((Taint(key=keys.UNHEALTHY),), {}),
+        "n2": ((Taint(key=keys.UNHEALTHY), Taint(key=keys.DRAINING, effect="NoExecute")), {}),
+        "n3": ((Taint(key=keys.UNHEALTHY), Taint(key=keys.DRAINING, effect="NoExecute")),
+               {keys.REMEDIATION: "reboot"}),
+        "n4": ((Taint(key=keys.PREFLIGHT),), {}),
+        "n5": ((), {}),
+    }  # fmt: skip
+    for name, (taints, labels) in marks.items():
+        node = Node(name=name, uid=name, taints=taints, labels=labels)
+        view.apply(NodeEvent(op="upsert", at=0.0, node=node))
+    view.record(Withheld(node="n5", at=1.0, would="quarantine", rail="rack", reason="full"))
+    view.record(Control(at=2.0, paused=True))
+    shown = text(summarize(view, [], title="baton up", teams=None))
+    assert ("health    quarantined 1 (n1)  draining 1 (n2)  remediating 1 (n3)  validating 1 (n4)"
+            "  withheld 1  not ready 0  cordoned 0  PAUSED") in shown  # fmt: skip
+    view.record(StateChanged(node="n5", at=3.0, state="healthy", previous="withheld", reason="ok"))
+    assert "withheld 0" in text(summarize(view, [], title="baton up", teams=None))

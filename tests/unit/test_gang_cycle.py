@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from libs.testing.builders import RACK, gang, node, pod, racks
-from proto.actions import ActionResult, CreatePod, EvictGang
-from proto.k8s import Node
+from libs.testing.builders import RACK, NodeBuilder, gang, node, pod, racks
+from proto.actions import ActionResult, EvictGang, RecreatePod
+from proto.k8s import Node, Toleration
 from proto.placement import GangRestarted
 from services.gang import core
 from tests.unit.gang_helpers import apply, binds, feed, finish, gangs_bound, make, tick, verdicts
@@ -131,9 +131,14 @@ def test_an_assumption_with_no_outcome_expires() -> None:
     assert len(binds(tick(state, 13.0))) == len(first) == 1
 
 
+def draining(n: NodeBuilder) -> NodeBuilder:
+    """What the health service does to a node it judged failed, after the checkpoint grace."""
+    return n.tainted("baton.io/unhealthy").tainted("baton.io/draining", "true", effect="NoExecute")
+
+
 NODE_FAILURES = [
-    ("NotReady", lambda n: n.not_ready()),
-    ("health taint", lambda n: n.tainted("baton.io/unhealthy", effect="NoSchedule")),
+    ("health drains it", draining),
+    ("health drains a NotReady node", lambda n: draining(n.not_ready())),
     ("NoExecute taint", lambda n: n.tainted("node.kubernetes.io/unreachable", effect="NoExecute")),
 ]
 
@@ -146,21 +151,58 @@ def test_a_failed_node_restarts_the_whole_gang(case: str, fail: object) -> None:
     apply(state, bind)
     victim = bind.bindings[0].node
     out = feed(state, [fail(node(victim, gpus=8)).build()], at=5.0)  # type: ignore[operator]
-    (evict,) = [o for o in out if isinstance(o, EvictGang)]
-    assert sorted(p.pod for p in evict.pods) == sorted(m.name for m in members)
+    assert not [o for o in out if isinstance(o, EvictGang)]  # every member is bare
     (restarted,) = [o for o in out if isinstance(o, GangRestarted)]
     assert (restarted.node, restarted.evicted, restarted.recreated) == (victim, 4, 4)
-    creates = [o for o in out if isinstance(o, CreatePod)]
-    assert sorted(c.pod.name for c in creates) == [f"job-{i}-r1" for i in range(4)]
+    recreates = [o for o in out if isinstance(o, RecreatePod)]
+    assert sorted((r.pod, r.uid) for r in recreates) == sorted((m.name, m.uid) for m in members)
+    assert {r.gang for r in recreates} == {"default/job"}
+    # No kubelet stops a pod on a NotReady node: that member's copy replaces it at once.
+    forced = {r.pod for r in recreates if r.grace_seconds == 0}
+    on_victim = {b.pod for b in bind.bindings if b.node == victim}
+    assert forced == (on_victim if "NotReady" in case else set())
+    assert all(r.grace_seconds is None for r in recreates if r.pod not in forced)
     # The same node event again does not restart twice.
     assert feed(state, [fail(node(victim, gpus=8)).build()], at=6.0) == []  # type: ignore[operator]
-    # Old members go, the new ones appear: placed again, off the failed node.
+    # Old members go, their copies appear under the same names: placed again, off the node.
     feed(state, [state.cluster.pods[f"default/{m.name}"] for m in members], at=7.0, op="delete")
-    new = [pod(c.pod.name, group="job", gpus=8) for c in creates]
-    feed(state, new, at=8.0)
+    copies = [msgspec.structs.replace(m, uid=f"copy-{m.uid}") for m in members]
+    feed(state, copies, at=8.0)
     (again,) = binds(tick(state, 9.0))
     assert victim not in {b.node for b in again.bindings}
-    assert len(again.bindings) == 4
+    assert sorted(b.uid for b in again.bindings) == sorted(c.uid for c in copies)
+
+
+HEALTHS_TO_JUDGE = [
+    ("NotReady", lambda n: n.not_ready()),
+    ("quarantined: the job may checkpoint", lambda n: n.tainted("baton.io/unhealthy")),
+    ("a NoExecute taint the pods tolerate", lambda n: n.tainted("x", effect="NoExecute")),
+]
+
+
+@pytest.mark.parametrize(("case", "change"), HEALTHS_TO_JUDGE, ids=[c[0] for c in HEALTHS_TO_JUDGE])
+def test_a_node_health_has_not_drained_restarts_nothing(case: str, change: object) -> None:
+    group, members = gang("job", 2, tolerations=(Toleration(key="x", operator="Exists"),))
+    state = make(flat(3), group, members)
+    bind = binds(tick(state, 1.0))[0]
+    apply(state, bind)
+    victim = bind.bindings[0].node
+    assert feed(state, [change(node(victim, gpus=8)).build()], at=5.0) == []  # type: ignore[operator]
+
+
+def test_the_gang_waits_for_every_old_member_to_go_before_placing_the_copies() -> None:
+    group, members = gang("job", 2)
+    state = make(flat(4), group, members)
+    bind = binds(tick(state, 1.0))[0]
+    apply(state, bind)
+    feed(state, [draining(node(bind.bindings[0].node)).build()], at=5.0)
+    first, second = (state.cluster.pods[f"default/{m.name}"] for m in members)
+    feed(state, [first], at=6.0, op="delete")
+    feed(state, [msgspec.structs.replace(members[0], uid="copy-0")], at=6.5)
+    assert binds(tick(state, 7.0)) == []  # the other old member still holds its node
+    feed(state, [second], at=8.0, op="delete")
+    feed(state, [msgspec.structs.replace(members[1], uid="copy-1")], at=8.5)
+    assert len(binds(tick(state, 9.0))) == 1
 
 
 def test_controller_owned_pods_are_evicted_but_not_recreated() -> None:
@@ -168,7 +210,29 @@ def test_controller_owned_pods_are_evicted_but_not_recreated() -> None:
     state = make(flat(2), group, members)
     bind = binds(tick(state, 1.0))[0]
     apply(state, bind)
-    out = feed(state, [node(bind.bindings[0].node).not_ready().build()], at=5.0)
+    out = feed(state, [draining(node(bind.bindings[0].node)).build()], at=5.0)
+    assert [type(o).__name__ for o in out] == ["EvictGang", "GangRestarted"]
+
+
+def test_a_mixed_gang_evicts_owned_and_opted_out_pods_and_recreates_bare_ones() -> None:
+    group, members = gang("job", 3)
+    owned = msgspec.structs.replace(members[0], labels={**members[0].labels, "job-name": "j"})
+    kept = msgspec.structs.replace(members[1], annotations={"baton.io/recreate": "false"})
+    state = make(flat(3), group, [owned, kept, members[2]])
+    apply(state, binds(tick(state, 1.0))[0])
+    out = feed(state, [draining(node("n000")).build()], at=5.0)
+    (evict,) = [o for o in out if isinstance(o, EvictGang)]
+    assert sorted(p.pod for p in evict.pods) == ["job-0", "job-1"]
+    assert [r.pod for r in out if isinstance(r, RecreatePod)] == ["job-2"]
+    (restarted,) = [o for o in out if isinstance(o, GangRestarted)]
+    assert (restarted.evicted, restarted.recreated) == (3, 1)
+
+
+def test_with_recreate_bare_pods_off_every_member_is_evicted() -> None:
+    group, members = gang("job", 2)
+    state = make(flat(2), group, members, policy=core.Policy(recreate_bare_pods=False))
+    apply(state, binds(tick(state, 1.0))[0])
+    out = feed(state, [draining(node("n000")).build()], at=5.0)
     assert [type(o).__name__ for o in out] == ["EvictGang", "GangRestarted"]
 
 
@@ -179,7 +243,8 @@ def test_a_deleted_node_restarts_its_gang() -> None:
     apply(state, bind)
     gone = state.cluster.nodes[bind.bindings[1].node].node
     out = feed(state, [gone], at=5.0, op="delete")
-    assert any(isinstance(o, EvictGang) for o in out)
+    grace = {r.pod: r.grace_seconds for r in out if isinstance(r, RecreatePod)}
+    assert grace == {bind.bindings[1].pod: 0, bind.bindings[0].pod: None}
 
 
 def test_with_admission_required_only_admitted_gangs_are_placed() -> None:

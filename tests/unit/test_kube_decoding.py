@@ -15,6 +15,7 @@ from libs.kube.kinds import (
     Failure,
     decode_status,
 )
+from libs.kube.slimming import kept_annotations
 from proto import k8s
 from proto.codec import Undecodable
 
@@ -141,6 +142,14 @@ def test_node_decodes_with_ready_taints_and_allocatable() -> None:
     assert NODES.key(node) == "gpu-1.rack-1"
 
 
+def test_node_carries_batons_annotations_only() -> None:
+    notes = {"baton.io/health": '{"state":"healthy"}', "node.alpha.kubernetes.io/ttl": "0"}
+    raw = {**NODE, "metadata": {**NODE["metadata"], "annotations": notes}}
+    change = NODES.decode_watch_line(line("MODIFIED", raw))
+    assert isinstance(change, Change) and isinstance(change.obj, k8s.Node)
+    assert change.obj.annotations == {"baton.io/health": '{"state":"healthy"}'}
+
+
 def test_node_without_ready_true_is_not_ready() -> None:
     raw = {**NODE, "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
     change = NODES.decode_watch_line(line("MODIFIED", raw))
@@ -237,3 +246,19 @@ def test_status_bodies() -> None:
     ).expired
     failure = decode_status(b"<html>bad gateway</html>", http_status=502)
     assert failure.code == 502 and "bad gateway" in failure.message
+
+
+@pytest.mark.parametrize(
+    ("key", "kept"),
+    [
+        ("baton.io/admitted", True),
+        ("sim.baton.io/duration", True),
+        ("kubernetes.io/egress-bandwidth", True),
+        ("kubernetes.io/ingress-bandwidth", True),
+        ("notbaton.io/x", False),  # only baton.io and its subdomains are Baton's
+        ("baton.io", False),  # no slash: not a prefixed key
+        ("kubectl.kubernetes.io/last-applied-configuration", False),
+    ],
+)
+def test_only_batons_and_the_bandwidth_annotations_travel(key: str, kept: bool) -> None:
+    assert (key in kept_annotations({key: "v"})) is kept

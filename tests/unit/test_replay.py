@@ -10,63 +10,108 @@ import pytest
 
 from libs.testing.builders import gang, node
 from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
-from proto.placement import GangPlaced, GangUnschedulable
-from proto.ticks import GangPolicy, RecordedPolicy, RecordedTick
+from proto.placement import GangPlaced, GangPolicy, GangUnschedulable
+from proto.runner import Started, Tick
 from services.cli import recording, replay
-from services.cli.services import SERVICES, gang_inputs
+from services.cli.services import replayable
 from services.gang import core
 
 pytestmark = pytest.mark.unit
-GANG = SERVICES["gang"]
+GANG = replayable()["gang"]
 
 
 class Line(msgspec.Struct, kw_only=True, omit_defaults=True):
     subject: str = ""
     stream: str = ""
     seq: int = 0
+    hseq: int = 0
     data: Any
 
 
-def session() -> list[Line]:
-    """Two 8-GPU nodes; ``big`` wants 16-GPU pods (no node has them), ``job7`` two 8-GPU pods.
-    K8S seqs 1..8, then a tick that saw all of them (EVENTS seq 1)."""
+def k8s_subject(event: Any) -> str:
+    match event:
+        case NodeEvent(node=n):
+            return f"baton.c1.k8s.node.{n.name}"
+        case PodGroupEvent(pod_group=g):
+            return f"baton.c1.k8s.podgroup.{g.namespace}.{g.name}"
+        case PodEvent(pod=p):
+            return f"baton.c1.k8s.pod.{p.namespace}.{p.name}"
+    raise TypeError(event)
+
+
+def objects() -> list[Any]:
+    """Two 8-GPU nodes; ``big`` wants 16-GPU pods (no node has them), ``job7`` two 8-GPU pods."""
     big_group, big_pods = gang("big", 1, gpus=16, created_at=1.0)
     job_group, job_pods = gang("job7", 2, gpus=8, created_at=2.0)
     rack = {"topology.kubernetes.io/zone": "z", "baton.io/block": "b", "baton.io/rack": "r1"}
-    events: list[Any] = [
+    return [
         NodeEvent(op="upsert", at=100.0, node=node("n1").with_labels(rack).build()),
         NodeEvent(op="upsert", at=100.0, node=node("n2").with_labels(rack).build()),
         PodGroupEvent(op="upsert", at=101.0, pod_group=big_group),
         PodGroupEvent(op="upsert", at=101.0, pod_group=job_group),
         *(PodEvent(op="upsert", at=102.0, pod=p) for p in big_pods + job_pods),
     ]
-    lines = [
-        Line(subject="baton.c1.k8s.x", stream="BATON_C1_K8S", seq=i, data=e)
-        for i, e in enumerate(events, 1)
-    ]
-    tick = RecordedTick(at=103.0, k8s_seq=len(events))
-    lines.append(
-        Line(subject="baton.c1.placement.tick", stream="BATON_C1_EVENTS", seq=1, data=tick)
-    )
-    return lines
+
+
+class History:
+    """A HISTORY being written: each line gets the next HISTORY seq, K8S lines their K8S seq."""
+
+    def __init__(self) -> None:
+        self.lines: list[Line] = []
+        self.k8s = 0
+
+    def k8s_event(self, event: Any) -> None:
+        self.k8s += 1
+        self.add(k8s_subject(event), event, stream="BATON_C1_K8S", seq=self.k8s)
+
+    def add(
+        self, subject: str, event: Any, *, stream: str = "BATON_C1_EVENTS", seq: int = 0
+    ) -> None:
+        hseq = len(self.lines) + 1
+        self.lines.append(
+            Line(subject=subject, stream=stream, seq=seq or hseq, hseq=hseq, data=event)
+        )
+
+    def start(self, service: str = "gang", *, policy: Any = None, at: float = 99.0) -> None:
+        """A start that saw everything so far (its snapshot and cut are the current ends)."""
+        given = msgspec.to_builtins(policy) if policy is not None else {}
+        started = Started(service=service, at=at, k8s_seq=self.k8s,
+                          history_seq=len(self.lines), policy=given)  # fmt: skip
+        self.add(f"baton.c1.runner.started.{service}", started, stream="BATON_C1_RUNNER")
+
+    def tick(self, at: float, service: str = "gang") -> None:
+        self.add(
+            f"baton.c1.runner.tick.{service}",
+            Tick(at=at, service=service),
+            stream="BATON_C1_RUNNER",
+        )
+
+
+def session(*, policy: Any = None) -> list[Line]:
+    """The objects, then the gang service starts (its snapshot holds them all), a tick."""
+    h = History()
+    for event in objects():
+        h.k8s_event(event)
+    h.start(policy=policy)
+    h.tick(103.0)
+    return h.lines
 
 
 def with_decisions(lines: list[Line]) -> list[Line]:
-    """Add what a gang service would have published: its core's outputs, in EVENTS order."""
-    state, seq, out = core.initial(), 1, list(lines)
+    """Add what a gang service would have published: its core's outputs, in order."""
+    state, out = core.initial(), list(lines)
     for line in lines:
-        event = core.Tick(at=line.data.at) if isinstance(line.data, RecordedTick) else line.data
-        state, outputs = core.step(state, event, line.data.at)
+        if isinstance(line.data, Started):
+            continue
+        state, outputs = core.step(state, line.data, line.data.at)
         for o in outputs:
+            hseq = len(out) + 1
             if isinstance(o, GangPlaced | GangUnschedulable):
-                seq += 1
-                out.append(
-                    Line(subject="baton.c1.placement.x", stream="BATON_C1_EVENTS", seq=seq, data=o)
-                )
+                out.append(Line(subject="baton.c1.placement.x", stream="BATON_C1_EVENTS",
+                                seq=hseq, hseq=hseq, data=o))  # fmt: skip
             else:
-                out.append(
-                    Line(subject="baton.c1.action.x", stream="BATON_C1_ACTIONS", seq=1, data=o)
-                )
+                out.append(Line(subject="baton.c1.action.x", stream="BATON_C1_ACTIONS",
+                                seq=hseq, hseq=hseq, data=o))  # fmt: skip
     return out
 
 
@@ -80,7 +125,7 @@ def test_a_hand_built_recording_replays_to_the_expected_decisions(tmp_path: Path
     records = recording.read(
         write(tmp_path / "s.jsonl", session()), types=GANG.types, tags=GANG.tags
     )
-    run = replay.replay(GANG, records, state=core.initial())
+    run = replay.replay(GANG, GANG.segments(records))
     placed = [d.event for d in run.decisions if isinstance(d.event, GangPlaced)]
     waiting = [d.event for d in run.decisions if isinstance(d.event, GangUnschedulable)]
     assert [p.gang for p in placed] == ["default/job7"]
@@ -88,7 +133,7 @@ def test_a_hand_built_recording_replays_to_the_expected_decisions(tmp_path: Path
     assert [w.gang for w in waiting] == ["default/big"]
     assert "no ready node matches" in waiting[0].reason
     assert [type(a.event).__name__ for a in run.actions] == ["BindGang"]
-    assert all(d.cause.line == 8 for d in run.decisions)  # the tick's line
+    assert all(d.cause.line == 9 for d in run.decisions)  # the tick's line
 
 
 def test_the_cli_prints_one_line_per_decision_and_the_speed(
@@ -99,7 +144,7 @@ def test_the_cli_prints_one_line_per_decision_and_the_speed(
     assert any("placed default/job7: 2 pods in baton.io/rack=r1" in line for line in out)
     assert any("unschedulable default/big: no ready node" in line for line in out)
     assert any("-> bind-gang default/job7" in line for line in out)
-    assert "replayed 8 inputs (1 ticks; order: ticks placed by stream sequence)" in out[-1]
+    assert "replayed 8 inputs (1 ticks; order: as the live runner fed them (1 run(s)" in out[-1]
     assert "events/s" in out[-1] and "real time (recorded span 3.0 s" in out[-1]
 
 
@@ -150,7 +195,7 @@ def test_bare_payload_lines_as_baton_tail_prints_them_replay_in_file_order(
     path = write(tmp_path / "tail.jsonl", session(), bare=True)
     assert replay.run(["--from", str(path), "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "order: file order (no stream sequences)" in out
+    assert "order: recorded order (no start record" in out
     assert "-> 2 decisions, 1 actions" in out
 
 
@@ -160,7 +205,7 @@ def test_bare_payload_lines_as_baton_tail_prints_them_replay_in_file_order(
         (b"not json at all", "s.jsonl:3: not a JSON line"),
         (b'{"foo": 1}', "s.jsonl:3: neither an envelope"),
         (b'{"type": "k8s.pod.v1", "op": "upsert"}', "s.jsonl:3: bad k8s.pod.v1 event"),
-        (b'{"subject": "x", "data": {"type": "gang.tick.v1"}}', "s.jsonl:3: bad gang.tick.v1"),
+        (b'{"subject": "x", "data": {"type": "runner.tick.v1"}}', "s.jsonl:3: bad runner.tick"),
     ],
 )
 def test_a_bad_line_is_an_error_naming_its_line(
@@ -177,40 +222,50 @@ def test_events_of_other_services_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(other + write(tmp_path / "x.jsonl", session()).read_bytes())
     records = recording.read(path, types=GANG.types, tags=GANG.tags)
-    assert len(records) == 8 and records[0].line == 2
+    assert len(records) == 9 and records[0].line == 2
 
 
-def test_each_tick_is_fed_after_exactly_the_inputs_it_had_seen() -> None:
-    """HISTORY copies K8S and EVENTS independently: a pod may sit before a tick in the
-    file although the tick did not see it. The tick's k8s_seq places it."""
-    pod = PodEvent(op="upsert", at=1.0, pod=gang("g", 1)[1][0])
-    records = [
-        recording.Record(line=1, subject="", stream="BATON_C1_K8S", seq=1, event=pod),
-        recording.Record(line=2, subject="", stream="BATON_C1_K8S", seq=2, event=pod),
-        recording.Record(
-            line=3,
-            subject="",
-            stream="BATON_C1_EVENTS",
-            seq=1,
-            event=RecordedTick(at=2.0, k8s_seq=1),
-        ),
-        recording.Record(
-            line=4,
-            subject="",
-            stream="BATON_C1_EVENTS",
-            seq=2,
-            event=RecordedTick(at=3.0, k8s_seq=2),
-        ),
-    ]
-    feed, order = gang_inputs(records)
-    assert [r.line for r in feed] == [1, 3, 2, 4]
-    assert order == "ticks placed by stream sequence"
+def test_the_feed_is_the_snapshot_then_history_after_the_cut_without_repeats() -> None:
+    """The gang starts after n1 (K8S 1) and n2 (K8S 2) are stored, but HISTORY had copied
+    only n1 when the start cut it: n2 then reaches HISTORY after the cut. The snapshot
+    already held n2, so it is not fed twice; n2's next version is."""
+    n1, n2 = (e for e in objects() if isinstance(e, NodeEvent))
+    h = History()
+    h.k8s_event(n1)
+    h.k8s += 1  # n2 is in K8S (seq 2) ...
+    started = Started(service="gang", at=1.0, k8s_seq=2, history_seq=1)
+    h.add("baton.c1.runner.started.gang", started, stream="BATON_C1_RUNNER")
+    h.add("baton.c1.k8s.node.n2", n2, stream="BATON_C1_K8S", seq=2)  # ... copied late
+    h.k8s_event(msgspec.structs.replace(n2, at=5.0))  # K8S 3: n2 changed again
+    records = list(recording.parse(
+        (msgspec.json.encode(line) for line in h.lines), types=GANG.types, tags=GANG.tags
+    ))  # fmt: skip
+    (segment,) = GANG.segments(records)
+    fed = [(r.subject.rsplit(".", 1)[1], r.seq, r.event.at) for r in segment.feed]
+    assert fed == [("n1", 1, 100.0), ("n2", 2, 100.0), ("n2", 3, 5.0)]
+    assert [r.line for r in segment.feed] == [1, 3, 4]  # snapshot: n1 and n2 from line 3
+
+
+def test_each_run_of_a_service_starts_from_a_fresh_core(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = session()
+    h = History()
+    h.lines, h.k8s = list(lines), 7
+    h.start(at=200.0)  # a restart: the new run's snapshot holds every object again
+    h.tick(203.0)
+    records = recording.read(write(tmp_path / "s.jsonl", h.lines), types=GANG.types, tags=GANG.tags)
+    segments = GANG.segments(records)
+    assert [len(s.feed) for s in segments] == [8, 8]  # 7 objects and a tick, twice
+    run = replay.replay(GANG, segments)
+    placed = [d.event.gang for d in run.decisions if isinstance(d.event, GangPlaced)]
+    assert placed == ["default/job7", "default/job7"]  # each run decided it afresh
 
 
 def test_missing_k8s_messages_are_reported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    lines = [ln for ln in session() if ln.seq not in (3, 4)]
+    lines = [ln for ln in session() if not (ln.stream == "BATON_C1_K8S" and ln.seq in (3, 4))]
     assert replay.run(["--from", str(write(tmp_path / "s.jsonl", lines)), "--quiet"]) == 0
     assert "lacks 2 K8S messages (seq 3-4)" in capsys.readouterr().out
 
@@ -218,14 +273,14 @@ def test_missing_k8s_messages_are_reported(
 def test_admission_replay_admits_within_quota_and_queues_beyond_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = write(tmp_path / "s.jsonl", session())
+    path = write(tmp_path / "s.jsonl", session())  # no admission start: defaults, file order
     assert replay.run(["--from", str(path), "--service", "admission"]) == 0
     out = capsys.readouterr().out
     # The default team owns both nodes: 16 GPUs. big (16) is admitted, job7 waits.
     assert "admission.admitted.v1 gang=default/big" in out
     assert "gang=default/job7 team=default reason=team 'default' uses 16 of its 16 GPU" in out
     assert "action.annotate.v1 kind=PodGroup namespace=default name=big" in out
-    assert "order: K8S stream order" in out
+    assert "order: recorded order (no start record" in out
 
 
 def test_replay_decides_under_the_recorded_policy_unless_settings_say_otherwise(
@@ -233,21 +288,38 @@ def test_replay_decides_under_the_recorded_policy_unless_settings_say_otherwise(
 ) -> None:
     """job7 is not admitted: a service that required admission placed nothing, so
     replay must too; a what-if without the gate places it."""
-    gated = RecordedPolicy(at=99.0, policy=GangPolicy(require_admission=True))
-    lines = [Line(subject="baton.c1.placement.policy", stream="BATON_C1_EVENTS", data=gated)]
-    path = write(tmp_path / "s.jsonl", lines + session())
+    path = write(tmp_path / "s.jsonl", session(policy=GangPolicy(require_admission=True)))
     records = recording.read(path, types=GANG.types, tags=GANG.tags)
 
     monkeypatch.delenv("BATON_GANG_REQUIRE_ADMISSION", raising=False)
-    state, source = replay.initial_state(GANG, records, settings=None, teams="")
-    assert source == "as recorded by the live service"
-    placed = [d for d in replay.replay(GANG, records, state=state).decisions
-              if isinstance(d.event, GangPlaced)]  # fmt: skip
-    assert placed == []
+    policy, source = replay.what_if(GANG, settings=None)
+    assert policy is None and source.startswith("as recorded by the live service")
+    run = replay.replay(GANG, GANG.segments(records), policy=policy)
+    assert [d for d in run.decisions if isinstance(d.event, GangPlaced)] == []
 
     monkeypatch.setenv("BATON_GANG_REQUIRE_ADMISSION", "0")
-    state, source = replay.initial_state(GANG, records, settings=None, teams="")
+    policy, source = replay.what_if(GANG, settings=None)
     assert source.endswith("(what-if: not as recorded)")
-    placed = [d for d in replay.replay(GANG, records, state=state).decisions
-              if isinstance(d.event, GangPlaced)]  # fmt: skip
+    run = replay.replay(GANG, GANG.segments(records), policy=policy)
+    placed = [d for d in run.decisions if isinstance(d.event, GangPlaced)]
     assert [d.event.gang for d in placed] == ["default/job7"]
+
+
+def test_outputs_are_compared_stream_by_stream() -> None:
+    """HISTORY copies two streams in no order between them: a decision stored in EVENTS may
+    sit before one stored in LIMITS although the core made it after. Within one stream the
+    order is the publish order, and a swap there is a divergence."""
+    a, b, c = (GangPlaced(gang=f"default/{n}", at=1.0, action_id=n, bindings=()) for n in "abc")
+    cause = recording.Record(line=1, subject="", stream="", seq=0, event=a)
+
+    def rec(event: Any, stream: str, position: int) -> recording.Record:
+        return recording.Record(line=position, subject="", stream=stream, seq=position,
+                                event=event, hseq=position)  # fmt: skip
+
+    streams = {a: "EVENTS", b: "LIMITS", c: "LIMITS"}
+    replayed = [replay.Output(e, cause, i) for i, e in enumerate((a, b, c))]
+    across = [rec(b, "LIMITS", 1), rec(c, "LIMITS", 2), rec(a, "EVENTS", 3)]
+    assert replay.first_divergence("decision", across, replayed, stream_of=streams.get) is None
+    within = [rec(c, "LIMITS", 1), rec(b, "LIMITS", 2), rec(a, "EVENTS", 3)]
+    found = replay.first_divergence("decision", within, replayed, stream_of=streams.get)
+    assert found is not None and found.recorded is not None and found.recorded.event == c

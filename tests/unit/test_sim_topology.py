@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.simcluster import faults, quantities, spec, topology
+from services.simcluster import conditions, quantities, spec, topology
 
 pytestmark = pytest.mark.unit
 
@@ -80,7 +80,7 @@ def test_node_object_reports_gpus_labels_and_ready() -> None:
     assert alloc["nvidia.com/gpu"] == 8
     assert alloc["rdma/ib"] == 4
     assert alloc["cpu"] == 192_000
-    assert faults.is_ready(node)
+    assert conditions.is_ready(node)
 
 
 def test_machine_deployment_per_pool() -> None:
@@ -95,25 +95,20 @@ def test_machine_deployment_per_pool() -> None:
 def test_faults_set_and_heal_conditions_and_annotations() -> None:
     s = spec.default_spec(1)
     node = topology.node_object(s, pool=s.pools[0], slot=0, ordinal=1)
-    faults.apply(node, faults.not_ready())
-    assert not faults.is_ready(node)
-    faults.apply(node, faults.gpu_fault(xid=79, gpu=3))
+    conditions.apply(node, conditions.not_ready())
+    assert not conditions.is_ready(node)
+    conditions.apply(node, conditions.gpu_fault(xid=79, gpu=3))
     gpu = next(c for c in node["status"]["conditions"] if c["type"] == "GPUHealthy")
     assert (gpu["status"], gpu["reason"]) == ("False", "Xid79")
+    assert gpu["message"] == "GPU 3: Xid 79: GPU has fallen off the bus"
     assert node["metadata"]["annotations"]["sim.baton.io/gpu-fault"] == "xid=79,gpu=3"
-    faults.apply(node, faults.ready())
-    faults.apply(node, faults.gpu_heal())
-    assert faults.is_ready(node)
+    conditions.apply(node, conditions.ready())
+    conditions.apply(node, conditions.gpu_heal())
+    assert conditions.is_ready(node)
     assert "sim.baton.io/gpu-fault" not in node["metadata"]["annotations"]
     assert len([c for c in node["status"]["conditions"] if c["type"] == "Ready"]) == 1
     with pytest.raises(ValueError, match="xid"):
-        faults.gpu_fault(xid=12345)
-
-
-def test_fault_patches_delete_the_annotation_on_heal() -> None:
-    metadata, status = faults.patches(faults.gpu_heal(), {"status": {"conditions": []}})
-    assert metadata == {"metadata": {"annotations": {"sim.baton.io/gpu-fault": None}}}
-    assert status["status"]["conditions"][0]["type"] == "GPUHealthy"
+        conditions.gpu_fault(xid=12345)
 
 
 @pytest.mark.parametrize(
@@ -125,10 +120,20 @@ def test_fault_patches_delete_the_annotation_on_heal() -> None:
         ("memory", "1Gi", 2**30),
         ("memory", "1G", 10**9),
         ("nvidia.com/gpu", "8", 8),
+        ("memory", "1e3", 1000),  # the forms the old simcluster-only parser refused
+        ("memory", "1.5Ki", 1536),
+        ("cpu", "100n", 1),  # rounded up, as the API server's MilliValue does
     ],
 )
 def test_quantities(name: str, value: str, expected: int) -> None:
     assert quantities.parse(name, value) == expected
+
+
+def test_a_bad_quantity_names_the_resource() -> None:
+    from libs.kube.quantities import InvalidQuantity
+
+    with pytest.raises(InvalidQuantity, match="memory: '1Zi' is not a Kubernetes quantity"):
+        quantities.parse("memory", "1Zi")
 
 
 def test_pod_requests_take_limits_for_missing_requests() -> None:

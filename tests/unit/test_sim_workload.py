@@ -89,3 +89,40 @@ def test_synthetic_is_deterministic_per_seed() -> None:
     assert {j.team for j in a} == {"a", "b", "c"}
     assert any(j.gpus > 8 for j in a)
     assert any(j.gpus == 1 for j in a)
+
+
+def test_synthetic_load_scales_with_the_cluster() -> None:
+    small = workload.arrival_interval(gpus=512, load=0.9, median_duration_s=1800)
+    large = workload.arrival_interval(gpus=60_000, load=0.9, median_duration_s=1800)
+    assert small / large == pytest.approx(60_000 / 512)
+    # Little's law over a long stretch: the offered GPU-seconds match the load asked for
+    jobs = list(workload.synthetic_jobs(seed=3, count=40_000, gpus=4096, load=0.9))
+    steady = [j for j in jobs if j.submit_s > 0]
+    span = steady[-1].submit_s - steady[0].submit_s
+    offered = sum(j.gpus * j.duration_s for j in steady) / span
+    assert offered / 4096 == pytest.approx(0.9, rel=0.1)
+
+
+def test_synthetic_starts_with_the_cluster_already_busy() -> None:
+    jobs = list(workload.synthetic_jobs(seed=3, count=2_000, gpus=4096, load=0.5))
+    at_once = [j for j in jobs if j.submit_s == 0]
+    assert 2048 <= sum(j.gpus for j in at_once) < 2048 + 128
+    assert jobs[len(at_once)].submit_s > 0
+    legacy = list(workload.synthetic_jobs(seed=3, count=3))  # no gpus: the old pace
+    assert legacy[0].submit_s == 0 and legacy[1].submit_s > 0
+
+
+def job(job_id: str, submit_s: float, duration_s: float) -> Job:
+    return Job(job_id=job_id, submit_s=submit_s, gpus=1, duration_s=duration_s, team="a")
+
+
+def test_a_trace_starts_where_its_jobs_are() -> None:
+    quiet = [job("early", 0, 10), job("long", 100, 5_000)]
+    busy = [job(f"b{i}", 1_000 + i, 60) for i in range(30)]
+    out = trace.from_busy_start([*busy, *quiet], window_s=100, min_jobs=20)
+    assert out[0] == job("long", 0.0, 4_100.0)  # still running at the busy start: remains
+    assert "early" not in {j.job_id for j in out}  # finished before: dropped
+    assert [j.submit_s for j in out[1:4]] == [0.0, 1.0, 2.0]
+    assert trace.from_busy_start(quiet, window_s=100) == quiet  # never busy: as it is
+    sample = trace.from_busy_start(trace.read(trace.sample_path()))
+    assert len(sample) == 2000 and sample[-1].submit_s < 2 * 86_400  # not 21 days

@@ -8,12 +8,10 @@ reclaim borrowed GPUs) and admission events saying what was decided and why.
 
 from __future__ import annotations
 
-import msgspec
-
+from proto import keys
 from proto.actions import AnyAction
-from proto.admission import AnyAdmissionEvent, GangQueued, GangReleased
+from proto.admission import AnyAdmissionEvent, GangQueued, GangReleased, TeamsLoaded
 from proto.k8s import (
-    GPU,
     SCHEDULER_NAME,
     EndpointSliceEvent,
     NodeEvent,
@@ -23,20 +21,11 @@ from proto.k8s import (
     PodGroupEvent,
 )
 from services.admission.core import nodes, queueing
-from services.admission.core.gangs import ADMITTED, BORROWING, GPUS_PER_POD, Gang, Member
+from services.admission.core.gangs import Gang, Member
 from services.admission.core.state import State
 from services.admission.teams import DEFAULT, TeamConfig
 
 __all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step"]
-
-
-class TeamsLoaded(
-    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="admission.teams-loaded.v1"
-):
-    """The team config was (re)read and validated by the shell."""
-
-    config: TeamConfig
-    at: float
 
 
 Input = NodeEvent | PodEvent | PodGroupEvent | EndpointSliceEvent | TeamsLoaded
@@ -50,11 +39,9 @@ def initial(config: TeamConfig = DEFAULT) -> State:
 
 
 def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, ...]]:
-    """Decide on one event. ``state`` is never changed: the new state is a copy on write
-    of it, so a caller may drop the result (outputs not published) and step again."""
+    """Decide on one event, changing ``state`` in place; returns it with the outputs."""
     if not _relevant(event):
         return state, ()
-    state = state.fork()
     outputs: list[Output] = []
     match event:
         case NodeEvent(op="upsert", node=node):
@@ -91,29 +78,29 @@ def _load(state: State, config: TeamConfig) -> None:
 def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> list[Output]:
     known = state.gangs.get(group.key)
     if deleted:
-        return _forget(state, state.edit(group.key), now) if known is not None else []
-    per_pod = _int_annotation(group.annotations.get(GPUS_PER_POD))
-    min_member = max(1, group.min_member)
+        return _forget(state, known, now) if known is not None else []
+    per_pod = _int_annotation(group.annotations.get(keys.GPUS_PER_POD))
+    min_member, min_gpus = max(1, group.min_member), group.min_resources.get(keys.GPU, 0)
     if known is not None:
-        if (known.min_member, known.gpus_per_pod) == (min_member, per_pod):
-            return _changed(state, known, now)
-        gang = state.edit(group.key)
-        gang.min_member, gang.gpus_per_pod = min_member, per_pod
-        return _changed(state, gang, now)
+        known.min_member, known.gpus_per_pod, known.min_gpus = min_member, per_pod, min_gpus
+        known.api, known.carrier = group.api, ""  # the group object carries the marks now
+        return _changed(state, known, now)
     gang = Gang(
         key=group.key,
         team=state.team_of(group.namespace),
         min_member=min_member,
         created_at=group.created_at or now,
         gpus_per_pod=per_pod,
-        members=state.take_pending(group.key),
+        members=state.pending_pods.pop(group.key, {}),
+        min_gpus=min_gpus,
+        api=group.api,
     )
     return _new_gang(state, gang, group.annotations, now)
 
 
 def _new_gang(state: State, gang: Gang, marks: dict[str, str], now: float) -> list[Output]:
     """Queue a gang seen for the first time, or adopt it if it was admitted before a restart."""
-    state.add_gang(gang)
+    state.gangs[gang.key] = gang
     if not gang.team:
         gang.reason = f"namespace {gang.namespace!r} belongs to no team in the team config"
         return [
@@ -121,9 +108,9 @@ def _new_gang(state: State, gang: Gang, marks: dict[str, str], now: float) -> li
                 at=now, gang=gang.key, team="", reason=gang.reason, position=0, gpus=gang.gpus
             )
         ]
-    if marks.get(ADMITTED) == "true":  # admitted before a restart: adopt
+    if marks.get(keys.ADMITTED) == "true":  # admitted before a restart: adopt
         gang.admitted = True
-        state.hold(gang, gang.gpus, borrowing=marks.get(BORROWING) == "true")
+        state.hold(gang, gang.gpus, borrowing=marks.get(keys.BORROWING) == "true")
         return []
     state.enqueue(gang)
     return [queueing.queued(state, gang, now)]
@@ -132,20 +119,22 @@ def _new_gang(state: State, gang: Gang, marks: dict[str, str], now: float) -> li
 def _pod(state: State, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
     key = f"{pod.namespace}/{pod.gang}"
     known = state.gangs.get(key)
-    have = known.members if known is not None else state.pending_pods.get(key, {})
+    if known is None and not deleted and _counted(pod):
+        return _objectless(state, pod, now)
+    if known is not None and known.carrier:
+        return _carried(state, known, pod, now, deleted=deleted)
+    members = known.members if known is not None else state.pending_pods.setdefault(key, {})
     member = None if deleted else _member(pod)
-    if have.get(pod.name) == member:
-        return [] if known is None else _changed(state, known, now)
-    members = state.w_members(key) if known is not None else state.w_pending(key)
-    if member is None:
-        members.pop(pod.name, None)
-    else:
-        members[pod.name] = member
+    if members.get(pod.name) != member:
+        if member is None:
+            members.pop(pod.name, None)
+        else:
+            members[pod.name] = member
     if known is None:
         if not members:
-            state.take_pending(key)
+            del state.pending_pods[key]
         return []
-    return _changed(state, state.gangs[key], now)
+    return _changed(state, known, now)
 
 
 def _lone(state: State, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
@@ -154,7 +143,7 @@ def _lone(state: State, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
     if known is not None and not known.lone:
         return []  # a PodGroup of the same name holds the key
     if deleted:
-        return _forget(state, state.edit(pod.key), now) if known is not None else []
+        return _forget(state, known, now) if known is not None else []
     member = _member(pod)
     if known is None:
         if pod.phase in ("Succeeded", "Failed") or pod.terminating:
@@ -168,14 +157,61 @@ def _lone(state: State, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
             lone=True,
         )
         return _new_gang(state, gang, pod.annotations, now)
-    if known.members.get(pod.name) != member:
-        state.w_members(pod.key)[pod.name] = member
-    return _changed(state, state.gangs[pod.key], now)
+    known.members[pod.name] = member
+    return _changed(state, known, now)
+
+
+def _counted(pod: Pod) -> bool:
+    """A Baton pod whose group has no object but says its own size (Kueue's total
+    count, Volcano's group-min-member): the pods are the gang."""
+    return (
+        pod.group is not None
+        and pod.group.min_member > 0
+        and pod.scheduler_name == SCHEDULER_NAME
+        and pod.phase not in ("Succeeded", "Failed")
+        and not pod.terminating
+    )
+
+
+def _objectless(state: State, pod: Pod, now: float) -> list[Output]:
+    """The first member of a gang without a group object: it carries the gang's marks."""
+    assert pod.group is not None
+    key = f"{pod.namespace}/{pod.gang}"
+    members = state.pending_pods.pop(key, {})
+    members[pod.name] = _member(pod)
+    gang = Gang(
+        key=key,
+        team=state.team_of(pod.namespace),
+        min_member=pod.group.min_member,
+        created_at=pod.created_at or now,
+        members=members,
+        carrier=pod.name,
+    )
+    return _new_gang(state, gang, pod.annotations, now)
+
+
+def _carried(state: State, gang: Gang, pod: Pod, now: float, *, deleted: bool) -> list[Output]:
+    """A member of a gang without a group object changed. The gang goes with its last
+    member; an admitted gang whose carrier left has its marks put on another member."""
+    if deleted:
+        gang.members.pop(pod.name, None)
+    else:
+        gang.members[pod.name] = _member(pod)
+        if pod.group is not None and pod.group.min_member:
+            gang.min_member = max(gang.min_member, pod.group.min_member)
+    if not gang.members:
+        return _forget(state, gang, now)
+    outputs: list[Output] = []
+    if gang.carrier not in gang.members:
+        gang.carrier = min(gang.members)
+        if gang.admitted:
+            outputs.append(queueing.remark(gang, now))
+    return outputs + _changed(state, gang, now)
 
 
 def _member(pod: Pod) -> Member:
     return Member(
-        gpus=pod.requests.get(GPU, 0),
+        gpus=pod.requests.get(keys.GPU, 0),
         priority=pod.priority,
         phase=pod.phase,
         uid=pod.uid,
@@ -187,23 +223,22 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
     """A gang's demand, priority or members changed: re-account, finish, or re-queue it."""
     if gang.admitted:
         if gang.held != gang.gpus:
-            gang = state.edit(gang.key)
             state.hold(gang, gang.gpus)
         members = gang.members.values()
         if len(gang.members) >= gang.min_member and all(
             m.phase in ("Succeeded", "Failed") for m in members
         ):
-            return _release(state, state.edit(gang.key), now, finished=True)
+            return _release(state, gang, now, finished=True)
         return []
     if gang.team and not gang.finished and gang.qkey != queueing.queue_key(gang):
-        state.enqueue(state.edit(gang.key))  # its priority changed: move it
+        state.enqueue(gang)  # its priority changed: move it
     return []
 
 
 def _forget(state: State, gang: Gang, now: float) -> list[Output]:
     outputs = _release(state, gang, now, finished=True) if gang.admitted else []
     state.dequeue(gang)
-    state.drop_gang(gang.key)
+    del state.gangs[gang.key]
     return outputs
 
 
@@ -217,11 +252,10 @@ def _release(state: State, gang: Gang, now: float, *, finished: bool) -> list[Ou
 
 def _rehome_gangs(state: State) -> None:
     """Namespaces may have moved between teams: move gangs (admitted ones keep running)."""
-    for known in sorted(state.gangs.values(), key=lambda g: g.key):
-        team = state.team_of(known.namespace)
-        if team == known.team:
+    for gang in sorted(state.gangs.values(), key=lambda g: g.key):
+        team = state.team_of(gang.namespace)
+        if team == gang.team:
             continue
-        gang = state.edit(known.key)
         if gang.admitted:
             held, borrowing = gang.held, gang.borrowed > 0
             state.hold(gang, 0)

@@ -1,14 +1,12 @@
 """Gangs as the admission core sees them: a PodGroup (or a lone pod) and its member pods,
-the marks admission puts on them, and their order in a team's queue."""
+what they hold against their team's quota, and their order in the team's queue."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
 
-ADMITTED = "baton.io/admitted"
-BORROWING = "baton.io/borrowing"
-GPUS_PER_POD = "baton.io/gpus-per-pod"
+from proto.k8s import PLUGINS_API
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,37 +35,20 @@ class Gang:
     reason: str = ""  # last published queue reason
     qkey: tuple[int, float, str] | None = None  # its entry in the team's queue, when queued
     lone: bool = False  # a pod with schedulerName baton and no PodGroup: a gang of one
-
-    def copy(self) -> Gang:
-        """A shallow copy (``members`` shared); faster than ``dataclasses.replace``."""
-        return Gang(
-            self.key,
-            self.team,
-            self.min_member,
-            self.created_at,
-            self.gpus_per_pod,
-            self.members,
-            self.admitted,
-            self.held,
-            self.borrowed,
-            self.finished,
-            self.reason,
-            self.qkey,
-            self.lone,
-        )
+    min_gpus: int = 0  # the PodGroup's spec.minResources GPUs: the least the gang needs
+    api: str = PLUGINS_API  # which PodGroup API carries the marks (or UPSTREAM_API)
+    carrier: str = ""  # a gang without a group object (Kueue, Volcano): the pod marked
 
     @property
     def gpus(self) -> int:
         per_pod = self.gpus_per_pod
         if per_pod is None:
-            if not self.members:
-                return 0
-            per_pod = max(m.gpus for m in self.members.values())
-        return per_pod * self.min_member
+            per_pod = max((m.gpus for m in self.members.values()), default=0)
+        return max(per_pod * self.min_member, self.min_gpus)
 
     @property
     def known(self) -> bool:
-        return self.gpus_per_pod is not None or bool(self.members)
+        return self.gpus_per_pod is not None or bool(self.members) or self.min_gpus > 0
 
     @property
     def priority(self) -> int:
@@ -76,7 +57,13 @@ class Gang:
     @property
     def kind(self) -> Literal["Pod", "PodGroup"]:
         """What carries the gang's admission marks."""
-        return "Pod" if self.lone else "PodGroup"
+        return "Pod" if self.lone or self.carrier else "PodGroup"
+
+    @property
+    def marked(self) -> str:
+        """The name of the object carrying the marks: the PodGroup, the lone pod, or the
+        carrier pod of a gang without a group object."""
+        return self.carrier or self.name
 
     @property
     def namespace(self) -> str:

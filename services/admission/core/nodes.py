@@ -9,28 +9,29 @@ teams) owns every node and writes nothing. Moving a node only changes its label 
 
 from __future__ import annotations
 
+from libs.view import NodeView
+from proto import ids, keys
 from proto.actions import SetLabels, SetTaint
 from proto.admission import NodeTeamChanged
 from proto.k8s import Node, Taint
 from services.admission.core.state import State, node_gpus
-from services.admission.teams import POOL_LABEL, TEAM_LABEL, is_default
+from services.admission.teams import is_default
 
 Output = SetLabels | SetTaint | NodeTeamChanged
 
 
-def owner(state: State, node: Node) -> str:
+def owner(state: State, node: NodeView) -> str:
     if is_default(state.config):
         return state.config.teams[0].name
-    pool = node.labels.get(POOL_LABEL)
-    if pool is not None and pool in state.pool_team:
-        return state.pool_team[pool]
+    if node.pool in state.pool_team:
+        return state.pool_team[node.pool]
     return state.counted.get(node.name, "")
 
 
 def upsert(state: State, node: Node, now: float) -> list[Output]:
     """A node appeared or changed: assign it if a team is short of nodes, then reconcile."""
-    state.w_nodes()[node.name] = node
-    if _poolless(state, node) and node.name not in state.counted:
+    state.view.upsert_node(node)
+    if _poolless(state, state.nodes[node.name]) and node.name not in state.counted:
         for team in state.config.teams:
             if team.nodes and _count(state, team.name) < team.nodes:
                 _assign(state, node.name, team.name)
@@ -39,11 +40,11 @@ def upsert(state: State, node: Node, now: float) -> list[Output]:
 
 
 def delete(state: State, name: str, now: float) -> list[Output]:
-    state.w_nodes().pop(name, None)
-    state.w_str("asked").pop(name, None)
+    state.view.delete_node(name)
+    state.asked.pop(name, None)
     team = _unassign(state, name)
     _set_owner(state, name, "")
-    state.w_str("node_team").pop(name, None)
+    state.node_team.pop(name, None)
     if not team:
         return []
     outputs: list[Output] = []
@@ -75,53 +76,51 @@ def reassign_all(state: State, now: float) -> list[Output]:
 
 def reconcile(state: State, name: str, now: float) -> list[Output]:
     """Ask the actuator for the label and taint the node's owner wants, once per observation."""
-    node = state.nodes[name]
-    team = owner(state, node)
+    known = state.nodes[name]
+    node, team = known.node, owner(state, known)
     previous = state.node_team.get(name, "")
     if team != previous or name not in state.node_team:
         _set_owner(state, name, team)
-    elif state.contribution.get(name, ("", 0))[1] != (node_gpus(node) if team else 0):
+    elif state.contribution.get(name, ("", 0))[1] != (node_gpus(known) if team else 0):
         _set_owner(state, name, team)  # same owner, its GPUs changed
     outputs: list[Output] = []
     if team != previous and name in state.node_team:
         outputs.append(NodeTeamChanged(at=now, node=name, team=team, previous=previous))
-    if state.node_team.get(name) != team:
-        state.w_str("node_team")[name] = team
-    if is_default(state.config) and TEAM_LABEL not in node.labels and not _team_taints(node):
+    state.node_team[name] = team
+    if is_default(state.config) and keys.TEAM not in node.labels and not _team_taints(node):
         return outputs
     spec = state.specs.get(team)
     want_label = None if is_default(state.config) or not team else team
     want_taint = team if spec is not None and spec.taint and not is_default(state.config) else ""
     have_taint = _team_taints(node)
-    label_ok = node.labels.get(TEAM_LABEL) == want_label
+    label_ok = node.labels.get(keys.TEAM) == want_label
     taint_ok = have_taint == ((want_taint,) if want_taint else ())
     if label_ok and taint_ok:
-        if name in state.asked:
-            state.w_str("asked").pop(name)
+        state.asked.pop(name, None)
         return outputs
-    ask = f"{want_label}|{want_taint}|{node.resource_version}"
+    seen = node.resource_version  # one ask per observation of the node
+    ask = f"{want_label}|{want_taint}|{seen}"
     if state.asked.get(name) == ask:
         return outputs
-    state.w_str("asked")[name] = ask
-    base = f"admission-team-{name}-{team or 'none'}-{node.resource_version or '0'}"
+    state.asked[name] = ask
     reason = f"owned by team {team!r}" if team else "owned by no team"
     if not label_ok:
         outputs.append(
             SetLabels(
-                id=f"{base}-label",
+                id=ids.make("label", name, want_label or "", seen),
                 by="admission",
                 at=now,
                 priority="admission",
                 reason=reason,
                 node=name,
-                labels={TEAM_LABEL: want_label},
+                labels={keys.TEAM: want_label},
             )
         )
     if not taint_ok:
-        taint = Taint(key=TEAM_LABEL, value=want_taint or "", effect="NoSchedule")
+        taint = Taint(key=keys.TEAM, value=want_taint or "", effect="NoSchedule")
         outputs.append(
             SetTaint(
-                id=f"{base}-taint",
+                id=ids.make("taint", name, want_taint, seen),
                 by="admission",
                 at=now,
                 priority="admission",
@@ -135,12 +134,12 @@ def reconcile(state: State, name: str, now: float) -> list[Output]:
 
 
 def _team_taints(node: Node) -> tuple[str, ...]:
-    return tuple(t.value for t in node.taints if t.key == TEAM_LABEL and t.effect == "NoSchedule")
+    return tuple(t.value for t in node.taints if t.key == keys.TEAM and t.effect == "NoSchedule")
 
 
 def _set_owner(state: State, name: str, team: str) -> None:
     """Move the node's GPUs to ``team``'s capacity."""
-    contribution, capacity = state.w_contribution(), state.w_int("capacity")
+    contribution, capacity = state.contribution, state.capacity
     old_team, old_gpus = contribution.pop(name, ("", 0))
     if old_team:
         capacity[old_team] = capacity.get(old_team, 0) - old_gpus
@@ -151,9 +150,8 @@ def _set_owner(state: State, name: str, team: str) -> None:
         contribution[name] = (team, gpus)
 
 
-def _poolless(state: State, node: Node) -> bool:
-    pool = node.labels.get(POOL_LABEL)
-    return pool is None or pool not in state.pool_team
+def _poolless(state: State, node: NodeView) -> bool:
+    return node.pool not in state.pool_team
 
 
 def _count(state: State, team: str) -> int:
@@ -161,16 +159,15 @@ def _count(state: State, team: str) -> int:
 
 
 def _assign(state: State, name: str, team: str) -> None:
-    state.w_str("counted")[name] = team
-    counts = state.w_int("counts")
-    counts[team] = counts.get(team, 0) + 1
+    state.counted[name] = team
+    state.counts[team] = state.counts.get(team, 0) + 1
 
 
 def _unassign(state: State, name: str) -> str:
     if name not in state.counted:
         return ""
-    team = state.w_str("counted").pop(name)
-    state.w_int("counts")[team] -= 1
+    team = state.counted.pop(name)
+    state.counts[team] -= 1
     return team
 
 

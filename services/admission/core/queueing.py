@@ -16,12 +16,13 @@ lowest gang priority, then newest.
 
 from __future__ import annotations
 
+from proto import ids, keys
 from proto.actions import Annotate, AnyAction, Binding, EvictGang
 from proto.admission import GangAdmitted, GangPreempted, GangQueued
-from services.admission.core.gangs import ADMITTED, BORROWING, Gang, queue_key
+from services.admission.core.gangs import ACTIVE, Gang, queue_key
 from services.admission.core.state import State, on_team
 
-__all__ = ["admit", "preempt", "queue_key", "queued", "reclaim_plan"]
+__all__ = ["admit", "preempt", "queue_key", "queued", "reclaim_plan", "remark"]
 
 Output = AnyAction | GangAdmitted | GangQueued | GangPreempted
 
@@ -50,7 +51,7 @@ def _try(state: State, gang: Gang, now: float) -> list[Output]:
             gang,
             now,
             reason=(
-                "waiting for a member pod (or the PodGroup annotation baton.io/gpus-per-pod) "
+                f"waiting for a member pod (or the PodGroup annotation {keys.GPUS_PER_POD}) "
                 "to learn the gang's GPU demand"
             ),
         )
@@ -159,29 +160,29 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
     pods = tuple(
         Binding(namespace=gang.namespace, pod=name, uid=m.uid, node=m.node)
         for name, m in sorted(gang.members.items())
-        if m.phase in ("Pending", "Running", "Unknown")
+        if m.phase in ACTIVE
     )
-    gang = state.edit(gang.key)
     gpus = gang.held
     state.hold(gang, 0, borrowing=False)
     gang.admitted, gang.reason = False, ""
     state.enqueue(gang)
     reason = f"reclaimed by team {for_gang.team!r} for {for_gang.key}"
-    action_id = f"admission-preempt-{gang.key}-{now:.6f}"
+    when = f"{now:.6f}"  # a gang is preempted at most once at one time
     return [
         Annotate(
-            id=f"{action_id}-unadmit",
+            id=ids.make("unadmit", gang.key, when),
             by="admission",
             at=now,
             priority="admission",
             reason=reason,
             kind=gang.kind,
+            api=gang.api,
             namespace=gang.namespace,
-            name=gang.name,
-            annotations={ADMITTED: None, BORROWING: None},
+            name=gang.marked,
+            annotations={keys.ADMITTED: None, keys.BORROWING: None},
         ),
         EvictGang(
-            id=action_id,
+            id=ids.make("evict", gang.key, when),
             by="admission",
             at=now,
             priority="admission",
@@ -201,32 +202,53 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
 
 
 def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Output]:
-    gang = state.edit(gang.key)
     state.dequeue(gang)
     gang.admitted, gang.reason = True, ""
     state.hold(gang, gang.gpus, borrowing=borrowing)
     borrowed = gang.borrowed
-    annotations: dict[str, str | None] = {ADMITTED: "true", BORROWING: "true" if borrowed else None}
+    annotations: dict[str, str | None] = {
+        keys.ADMITTED: "true",
+        keys.BORROWING: "true" if borrowed else None,
+    }
     return [
         Annotate(
-            id=f"admission-admit-{gang.key}-{now:.6f}",
+            id=ids.make("admit", gang.key, f"{now:.6f}"),
             by="admission",
             at=now,
             priority="admission",
             reason="borrowing" if borrowed else "within quota",
             kind=gang.kind,
+            api=gang.api,
             namespace=gang.namespace,
-            name=gang.name,
+            name=gang.marked,
             annotations=annotations,
         ),
         GangAdmitted(at=now, gang=gang.key, team=gang.team, gpus=gang.gpus, borrowed=borrowed),
     ]
 
 
+def remark(gang: Gang, now: float) -> Annotate:
+    """Put an admitted gang's marks on its carrier again (a new carrier pod)."""
+    return Annotate(
+        id=ids.make("remark", gang.key, gang.carrier, f"{now:.6f}"),
+        by="admission",
+        at=now,
+        priority="admission",
+        reason="the pod that carried the gang's admission is gone",
+        kind=gang.kind,
+        namespace=gang.namespace,
+        name=gang.marked,
+        annotations={
+            keys.ADMITTED: "true",
+            keys.BORROWING: "true" if gang.borrowed else None,
+        },
+    )
+
+
 def _wait(state: State, gang: Gang, now: float, *, reason: str) -> list[Output]:
     if reason == gang.reason:
         return []
-    state.edit(gang.key).reason = reason
+    gang.reason = reason
     return [
         GangQueued(at=now, gang=gang.key, team=gang.team, reason=reason, position=0, gpus=gang.gpus)
     ]
@@ -236,7 +258,7 @@ def queued(state: State, gang: Gang, now: float) -> GangQueued:
     """The event for a gang entering its queue behind others."""
     position = state.position(gang)
     reason = f"waiting behind {position} earlier gangs of team {gang.team!r}"
-    state.edit(gang.key).reason = reason
+    gang.reason = reason
     return GangQueued(
         at=now, gang=gang.key, team=gang.team, reason=reason, position=position, gpus=gang.gpus
     )

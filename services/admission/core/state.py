@@ -1,22 +1,24 @@
 """The admission core's in-memory state: teams, nodes, gangs, per-team usage and queues.
 
-Copy on write: ``step`` never changes the state it is given. It works on ``fork()``, a
-draft that shares every container with its parent and copies one (a top-level dict, a
-team's queue, a gang) the first time the draft changes it, through the ``w_*`` and
-``edit`` accessors. So a caller that drops a step's outputs (a failed publish) and
-steps again from the old state gets the same decisions again, at the cost of copying
-only what the event touched.
+The core owns it and changes it in place (the runner never steps an input twice,
+``libs/runner/spec.py``). Nodes are the shared cluster view (``libs.view``), fed
+nodes only: admission's gangs keep their own members, with what quota needs (GPUs,
+phases, nodes), including pods seen before their PodGroup.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from dataclasses import dataclass, field
 
-from proto.k8s import GPU, Node
+from libs.view import GangView, NodeView, View
+from proto import keys
 from services.admission.core.gangs import ACTIVE, Gang, Member, queue_key
 from services.admission.teams import DEFAULT, Team, TeamConfig, is_default
+
+
+def _nodes() -> View[GangView]:
+    return View(levels=(), new_gang=GangView)
 
 
 @dataclass(slots=True)
@@ -25,7 +27,7 @@ class State:
     specs: dict[str, Team] = field(default_factory=dict)  # team name -> its config
     ns_team: dict[str, str] = field(default_factory=dict)
     pool_team: dict[str, str] = field(default_factory=dict)
-    nodes: dict[str, Node] = field(default_factory=dict)
+    view: View[GangView] = field(default_factory=_nodes)  # the cluster's nodes
     node_team: dict[str, str] = field(default_factory=dict)  # desired owner, '' = none
     counted: dict[str, str] = field(default_factory=dict)  # node -> team, by `nodes: N`
     counts: dict[str, int] = field(default_factory=dict)  # team -> nodes in `counted`
@@ -38,101 +40,10 @@ class State:
     queues: dict[str, list[tuple[tuple[int, float, str], str]]] = field(default_factory=dict)
     pending_pods: dict[str, dict[str, Member]] = field(default_factory=dict)  # gang key -> pods
     holders: dict[str, set[str]] = field(default_factory=dict)  # team -> gangs holding GPUs
-    # what this draft has copied already (see ``fork``); not part of the value
-    _own: set[str] = field(default_factory=set, compare=False, repr=False)
-    _own_gangs: set[str] = field(default_factory=set, compare=False, repr=False)
-    _own_members: set[str] = field(default_factory=set, compare=False, repr=False)
-    _own_queues: set[str] = field(default_factory=set, compare=False, repr=False)
-    _own_holders: set[str] = field(default_factory=set, compare=False, repr=False)
-    _own_pending: set[str] = field(default_factory=set, compare=False, repr=False)
 
-    # -- copy on write --------------------------------------------------------
-
-    def fork(self) -> State:
-        """A draft sharing everything with this state, which the draft never changes."""
-        return replace(
-            self,
-            _own=set(),
-            _own_gangs=set(),
-            _own_members=set(),
-            _own_queues=set(),
-            _own_holders=set(),
-            _own_pending=set(),
-        )
-
-    def _mut(self, name: str) -> Any:
-        if name not in self._own:
-            setattr(self, name, getattr(self, name).copy())
-            self._own.add(name)
-        return getattr(self, name)
-
-    def w_nodes(self) -> dict[str, Node]:
-        return cast(dict[str, Node], self._mut("nodes"))
-
-    def w_str(self, name: str) -> dict[str, str]:
-        """``node_team``, ``counted`` or ``asked``, writable."""
-        return cast(dict[str, str], self._mut(name))
-
-    def w_int(self, name: str) -> dict[str, int]:
-        """``counts``, ``capacity`` or ``used``, writable."""
-        return cast(dict[str, int], self._mut(name))
-
-    def w_contribution(self) -> dict[str, tuple[str, int]]:
-        return cast(dict[str, tuple[str, int]], self._mut("contribution"))
-
-    def w_gangs(self) -> dict[str, Gang]:
-        return cast(dict[str, Gang], self._mut("gangs"))
-
-    def edit(self, key: str) -> Gang:
-        """The gang ``key``, writable (its members are not: see ``w_members``)."""
-        gang = self.gangs[key]
-        if key not in self._own_gangs:
-            gang = gang.copy()
-            self.w_gangs()[key] = gang
-            self._own_gangs.add(key)
-        return gang
-
-    def add_gang(self, gang: Gang) -> None:
-        self.w_gangs()[gang.key] = gang
-        self._own_gangs.add(gang.key)
-        self._own_members.add(gang.key)
-
-    def drop_gang(self, key: str) -> None:
-        del self.w_gangs()[key]
-
-    def w_members(self, key: str) -> dict[str, Member]:
-        gang = self.edit(key)
-        if key not in self._own_members:
-            gang.members = dict(gang.members)
-            self._own_members.add(key)
-        return gang.members
-
-    def w_pending(self, key: str) -> dict[str, Member]:
-        """Pods seen before their PodGroup, writable (created when missing)."""
-        pending = cast(dict[str, dict[str, Member]], self._mut("pending_pods"))
-        if key not in self._own_pending:
-            pending[key] = dict(pending.get(key, {}))
-            self._own_pending.add(key)
-        return pending[key]
-
-    def take_pending(self, key: str) -> dict[str, Member]:
-        if key not in self.pending_pods:
-            return {}
-        return cast(dict[str, dict[str, Member]], self._mut("pending_pods")).pop(key)
-
-    def _w_queue(self, team: str) -> list[tuple[tuple[int, float, str], str]]:
-        queues = cast(dict[str, list[tuple[tuple[int, float, str], str]]], self._mut("queues"))
-        if team not in self._own_queues:
-            queues[team] = list(queues.get(team, ()))
-            self._own_queues.add(team)
-        return queues[team]
-
-    def _w_holders(self, team: str) -> set[str]:
-        holders = cast(dict[str, set[str]], self._mut("holders"))
-        if team not in self._own_holders:
-            holders[team] = set(holders.get(team, ()))
-            self._own_holders.add(team)
-        return holders[team]
+    @property
+    def nodes(self) -> dict[str, NodeView]:
+        return self.view.nodes
 
     # -- teams ----------------------------------------------------------------
 
@@ -194,10 +105,10 @@ class State:
     # -- queues ---------------------------------------------------------------
 
     def enqueue(self, gang: Gang) -> int:
-        """Put ``gang`` (an ``edit`` copy) in its team's queue, in order."""
+        """Put ``gang`` in its team's queue, in order."""
         if gang.qkey is not None:
             self.dequeue(gang)
-        queue = self._w_queue(gang.team)
+        queue = self.queues.setdefault(gang.team, [])
         gang.qkey = queue_key(gang)
         entry = (gang.qkey, gang.key)
         position = bisect.bisect_left(queue, entry)
@@ -207,7 +118,7 @@ class State:
     def dequeue(self, gang: Gang) -> None:
         if gang.qkey is None:
             return
-        queue = self._w_queue(gang.team)
+        queue = self.queues.setdefault(gang.team, [])
         entry = (gang.qkey, gang.key)
         i = bisect.bisect_left(queue, entry)
         if i < len(queue) and queue[i] == entry:
@@ -225,16 +136,16 @@ class State:
 
     def hold(self, gang: Gang, gpus: int, *, borrowing: bool | None = None) -> None:
         """Count ``gpus`` against the gang's team (replacing what it held): against its
-        quota, or as borrowed (``borrowing``; None: as before). ``gang`` is an ``edit``."""
+        quota, or as borrowed (``borrowing``; None: as before)."""
         if gang.held:
-            was = self.w_int("lent" if gang.borrowed else "used")
+            was = self.lent if gang.borrowed else self.used
             was[gang.team] -= gang.held
         borrowing = gang.borrowed > 0 if borrowing is None else borrowing
         if gpus:
-            now = self.w_int("lent" if borrowing else "used")
+            now = self.lent if borrowing else self.used
             now[gang.team] = now.get(gang.team, 0) + gpus
         gang.held, gang.borrowed = gpus, gpus if borrowing else 0
-        holders = self._w_holders(gang.team)
+        holders = self.holders.setdefault(gang.team, set())
         if gpus > 0:
             holders.add(gang.key)
         else:
@@ -255,8 +166,6 @@ def on_team(state: State, gang: Gang, team: str) -> int:
     return here
 
 
-def node_gpus(node: Node) -> int:
+def node_gpus(node: NodeView) -> int:
     """GPUs a node contributes to capacity: schedulable and ready only."""
-    if not node.ready or node.unschedulable:
-        return 0
-    return node.allocatable.get(GPU, 0)
+    return node.node.allocatable.get(keys.GPU, 0) if node.schedulable else 0

@@ -1,0 +1,51 @@
+"""A service process: connect to NATS, declare the streams, serve ops, run the runner.
+
+``serve(spec, settings)`` is a whole bus-fed service. A service with more to run
+beside its core (admission's webhook) or another feed (bridge, actuator) passes
+``make`` to build its runner and ``beside`` for the rest; both stop together. Every
+service holds a lease (``leasing``): run two replicas and one leads, the other stands
+by and takes over within ``BATON_LEASE_TTL_S`` of the leader's death.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from libs.bus import Bus
+from libs.runner.leasing import Lease
+from libs.runner.running import Runner
+from libs.runner.spec import Spec
+from libs.runtime.ops import serve_ops
+from libs.runtime.settings import Base
+
+
+async def serve(
+    spec: Spec[Any],
+    settings: Base,
+    *,
+    make: Callable[[Bus], Awaitable[Runner[Any]]] | None = None,
+    beside: Callable[[Runner[Any]], Coroutine[Any, Any, None]] | None = None,
+) -> None:
+    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name=spec.name)
+    bus.replicas = settings.stream_replicas
+    try:
+        await bus.ensure_streams()
+        if make is not None:
+            runner = await make(bus)
+        else:
+            runner = Runner(spec, bus=bus, settings=settings, dry_run=settings.dry_run,
+                            stop_grace=settings.stop_grace_s)  # fmt: skip
+        if runner.lease is None:  # every service is a singleton: one leader, fenced
+            runner.lease = Lease(bus, spec.name, ttl=settings.lease_ttl_s)
+        ops = await serve_ops(settings.ops_port, ready=lambda: runner.ready, service=spec.name)
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(runner.run(), name=f"{spec.name}-runner")
+                if beside is not None:
+                    group.create_task(beside(runner), name=f"{spec.name}-beside")
+        finally:
+            await ops.close()
+    finally:
+        await bus.close()

@@ -1,0 +1,68 @@
+"""Team policy as data: who owns which nodes and namespaces, GPU quotas, borrowing,
+lending and egress shares. Parsed and validated by ``services.admission.teams``;
+carried on the bus by ``proto.admission.TeamsLoaded`` and in admission's recorded
+policy, so the contract lives here."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+DEFAULT_TEAM = "default"
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_QUANTITY = r"^([0-9]+(\.[0-9]+)?(k|M|G|T|Ki|Mi|Gi|Ti)?)?$"  # empty: no limit
+
+Name = Annotated[str, msgspec.Meta(pattern=_DNS_LABEL, max_length=63)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Gpus(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    gpus: Count
+
+
+class Egress(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A team's share of the cluster's internet egress (the bandwidth service).
+
+    ``weight``: its weighted max-min share within its ``tier`` (tiers are the bandwidth
+    service's, served in order: by default ``critical``, ``normal``, ``background``);
+    ``minimum``: guaranteed while the team has demand; ``limit``: the
+    ``kubernetes.io/egress-bandwidth`` the webhook stamps on each new pod (a per-pod cap).
+    """
+
+    weight: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    limit: Annotated[str, msgspec.Meta(pattern=_QUANTITY)] = ""  # kubernetes.io/egress-bandwidth
+    tier: Annotated[str, msgspec.Meta(pattern=_DNS_LABEL, max_length=63)] = "normal"
+    minimum: Annotated[str, msgspec.Meta(pattern=_QUANTITY)] = ""  # e.g. 1G (bits per second)
+
+
+class Team(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: Name
+    namespaces: tuple[Name, ...] = ()
+    pools: tuple[Annotated[str, msgspec.Meta(min_length=1, max_length=63)], ...] = ()
+    nodes: Count = 0  # nodes in no team's pool, assigned to this team (sticky, by name)
+    quota: Gpus | None = None  # None: the GPUs of the team's own nodes
+    borrow: Gpus = Gpus(gpus=0)
+    lend: bool = True
+    priority: int = 0
+    taint: bool = True  # label AND taint owned nodes (False: label only)
+    egress: Egress = Egress()
+
+
+class TeamConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    teams: tuple[Team, ...] = ()
+
+    @property
+    def by_name(self) -> dict[str, Team]:
+        return {t.name: t for t in self.teams}
+
+
+# No config: one team, every namespace (namespaces=() means "any" only for this team).
+DEFAULT = TeamConfig(
+    teams=(Team(name=DEFAULT_TEAM, taint=False, lend=False),),
+)
+
+
+def is_default(config: TeamConfig) -> bool:
+    return config is DEFAULT or config == DEFAULT

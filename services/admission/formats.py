@@ -1,0 +1,114 @@
+"""Gang formats at the webhook: which gang a new pod names, and what is wrong with a pod or
+a group object, in one voice for every format (docs/gang.md, "Gang formats").
+
+The bus side decides membership in ``libs.kube.slimming.gang_ref``; this module reads
+the same keys from the AdmissionReview's JSON to refuse, at creation, what would
+otherwise wait forever or lose all-or-nothing silently. Pure functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from libs.kube.quantities import canonical
+from proto import keys
+from services.admission.core.state import State
+from services.admission.objects import KGroupPolicy, KPod
+from services.admission.teams import is_label_key
+
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """One format's claim that a pod belongs to a gang."""
+
+    name: str
+    where: str  # how the pod says it, for messages: "label scheduling.x-k8s.io/pod-group"
+    count: str | None = None  # the member count the pod itself gives, as written
+    count_key: str = ""  # where that count goes
+
+
+def claims(pod: KPod) -> list[Named]:
+    """Every gang the pod names, in the order ``gang_ref`` prefers them."""
+    labels, notes = pod.metadata.labels or {}, pod.metadata.annotations or {}
+    found: list[Named] = []
+    if name := labels.get(keys.POD_GROUP):
+        found.append(Named(name, f"label {keys.POD_GROUP}"))
+    group = pod.spec.scheduling_group
+    if group is not None and group.pod_group_name:
+        found.append(Named(group.pod_group_name, "spec.schedulingGroup.podGroupName"))
+    for key in (keys.VOLCANO_GROUP, keys.VOLCANO_GROUP_ALIAS):
+        if name := notes.get(key):
+            count = notes.get(keys.VOLCANO_MIN_MEMBER)
+            found.append(Named(name, f"annotation {key}", count, keys.VOLCANO_MIN_MEMBER))
+            break
+    if name := labels.get(keys.KUEUE_GROUP):
+        count = notes.get(keys.KUEUE_TOTAL, labels.get(keys.KUEUE_TOTAL))
+        found.append(Named(name, f"label {keys.KUEUE_GROUP}", count, keys.KUEUE_TOTAL))
+    return found
+
+
+def gang_of(pod: KPod) -> Named | None:
+    found = claims(pod)
+    return found[0] if found else None
+
+
+def membership_problem(pod: KPod) -> str | None:
+    """A pod in two gangs, or a gang whose size nothing can ever tell."""
+    found = claims(pod)
+    if len({n.name for n in found}) > 1:
+        listed = " and ".join(f"{n.name!r} ({n.where})" for n in found)
+        return f"it names gangs {listed}; a pod belongs to one gang: keep one of them"
+    for claim in found:
+        if claim.count is not None and not _positive(claim.count):
+            return f'{claim.count_key}: {claim.count!r} is not a whole number of members (e.g. "4")'
+        if claim.count_key == keys.KUEUE_TOTAL and claim.count is None:
+            return (
+                f"{claim.where} names gang {claim.name!r} but not its size: add annotation "
+                f'{keys.KUEUE_TOTAL}: "<members>" (the same on every member)'
+            )
+    return None
+
+
+def count(claim: Named) -> int:
+    """The member count the pod gives itself (0: none, or not valid)."""
+    return int(claim.count) if claim.count is not None and _positive(claim.count) else 0
+
+
+def min_resources(raw: dict[str, str | int | float] | None) -> dict[str, int]:
+    """``spec.minResources`` in canonical units; raises InvalidQuantity naming a bad one."""
+    return {name: canonical(name, str(value)) for name, value in (raw or {}).items()}
+
+
+def upstream_problem(policy: KGroupPolicy, *, what: str) -> str | None:
+    """An upstream PodGroup's spec or a Workload template: a gang minimum and a topology
+    constraint Baton can honour."""
+    gang = policy.scheduling_policy.gang
+    if gang is not None and gang.min_count < 1:
+        return f"{what}schedulingPolicy.gang.minCount must be at least 1, got {gang.min_count}"
+    constraints = policy.scheduling_constraints
+    topology = constraints.topology or [] if constraints is not None else []
+    if len(topology) > 1:
+        return f"{what}schedulingConstraints.topology: Baton honours one topology constraint"
+    for constraint in topology:
+        if not is_label_key(constraint.key):
+            return (
+                f"{what}schedulingConstraints.topology[0].key: {constraint.key!r} is not a "
+                "node label key (e.g. topology.kubernetes.io/zone)"
+            )
+    return None
+
+
+def too_big(state: State, *, team: str, need: int, how: str, fix: str) -> str | None:
+    """The one message for a gang larger than its team could ever run, whatever says
+    its size (minMember, minCount, minResources, Kueue's total count...)."""
+    if need <= state.ceiling(team):
+        return None
+    return (
+        f"needs {need} GPUs ({how}) but team {team!r} can never get more than "
+        f"{state.ceiling(team)} (a gang runs within its quota, {state.quota(team)}, or wholly "
+        f"on borrowed GPUs, at most {state.borrow_limit(team)}); {fix} or ask for a larger quota"
+    )
+
+
+def _positive(value: str) -> bool:
+    return value.isdigit() and int(value) > 0

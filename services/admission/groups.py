@@ -1,0 +1,117 @@
+"""The validating webhook for group objects: scheduler-plugins' PodGroup, upstream
+Kubernetes' PodGroup and Workload. One voice for every format: what is wrong and what
+to do (docs/admission.md, docs/gang.md "Gang formats"). Pure functions.
+"""
+
+from __future__ import annotations
+
+from proto import keys
+from services.admission import formats
+from services.admission.core.state import State
+from services.admission.objects import KGroupPolicy, KPodGroup, KUpstreamPodGroup, KWorkload
+from services.admission.teams import is_label_key
+
+TOPOLOGY_KEYS = (keys.TOPOLOGY_REQUIRED, keys.TOPOLOGY_PREFERRED)
+Group = KPodGroup | KUpstreamPodGroup | KWorkload
+WHAT = {KPodGroup: "PodGroup", KUpstreamPodGroup: "PodGroup", KWorkload: "Workload"}
+
+
+def validate(state: State, obj: Group, namespace: str) -> str | None:
+    meta = obj.metadata
+    team = state.team_of(namespace)
+    where = f"{WHAT[type(obj)]} {namespace}/{meta.name}"
+    if not team:
+        return (
+            f"{where}: namespace {namespace!r} belongs to no team; ask your platform team "
+            "to add it to a team (teams[].namespaces in the Baton team config)"
+        )
+    annotations = meta.annotations or {}
+    if problem := annotation_problem(annotations, meta.labels or {}, team):
+        return f"{where}: {problem}"
+    match obj:
+        case KPodGroup():
+            problem = _plugins_problem(state, obj, team)
+        case KUpstreamPodGroup():
+            problem = formats.upstream_problem(obj.spec, what="spec.") or _size_problem(
+                state, obj, team
+            )
+        case KWorkload():
+            problem = next(
+                filter(None, (_template_problem(t, i) for i, t in enumerate(_templates(obj)))),
+                None,
+            )
+    return f"{where}: {problem}" if problem else None
+
+
+def _plugins_problem(state: State, group: KPodGroup, team: str) -> str | None:
+    spec = group.spec
+    if spec.min_member < 1:
+        return f"spec.minMember must be at least 1, got {spec.min_member}"
+    if spec.schedule_timeout_seconds is not None and spec.schedule_timeout_seconds < 1:
+        return (
+            f"spec.scheduleTimeoutSeconds must be at least 1, got {spec.schedule_timeout_seconds}"
+        )
+    floor = formats.min_resources(spec.min_resources).get(keys.GPU, 0)
+    if problem := formats.too_big(
+        state, team=team, need=floor, how="spec.minResources", fix="lower spec.minResources"
+    ):
+        return problem
+    per_pod = (group.metadata.annotations or {}).get(keys.GPUS_PER_POD)
+    if per_pod is None:
+        return None
+    return formats.too_big(
+        state, team=team, need=int(per_pod) * spec.min_member,
+        how=f"minMember {spec.min_member} x {per_pod}", fix="lower minMember",
+    )  # fmt: skip
+
+
+def _size_problem(state: State, group: KUpstreamPodGroup, team: str) -> str | None:
+    gang = group.spec.scheduling_policy.gang
+    per_pod = (group.metadata.annotations or {}).get(keys.GPUS_PER_POD)
+    if gang is None or per_pod is None:
+        return None
+    return formats.too_big(
+        state, team=team, need=int(per_pod) * gang.min_count,
+        how=f"minCount {gang.min_count} x {per_pod}", fix="lower minCount",
+    )  # fmt: skip
+
+
+def _templates(workload: KWorkload) -> list[KGroupPolicy]:
+    return workload.spec.pod_group_templates or []
+
+
+def _template_problem(template: KGroupPolicy, index: int) -> str | None:
+    return formats.upstream_problem(template, what=f"spec.podGroupTemplates[{index}].")
+
+
+def annotation_problem(
+    annotations: dict[str, str], labels: dict[str, str], team: str
+) -> str | None:
+    """Baton's own annotations on a pod or a group: malformed, or claiming what Baton sets."""
+    if keys.ADMITTED in annotations:
+        return (
+            f"annotation {keys.ADMITTED} is set by Baton when the team's quota admits the gang; "
+            "remove it"
+        )
+    per_pod = annotations.get(keys.GPUS_PER_POD)
+    if per_pod is not None and not per_pod.isdigit():
+        return (
+            f'annotation {keys.GPUS_PER_POD}: {per_pod!r} is not a whole number of GPUs (e.g. "8")'
+        )
+    for key in TOPOLOGY_KEYS:
+        value = annotations.get(key)
+        if value is not None and not is_label_key(value):
+            return (
+                f"annotation {key}: {value!r} is not a node label key "
+                "(e.g. topology.kubernetes.io/zone)"
+            )
+    for where, value in (
+        ("label", labels.get(keys.TEAM)),
+        ("annotation", annotations.get(keys.TEAM)),
+    ):
+        if value is not None and team and value != team:
+            return (
+                f"{where} {keys.TEAM}={value!r} does not match the namespace's team "
+                f"{team!r}; remove it (Baton sets it)"
+            )
+    return None

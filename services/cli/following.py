@@ -1,0 +1,189 @@
+"""Fill a ``View`` from the bus: the current state once (``baton status``), then live
+(``baton up``).
+
+Current state: the last event of every object (K8S), each service's last start and
+admission's team config (RUNNER, EVENTS: last per subject), admission's last word on
+every gang, and the last few decisions. Live: every message of the cluster is counted
+by domain; decisions, actions and results are noted as they pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+
+import msgspec
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+
+from libs.bus import streams
+from libs.bus.snapshotting import snapshot
+from proto import subjects
+from proto.admission import AnyAdmissionEvent, TeamsLoaded
+from proto.bandwidth import Allocation, allocation_subject
+from proto.codec import Undecodable, decode
+from proto.health import Control, StateChanged, Withheld
+from proto.k8s import K8sEvent
+from proto.runner import Started
+from services.cli.view import RECENT, View
+
+QUIET = {subjects.K8S, subjects.TELEMETRY, subjects.RUNNER, subjects.BANDWIDTH}  # counted only
+SIZED = (streams.K8S, streams.ACTIONS, streams.EVENTS, streams.HISTORY, streams.DEADLETTER)
+ACTUATOR_CONSUMER = "actuator"  # the actuator's durable consumer on ACTIONS
+Recorded = Started | AnyAdmissionEvent | TeamsLoaded | Allocation
+Health = StateChanged | Withheld | Control
+
+
+class NoBaton(RuntimeError):
+    """The bus holds no Baton streams for this cluster (Baton is not running there)."""
+
+
+def stream(cluster: str, what: str) -> str:
+    return subjects.stream_name(cluster, what)
+
+
+async def load(nc: NATS, view: View, *, cluster: str, objects: bool = True) -> None:
+    """The current state, once. ``objects=False``: all but the K8S objects (``follow``
+    reads those itself, then follows them live)."""
+    js = nc.jetstream()
+    try:
+        if objects:
+            k8s = subjects.wildcard(cluster, subjects.K8S, ">")
+            objs = await snapshot(nc, js, k8s, type_=K8sEvent, stream=stream(cluster, streams.K8S))
+            for event in objs:
+                view.apply(event)
+        runner = subjects.wildcard(cluster, subjects.RUNNER, "started", ">")
+        said = await snapshot(nc, js, runner, type_=Started, stream=stream(cluster, streams.RUNNER))
+        admission = subjects.wildcard(cluster, subjects.ADMISSION, ">")
+        said += await snapshot(
+            nc, js, admission, type_=Recorded, stream=stream(cluster, streams.EVENTS)
+        )
+        egress = allocation_subject(cluster)  # the bandwidth service's last round
+        said += await snapshot(
+            nc, js, egress, type_=Allocation, stream=stream(cluster, streams.EVENTS)
+        )
+        for kind in ("state", "withheld", "control"):  # each node's last word, the switch
+            health = subjects.wildcard(cluster, subjects.HEALTH, kind, ">")
+            if kind == "control":
+                health = f"{subjects.PREFIX}.{cluster}.{subjects.HEALTH}.control"
+            said += await snapshot(
+                nc, js, health, type_=Health, stream=stream(cluster, streams.EVENTS)
+            )
+    except nats.js.errors.NotFoundError as exc:
+        raise NoBaton(f"no Baton streams for cluster {cluster!r} on this bus") from exc
+    for event in sorted(said, key=lambda e: e.at):
+        view.record(event)
+    for subject, data in await last_messages(nc, stream(cluster, streams.EVENTS), count=RECENT):
+        view.note(describe(subject, data))
+    await _facts(nc, view, cluster=cluster)
+
+
+async def _facts(nc: NATS, view: View, *, cluster: str) -> None:
+    """What the streams say of the services that publish no start (the bridge and the
+    actuator read no bus inputs), and how much each stream holds."""
+    js = nc.jetstream()
+    for what in SIZED:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            view.streams[what] = (await js.stream_info(stream(cluster, what))).state.messages
+    for subject, data in await last_messages(nc, stream(cluster, streams.K8S), count=1):
+        at = _at(data)
+        when = f"{dt.datetime.fromtimestamp(at):%Y-%m-%d %H:%M:%S}" if at else "?"
+        view.seen["bridge"] = f"last object event {when} ({subject.split('.')[3]})"
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        info = await js.consumer_info(stream(cluster, streams.ACTIONS), ACTUATOR_CONSUMER)
+        last = info.delivered.last_active if info.delivered else None
+        when = f", last delivery {last.astimezone():%Y-%m-%d %H:%M:%S}" if last else ""
+        view.seen["actuator"] = (
+            f"consumer {ACTUATOR_CONSUMER!r}: {info.num_pending or 0} actions waiting, "
+            f"{info.num_ack_pending or 0} in flight{when}"
+        )
+
+
+def _at(data: bytes) -> float:
+    with contextlib.suppress(msgspec.DecodeError):
+        payload = msgspec.json.decode(data)
+        if isinstance(payload, dict) and isinstance(payload.get("at"), int | float):
+            return float(payload["at"])
+    return 0.0
+
+
+async def last_messages(nc: NATS, name: str, *, count: int) -> list[tuple[str, bytes]]:
+    """The last ``count`` messages of a stream, oldest first (direct reads by sequence)."""
+    js = nc.jetstream()
+    info = await js.stream_info(name)
+    first, last = info.state.first_seq, info.state.last_seq
+    found = []
+    for seq in range(max(first, last - count + 1), last + 1) if last else ():
+        with contextlib.suppress(nats.js.errors.NotFoundError):  # deleted since
+            raw = await js.get_msg(name, seq)
+            found.append((raw.subject or "", raw.data or b""))
+    return found
+
+
+async def wait_for_streams(nc: NATS, *, cluster: str, until: float) -> None:
+    """Until the first service has declared Baton's streams (or ``until``, a loop time)."""
+    js = nc.jetstream()
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            await js.stream_info(stream(cluster, streams.HISTORY))
+            return
+        except nats.js.errors.NotFoundError:
+            if loop.time() >= until:
+                raise NoBaton(f"no Baton streams for cluster {cluster!r} on this bus") from None
+            await asyncio.sleep(0.2)
+
+
+async def follow(nc: NATS, view: View, *, cluster: str) -> None:
+    """Live from now on (after ``load``, which this calls): the view keeps up until the
+    connection closes."""
+
+    allocation = allocation_subject(cluster)
+
+    async def on_any(msg: Msg) -> None:
+        domain = msg.subject.split(".")[2]
+        view.counts[domain] += 1
+        if domain in (subjects.RUNNER, subjects.ADMISSION) or msg.subject == allocation:
+            with contextlib.suppress(Undecodable):
+                view.record(decode(msg.data, Recorded))
+        elif domain == subjects.HEALTH:
+            with contextlib.suppress(Undecodable):
+                view.record(decode(msg.data, Health))
+        if domain not in QUIET:
+            view.note(describe(msg.subject, msg.data))
+
+    async def on_object(msg: Msg) -> None:
+        with contextlib.suppress(Undecodable):
+            view.apply(decode(msg.data, K8sEvent))
+
+    await nc.subscribe(subjects.wildcard(cluster), cb=on_any)  # first: no gap after load
+    await load(nc, view, cluster=cluster, objects=False)
+    await nc.jetstream().subscribe(
+        subjects.wildcard(cluster, subjects.K8S, ">"),
+        cb=on_object,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,  # current state, then every change
+        stream=stream(cluster, streams.K8S),
+    )
+
+
+def describe(subject: str, data: bytes) -> str:
+    """One line for a decision, action or result: when, its type, what it is about and
+    why, in full (the screen wraps it; nothing is cut)."""
+    try:
+        payload = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return f"{subject} (not JSON)"
+    if not isinstance(payload, dict):
+        return f"{subject} {payload!r}"
+    kind = payload.get("type", "?")
+    about = "/".join(subject.split(".")[4:])
+    at = payload.get("at")
+    when = dt.datetime.fromtimestamp(at) if isinstance(at, int | float) else dt.datetime.now()
+    extra = "".join(
+        f" {key}={payload[key]}" for key in ("outcome", "reason", "error") if payload.get(key)
+    )
+    return f"{when:%H:%M:%S} {kind:<28} {about}{extra}"

@@ -1,0 +1,156 @@
+"""What ``baton up`` starts, in order: nats-server, simcluster, the services, Prometheus.
+
+Each is a child process logging to its own file in the run directory. ``Stack``
+remembers them as they start, so a failed start still stops the ones running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.cli.installing import PREFLIGHT_NAMESPACE, ensure_namespace
+from services.cli.monitoring import start_prometheus
+from services.cli.processes import (
+    Child,
+    baton,
+    free_port,
+    nats_server_binary,
+    port_open,
+    wait_until,
+)
+
+SERVICES = ("bridge", "actuator", "admission", "gang", "reporter", "bandwidth", "health", "agent")
+# On simcluster, health runs with demo timings (docs/health.md has the defaults and why).
+SIM_HEALTH = {"BATON_HEALTH_DRAIN_GRACE_S": "60", "BATON_HEALTH_REMEDIATION_RECHECK_S": "30"}
+
+
+def available(service: str) -> bool:
+    return importlib.util.find_spec(f"services.{service}.main") is not None
+
+
+@dataclass
+class Stack:
+    """What ``baton up`` started; children are appended as they start."""
+
+    run_dir: Path
+    children: list[Child] = field(default_factory=list)
+    nats_url: str = ""
+    kubeconfig: Path = Path()
+    sim: str | None = None  # simcluster's host:port, when we run it
+    ops: dict[str, int] = field(default_factory=dict)  # service -> ops port
+    webhook: tuple[int, Path] | None = None  # admission's port and TLS dir, when we register it
+    prometheus: str = ""  # its URL, with --prometheus
+
+    def start(self, child: Child) -> Child:
+        child.start()
+        self.children.append(child)
+        return child
+
+    @property
+    def logs(self) -> Path:
+        return self.run_dir / "logs"
+
+    def endpoints(self) -> tuple[tuple[str, str], ...]:
+        """What a user connects to, for the status screen (it stays on screen)."""
+        found = [("NATS", self.nats_url), ("KUBECONFIG", str(self.kubeconfig))]
+        if self.sim:
+            found.append(("simcluster", f"http://{self.sim} (/metrics: API server metrics)"))
+        if self.prometheus:
+            found.append(("prometheus", self.prometheus))
+        found += [(f"{name} ops", f"http://127.0.0.1:{port}/metrics") for name, port in
+                  self.ops.items()]  # fmt: skip
+        found.append(("logs", str(self.logs)))
+        return tuple(found)
+
+
+def start_all(args: argparse.Namespace, stack: Stack) -> None:
+    stack.logs.mkdir(parents=True, exist_ok=True)
+    stack.nats_url = args.nats or start_nats(args, stack)
+    stack.kubeconfig = args.kubeconfig or start_sim(args, stack)
+    env = {
+        "BATON_NATS_URL": stack.nats_url,
+        "BATON_CLUSTER": args.cluster,
+        "KUBECONFIG": str(stack.kubeconfig),
+    }
+    if args.dry_run:
+        env["BATON_DRY_RUN"] = "1"
+    if args.teams:
+        env["BATON_ADMISSION_TEAMS_FILE"] = str(args.teams)
+        env["BATON_BANDWIDTH_TEAMS_FILE"] = str(args.teams)
+    wanted = [s for s in args.services.split(",") if s]
+    for name in [s for s in wanted if not available(s)]:
+        print(f"baton up: service {name!r} is not part of this build; skipping", file=sys.stderr)
+    wanted = [s for s in wanted if available(s)]
+    if "agent" in wanted and not stack.sim:  # a real cluster runs the agent DaemonSet
+        wanted.remove("agent")
+    if "admission" in wanted:
+        env["BATON_GANG_REQUIRE_ADMISSION"] = "1"  # gang places only gangs admission let in
+    if stack.sim and "health" in wanted:  # preflight pods run in Baton's namespace
+        env.update(SIM_HEALTH)
+        asyncio.run(ensure_namespace(stack.kubeconfig, PREFLIGHT_NAMESPACE))
+    for name in wanted:
+        for replica in range(1, args.replicas + 1):
+            child_name = name if replica == 1 else f"{name}-{replica}"
+            stack.ops[child_name] = free_port()
+            child_env = {**env, "BATON_OPS_PORT": str(stack.ops[child_name])}
+            if name == "admission" and args.kubeconfig is None:  # simcluster calls a webhook
+                tls = stack.run_dir / "admission-tls"
+                port = free_port()
+                child_env["BATON_ADMISSION_WEBHOOK_PORT"] = str(port)
+                child_env["BATON_ADMISSION_TLS_SELF_SIGNED_DIR"] = str(tls)
+                stack.webhook = stack.webhook or (port, tls)  # the first replica's is registered
+            argv = baton(name)
+            if name == "agent":  # one process for every simulated node; simulated egress
+                if replica > 1:
+                    break
+                argv, child_env["BATON_AGENT_SIM_URL"] = (
+                    baton(name, "--fleet"),
+                    f"http://{stack.sim}",
+                )
+            log = stack.logs / f"{child_name}.log"
+            stack.start(Child(child_name, argv, log, child_env))
+    if args.prometheus:
+        child, stack.prometheus = start_prometheus(
+            ops=stack.ops, sim=stack.sim, cluster=args.cluster, run_dir=stack.run_dir,
+            logs=stack.logs,
+        )  # fmt: skip
+        stack.children.append(child)
+
+
+def start_nats(args: argparse.Namespace, stack: Stack) -> str:
+    port = free_port()
+    store = args.store or stack.run_dir / "jetstream"
+    argv = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
+    child = stack.start(Child("nats", argv, stack.logs / "nats.log"))
+    wait_until(lambda: port_open(port), child=child, timeout=20)
+    return f"nats://127.0.0.1:{port}"
+
+
+def start_sim(args: argparse.Namespace, stack: Stack) -> Path:
+    kubeconfig = stack.run_dir / "kubeconfig"
+    stack.sim = f"127.0.0.1:{free_port()}"
+    argv = baton("sim", "--nodes", str(args.nodes), "--listen", stack.sim)
+    argv += ["--kubeconfig", str(kubeconfig)]
+    if args.workload != "none":
+        argv += ["--trace", args.workload, "--speed", str(args.speed)]
+    child = stack.start(Child("simcluster", argv, stack.logs / "simcluster.log"))
+    wait_until(kubeconfig.exists, child=child, timeout=120)
+    return kubeconfig
+
+
+def write_endpoints(path: Path, stack: Stack, *, cluster: str) -> None:
+    """``KEY=VALUE`` lines a shell can source (``set -a; . PATH; set +a``)."""
+    lines = [
+        f"BATON_NATS_URL={stack.nats_url}",
+        f"KUBECONFIG={stack.kubeconfig}",
+        f"BATON_CLUSTER={cluster}",
+        "BATON_UP_OPS_PORTS=" + ",".join(f"{n}:{p}" for n, p in stack.ops.items()),
+    ]
+    if stack.prometheus:
+        lines.append(f"BATON_PROMETHEUS_URL={stack.prometheus}")
+    path.write_text("\n".join(lines) + "\n")

@@ -1,0 +1,66 @@
+"""Gangs as the gang core places them: the view's gang plus the state of its placement.
+
+The cluster itself (nodes, free capacity, pods, members) is the shared view
+(``libs.view``). What only placement needs lives here, per gang: the attempt
+counter and backoff, the placement in flight (*assumed*: its members count against
+their nodes until they show up bound, or the placement is forgotten), the restart in
+progress and the last verdict published.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from libs.view import GangView, View, gang_key
+from proto.k8s import Pod
+
+
+@dataclass(slots=True)
+class Assumption:
+    """An in-flight placement: members accounted on their nodes until bound or forgotten."""
+
+    action_id: str
+    nodes: dict[str, str]  # pod key -> node
+    at: float
+
+
+@dataclass(slots=True)
+class Gang(GangView):
+    attempt: int = 0
+    retry_after: float = 0.0
+    assumed: Assumption | None = None
+    restarting: bool = False
+    restarts: int = 0
+    verdict: tuple[object, ...] | None = None  # last published unschedulable verdict
+    checked_at: float = -1.0
+
+    def holds(self, pod: str) -> bool:
+        """An assumed member stays accounted on its node until it is bound or forgotten."""
+        return self.assumed is not None and pod in self.assumed.nodes
+
+    def settle(self, pods: dict[str, Pod]) -> bool:
+        """Clear a placement whose members are all bound and a restart whose evicted
+        members are all gone; idle once nothing refers to it and nothing is in flight."""
+        assumed = self.assumed
+        if assumed is not None and all(
+            pods.get(k) is not None and pods[k].node_name for k in assumed.nodes
+        ):
+            self.assumed = None  # every member is bound: the assumption became fact
+        if self.restarting and not self.bound:
+            self.restarting = False
+        return GangView.settle(self, pods) and self.assumed is None
+
+
+Cluster = View[Gang]
+
+
+def new_cluster(levels: tuple[str, ...]) -> Cluster:
+    return View(levels=levels, new_gang=Gang)
+
+
+def delete_pod(cluster: Cluster, pod: Pod) -> None:
+    """A pod is gone: it leaves its gang's placement in flight, then the view."""
+    gang = cluster.gangs.get(gang_key(pod))
+    if gang is not None and gang.assumed is not None:
+        gang.assumed.nodes.pop(pod.key, None)
+    cluster.delete_pod(pod)

@@ -1,0 +1,1 @@
+"""The health service: node health verdicts, quarantine, drain, preflight (docs/health.md)."""

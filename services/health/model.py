@@ -1,0 +1,41 @@
+"""The health core's state: the cluster view, a record per node, the rails. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from libs.view import GangView, View
+from proto import keys
+from proto.health import HealthPolicy
+from services.health.nodes import NodeRecord
+from services.health.rails import Rails, SlowStart
+
+
+@dataclass(slots=True)
+class State:
+    policy: HealthPolicy
+    view: View[GangView]  # nodes, the pods on them (``libs.view``)
+    rails: Rails
+    slow: SlowStart
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    paused: bool = False
+    pause_reason: str = ""
+    asks: dict[str, str] = field(default_factory=dict)  # CreatePod action id -> node
+    freed: bool = False  # a node came back in (or left): withheld verdicts may go through
+
+    def record(self, name: str) -> NodeRecord:
+        rec = self.nodes.get(name)
+        if rec is None:
+            rec = self.nodes[name] = NodeRecord(name=name)
+        return rec
+
+
+def initial(policy: HealthPolicy | None = None) -> State:
+    policy = policy or HealthPolicy()
+    return State(
+        policy=policy,
+        view=View(levels=keys.DEFAULT_LEVELS, new_gang=GangView),
+        rails=Rails(policy=policy),
+        slow=SlowStart(policy=policy),
+        paused=policy.paused,
+    )

@@ -1,0 +1,1 @@
+"""``baton reporter``: tells Kubernetes users what Baton decided (docs/reporter.md)."""

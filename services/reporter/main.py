@@ -1,0 +1,78 @@
+"""``baton reporter``: settings, the service's spec and its entry.
+
+Settings come from ``BATON_REPORTER_<NAME>`` (or ``BATON_<NAME>`` for the shared ones:
+``BATON_NATS_URL``, ``BATON_CLUSTER``, ``BATON_DRY_RUN``, ``BATON_OPS_PORT``) and an
+optional file named by ``BATON_REPORTER_CONFIG``. See docs/reporter.md.
+"""
+
+from __future__ import annotations
+
+import os
+
+from libs.runner import Input, Spec, Timer, serve
+from libs.runtime import OPS_PORTS, load_settings, run_service
+from libs.runtime.settings import Base
+from proto.admission import GangAdmitted, GangPreempted, GangQueued
+from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from proto.placement import AnyPlacement
+from services.reporter import core, shell
+
+PREFIX = "BATON_REPORTER_"
+
+
+class Settings(Base, frozen=True, kw_only=True):
+    ops_port: int = OPS_PORTS["reporter"]
+    pod_every: float = 30.0  # a waiting gang's pods are told at most this often
+    tick_every: float = 1.0  # how often a deferred report is looked at
+    config: str = ""  # BATON_REPORTER_CONFIG: a settings file (read before the others)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        checks = {"POD_EVERY": self.pod_every >= 0, "TICK_EVERY": self.tick_every > 0}
+        bad = [key for key, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"{PREFIX}{bad[0]} is out of range")
+
+    def policy(self) -> core.ReportPolicy:
+        return core.ReportPolicy(pod_every=self.pod_every)
+
+
+SPEC = Spec(
+    name="reporter",
+    description="Tell Kubernetes users what Baton decided: PodGroup status, pods' "
+    "PodScheduled condition and Events, as actions for the actuator.",
+    settings=Settings,
+    policy=lambda settings: settings.policy(),
+    policy_type=core.ReportPolicy,
+    initial=core.initial,
+    step=core.step,
+    inputs=(
+        Input("k8s.pod.>", PodEvent),
+        Input("k8s.podgroup.>", PodGroupEvent),
+        Input("k8s.upstream-podgroup.>", PodGroupEvent),
+        Input("k8s.node.>", NodeEvent),
+        Input("placement.>", AnyPlacement),
+        Input("admission.admitted.>", GangAdmitted),
+        Input("admission.queued.>", GangQueued),
+        Input("admission.preempted.>", GangPreempted),
+    ),
+    routes=shell.ROUTES,
+    timer=Timer(every=lambda settings: settings.tick_every, wants=core.wants_tick),
+    observe=shell.observe,
+    gauges=shell.gauges,
+)
+
+
+def load(file: str | None) -> Settings:
+    return load_settings(Settings, PREFIX, file=file or os.environ.get(f"{PREFIX}CONFIG"))
+
+
+def run(argv: list[str]) -> int:
+    return run_service(
+        argv,
+        name="reporter",
+        description=SPEC.description + " Settings: BATON_REPORTER_* variables.",
+        load=load,
+        serve=lambda settings: serve(SPEC, settings),
+        dry_run="decide, publish no actions",
+    )

@@ -1,0 +1,144 @@
+"""What a gang is, in the words Kubernetes users read: its PodGroup status (phase and
+counts as scheduler-plugins' controller writes them), what it waits for, and the
+verdict in one line ("need 10 more nodes with 8 nvidia.com/gpu in one rack").
+
+Pure functions over slim objects, shared by the reporter's core and ``baton why``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from proto import keys
+from proto.actions import GroupStatus, StatusCondition
+from proto.k8s import Pod, PodGroup
+from proto.placement import GangUnschedulable, Need
+
+SCHEDULED = "PodGroupScheduled"  # the condition, as upstream's PodGroup names it
+
+# How each format names a group: for "waiting for PodGroup x (named by ...)".
+NAMED_BY = {
+    "scheduler-plugins": f"label {keys.POD_GROUP}",
+    "kubernetes": "spec.schedulingGroup.podGroupName",
+    "volcano": f"annotation {keys.VOLCANO_GROUP}",
+    "kueue": f"label {keys.KUEUE_GROUP}",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    members: int = 0  # pods of the gang, in any phase
+    pending: int = 0  # not bound yet
+    scheduled: int = 0  # bound to a node (finished ones included)
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+def counts(pods: Iterable[Pod]) -> Counts:
+    members = pending = scheduled = running = succeeded = failed = 0
+    for pod in pods:
+        members += 1
+        if pod.node_name:
+            scheduled += 1
+        elif pod.phase == "Pending" and not pod.terminating:
+            pending += 1
+        running += pod.phase == "Running"
+        succeeded += pod.phase == "Succeeded"
+        failed += pod.phase == "Failed"
+    return Counts(members, pending, scheduled, running, succeeded, failed)
+
+
+def phase(c: Counts, need: int) -> str:
+    """scheduler-plugins' phases, in its controller's order of precedence, with
+    ``Scheduled`` (every member Baton placed is bound, not yet running) in between."""
+    need = max(need, 1)
+    if c.failed and c.failed + c.running + c.succeeded >= need:
+        return "Failed"
+    if c.succeeded >= need:
+        return "Finished"
+    if c.running + c.succeeded >= need:
+        return "Running"
+    if c.scheduled >= need:
+        return "Scheduled"
+    return "Pending"
+
+
+def waiting(
+    *, key: str, group: PodGroup | None, pods: list[Pod], need: int, queued: str = "",
+    verdict: GangUnschedulable | None = None,
+) -> str:  # fmt: skip
+    """What the gang waits for now ('' when nothing: it is placed, or being placed).
+    Stable while the situation is the same: no running counts, so a message written on
+    every member changes only when the reason does."""
+    c = counts(pods)
+    if c.scheduled >= max(need, 1) or not c.pending:
+        return ""
+    name = key.partition("/")[2]
+    if group is None and need == 0:
+        source = next((p.group.source for p in pods if p.group is not None), "")
+        named = NAMED_BY.get(source, "its pods")
+        extra = (
+            f" or annotation {keys.VOLCANO_MIN_MEMBER} on its pods" if source == "volcano" else ""
+        )
+        return f"waiting for PodGroup {key} (named by {named}) to be created{extra}"
+    if c.pending < need:
+        return f"waiting for all {need} members of gang {name} to be created (minMember {need})"
+    if queued:
+        return f"waiting for admission: {queued}"
+    if verdict is not None:
+        return explain(verdict)
+    return ""
+
+
+def explain(verdict: GangUnschedulable) -> str:
+    """One line: the verdict and what would unblock it."""
+    hint = need_text(verdict.need)
+    if verdict.fits_when_free:
+        hint += ("; " if hint else "") + "it fits once running work finishes"
+    return f"{verdict.reason}; {hint}" if hint else verdict.reason
+
+
+def need_text(need: Need) -> str:
+    if need.nodes <= 0:
+        return ""
+    shape = ", ".join(f"{amount} {res}" for res, amount in sorted(need.shape.items()))
+    where = f" in one {level_name(need.within)}" if need.within else ""
+    plural = "s" if need.nodes != 1 else ""
+    return f"need {need.nodes} more node{plural} with {shape}{where}"
+
+
+def level_name(key: str) -> str:
+    """``baton.io/rack`` -> ``rack``, ``topology.kubernetes.io/zone`` -> ``zone``."""
+    return key.rpartition("/")[2] or key
+
+
+def group_status(c: Counts, need: int, *, message: str, placed: str, since: float) -> GroupStatus:
+    """The status to write on a PodGroup: phase, counts and ``PodGroupScheduled``."""
+    current = phase(c, need)
+    if current != "Pending":
+        condition = StatusCondition(
+            type=SCHEDULED, status="True", reason="Scheduled",
+            message=placed or f"{c.scheduled} members bound", since=since,
+        )  # fmt: skip
+    else:
+        condition = StatusCondition(
+            type=SCHEDULED, status="False", reason="Unschedulable",
+            message=message or "waiting to be placed", since=since,
+        )  # fmt: skip
+    return GroupStatus(
+        phase=current, scheduled=c.scheduled, running=c.running, succeeded=c.succeeded,
+        failed=c.failed, conditions=(condition,),
+    )  # fmt: skip
+
+
+def same_status(a: GroupStatus | None, b: GroupStatus) -> bool:
+    """Equal but for when the condition was computed."""
+    if a is None:
+        return False
+    strip = tuple((c.type, c.status, c.reason, c.message) for c in b.conditions)
+    have = tuple((c.type, c.status, c.reason, c.message) for c in a.conditions)
+    return have == strip and (a.phase, a.scheduled, a.running, a.succeeded, a.failed) == (
+        b.phase, b.scheduled, b.running, b.succeeded, b.failed,
+    )  # fmt: skip

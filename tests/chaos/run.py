@@ -1,0 +1,420 @@
+"""The chaos run: Baton keeps its promises while its pieces die.
+
+Every service runs as 2 replicas (processes, as ``baton <service>``), with NATS and a
+simulated cluster that replays a generated job trace. For ``duration`` seconds:
+
+- every ``every`` seconds a random replica of a random service is SIGKILLed and
+  started again a second later (as Kubernetes would);
+- once, NATS is SIGKILLed and restarted on the same store;
+- once, the gang service's leader is paused (SIGSTOP) past its lease and resumed:
+  it wakes up believing it leads, and must not act.
+
+Then the trace ends, Baton settles, and the run checks, from the API and the streams:
+no gang partly bound; no node over-allocated; every action answered (lost: 0), none
+applied twice (the API saw no second bind of a pod: duplicates 0); every gang that
+fits is placed; every dead letter has a reason. It prints what it did and how long
+each takeover took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+from kubernetes_asyncio import config
+from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
+
+from libs.bus import Bus
+from libs.runner.leasing import Held, leases_bucket
+from proto import keys, subjects
+from proto.actions import ActionResult, AnyAction
+from proto.deadletter import DeadLetter
+from services.cli.processes import Child, baton, free_port, nats_server_binary, port_open
+from tests.pipeline import every
+
+SERVICES = ("bridge", "actuator", "admission", "gang")
+C = "c1"
+
+
+@dataclass(frozen=True)
+class Plan:
+    duration: float = 240.0
+    nodes: int = 32
+    seed: int = 7
+    every: float = 4.0
+    replicas: int = 2
+    ttl: float = 2.0  # lease TTL
+    settle: float = 120.0  # after the chaos: at most this long for every job to be placed
+    jobs: int = 0  # 0: about one job per second of chaos
+
+
+@dataclass
+class Report:
+    plan: Plan
+    kills: list[tuple[float, str, bool]] = field(default_factory=list)  # (t, replica, was leader)
+    takeovers: dict[str, list[float]] = field(default_factory=dict)
+    events: list[str] = field(default_factory=list)
+    checks: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    counts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(ok for ok, _ in self.checks.values())
+
+    def text(self) -> str:
+        plan = self.plan
+        lines = [
+            f"chaos: {plan.duration:.0f} s, {plan.nodes} nodes, {plan.replicas} replicas of "
+            f"{', '.join(SERVICES)}, seed {plan.seed}"
+        ]
+        lines.append(f"kills: {len(self.kills)} ({sum(1 for k in self.kills if k[2])} leaders)")
+        lines += [f"  {e}" for e in self.events]
+        for service, times in sorted(self.takeovers.items()):
+            if times:
+                ordered = sorted(times)
+                median = ordered[len(ordered) // 2]
+                lines.append(
+                    f"takeover {service}: {len(times)} x, median {median:.2f} s, "
+                    f"max {ordered[-1]:.2f} s"
+                )
+        lines += [f"{k}: {v}" for k, v in self.counts.items()]
+        for name, (ok, detail) in self.checks.items():
+            lines.append(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
+        return "\n".join(lines)
+
+
+def write_trace(path: Path, plan: Plan, rng: random.Random) -> int:
+    """Jobs of 1-32 GPUs (whole nodes from 8) over the chaos, lasting 3-15 s each: about
+    half the cluster busy, so every job can finish once the chaos ends."""
+    jobs = plan.jobs or int(plan.duration)
+    rows = ["job_id,submit_time,submit_s,num_gpus,duration_s,vc,user,status"]
+    for i in range(jobs):
+        gpus = rng.choice((1, 2, 4, 8, 8, 16, 16, 32))
+        submit = plan.duration * i / jobs
+        rows.append(f"c{i},,{submit:.1f},{gpus},{rng.uniform(3, 15):.1f},chaos,,")
+    path.write_text("\n".join(rows) + "\n")
+    return jobs
+
+
+class Stack:
+    def __init__(self, plan: Plan, run: Path) -> None:
+        self.plan, self.run = plan, run
+        self.logs = run / "logs"
+        self.logs.mkdir(parents=True)
+        self.nats_port = free_port()
+        self.url = f"nats://127.0.0.1:{self.nats_port}"
+        self.kubeconfig = run / "kubeconfig"
+        self.nats = Child("nats", [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p",
+                                   str(self.nats_port), "-sd", str(run / "js")],
+                          self.logs / "nats.log")  # fmt: skip
+        self.replicas: list[Child] = []
+        self.sim: Child | None = None
+
+    def start(self, trace: Path) -> None:
+        self.nats.start()
+        _wait(lambda: port_open(self.nats_port), 20, "nats")
+        argv = baton("sim", "--nodes", str(self.plan.nodes), "--listen")
+        argv += [f"127.0.0.1:{free_port()}", "--kubeconfig", str(self.kubeconfig)]
+        argv += ["--trace", str(trace), "--speed", "1"]
+        self.sim = Child("simcluster", argv, self.logs / "simcluster.log")
+        self.sim.start()
+        _wait(self.kubeconfig.exists, 120, "simcluster")
+        env = {"BATON_NATS_URL": self.url, "BATON_CLUSTER": C, "KUBECONFIG": str(self.kubeconfig),
+               "BATON_LEASE_TTL_S": str(self.plan.ttl), "BATON_STOP_GRACE_S": "3",
+               "BATON_GANG_REQUIRE_ADMISSION": "1", "BATON_GANG_CYCLE_INTERVAL": "0.2"}  # fmt: skip
+        for service in SERVICES:
+            for i in range(1, self.plan.replicas + 1):
+                name = f"{service}-{i}"
+                child_env = {**env, "BATON_OPS_PORT": str(free_port())}
+                child = Child(name, baton(service), self.logs / f"{name}.log", child_env)
+                child.start()
+                self.replicas.append(child)
+
+    def stop(self) -> None:
+        for child in reversed(self.replicas):
+            _resume(child)
+            child.stop(grace=5)
+        if self.sim is not None:
+            self.sim.stop()
+        self.nats.stop()
+
+
+def _wait(check: Any, within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start within {within:.0f} s")
+        time.sleep(0.1)
+
+
+def _resumed(child: Child) -> bool:
+    return child.process is not None
+
+
+def _resume(child: Child) -> None:
+    if child.process is not None and child.alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.process.pid, signal.SIGCONT)
+
+
+async def leaders(bus: Bus) -> dict[str, Held]:
+    """The current lease value of every service (who leads, at which epoch)."""
+    found: dict[str, Held] = {}
+    with contextlib.suppress(Exception):
+        kv = await leases_bucket(bus)
+        for service in SERVICES:
+            with contextlib.suppress(Exception):
+                entry = await kv.get(service)
+                if entry.value:
+                    found[service] = msgspec.json.decode(entry.value, type=Held)
+    return found
+
+
+def pid_of(held: Held | None) -> int:
+    if held is None:
+        return 0
+    parts = held.holder.split("/")
+    return int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0
+
+
+async def chaos(plan: Plan, *, keep: Path | None = None) -> Report:
+    rng = random.Random(plan.seed)
+    report = Report(plan=plan, takeovers={s: [] for s in SERVICES})
+    with tempfile.TemporaryDirectory(prefix="baton-chaos-") as scratch:
+        run = keep or Path(scratch)
+        run.mkdir(parents=True, exist_ok=True)
+        trace = run / "trace.csv"
+        report.counts["jobs"] = write_trace(trace, plan, rng)
+        stack = Stack(plan, run)
+        try:
+            stack.start(trace)
+            bus = await Bus.connect(stack.url, cluster=C, name="chaos")
+            try:
+                await bus.ensure_streams()
+                await _until_led(bus, within=60)
+                await _rampage(stack, bus, rng, report)
+                await _settle(stack, bus, report)
+                await check(stack, bus, report)
+            finally:
+                await bus.close()
+        finally:
+            stack.stop()
+    return report
+
+
+async def _until_led(bus: Bus, *, within: float) -> None:
+    deadline = time.monotonic() + within
+    while len(await leaders(bus)) < len(SERVICES):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no leader for {set(SERVICES) - set(await leaders(bus))}")
+        await asyncio.sleep(0.2)
+
+
+async def _rampage(stack: Stack, bus: Bus, rng: random.Random, report: Report) -> None:
+    plan = stack.plan
+    began = time.monotonic()
+    nats_at, pause_at = plan.duration / 3, 2 * plan.duration / 3
+    next_kill = plan.every
+    pending: list[tuple[float, Child]] = []  # (restart at, child)
+    while (now := time.monotonic() - began) < plan.duration:
+        for at, child in list(pending):
+            if now >= at:
+                child.start()
+                pending.remove((at, child))
+        waiting = {id(c) for _, c in pending}
+        for child in stack.replicas:  # a replica that ended by itself (lost its lease) restarts
+            if not child.alive and id(child) not in waiting and _resumed(child):
+                report.events.append(f"{now:6.1f} s: {child.name} exited "
+                                     f"{child.exit_code()}; restarted")  # fmt: skip
+                child.start()
+        if now >= next_kill:
+            next_kill += plan.every
+            victim = rng.choice([c for c in stack.replicas if c.alive])
+            await _kill(victim, bus, report, now)
+            pending.append((now + 1.0, victim))
+        if nats_at and now >= nats_at:
+            nats_at = 0
+            await _restart_nats(stack, report, now)
+        if pause_at and now >= pause_at:
+            pause_at = 0
+            await _pause_leader(stack, bus, report, now)
+        await asyncio.sleep(0.1)
+    for _, child in pending:
+        child.start()
+
+
+async def _kill(victim: Child, bus: Bus, report: Report, now: float) -> None:
+    service = victim.name.rsplit("-", 1)[0]
+    before = (await leaders(bus)).get(service)
+    leader = victim.process is not None and pid_of(before) == victim.process.pid
+    assert victim.process is not None
+    os.kill(victim.process.pid, signal.SIGKILL)
+    victim.process.wait()
+    report.kills.append((now, victim.name, leader))
+    if leader and before is not None:
+        took = await _takeover(bus, service, before, within=30)
+        if took is not None:
+            report.takeovers[service].append(took)
+
+
+async def _takeover(bus: Bus, service: str, before: Held, *, within: float) -> float | None:
+    began = time.monotonic()
+    while time.monotonic() - began < within:
+        now = (await leaders(bus)).get(service)
+        if now is not None and now.epoch and now.epoch != before.epoch:
+            return time.monotonic() - began
+        await asyncio.sleep(0.05)
+    return None
+
+
+async def _restart_nats(stack: Stack, report: Report, now: float) -> None:
+    assert stack.nats.process is not None
+    os.kill(stack.nats.process.pid, signal.SIGKILL)
+    stack.nats.process.wait()
+    await asyncio.sleep(2.0)
+    stack.nats.start()
+    began = time.monotonic()
+    await asyncio.to_thread(_wait, lambda: port_open(stack.nats_port), 20, "nats")
+    report.events.append(
+        f"{now:6.1f} s: NATS killed, back after {2 + time.monotonic() - began:.1f} s"
+    )
+
+
+async def _pause_leader(stack: Stack, bus: Bus, report: Report, now: float) -> None:
+    held = (await leaders(bus)).get("gang")
+    pid = pid_of(held)
+    child = next((c for c in stack.replicas if c.process and c.process.pid == pid), None)
+    if child is None or held is None:
+        report.events.append(f"{now:6.1f} s: no gang leader to pause")
+        return
+    os.kill(pid, signal.SIGSTOP)
+    took = await _takeover(bus, "gang", held, within=30)
+    await asyncio.sleep(stack.plan.ttl)
+    os.kill(pid, signal.SIGCONT)
+    report.events.append(
+        f"{now:6.1f} s: paused gang leader {child.name} (epoch {held.epoch}) past its lease; "
+        f"standby took over in {took if took is None else round(took, 2)} s; resumed it"
+    )
+
+
+async def _settle(stack: Stack, bus: Bus, report: Report) -> None:
+    """Everything back up; then wait until no pod waits for a node (every gang placed)."""
+    for child in stack.replicas:
+        _resume(child)
+        if not child.alive:
+            child.start()
+    await _until_led(bus, within=60)
+    began = time.monotonic()
+    client: ApiClient = await config.new_client_from_config(config_file=str(stack.kubeconfig))
+    try:
+        while time.monotonic() - began < stack.plan.settle:
+            pods = (await CoreV1Api(client).list_pod_for_all_namespaces()).items
+            if not any(not p.spec.node_name and p.status.phase == "Pending" for p in pods):
+                break
+            await asyncio.sleep(1.0)
+    finally:
+        await client.close()
+    report.counts["settled in"] = f"{time.monotonic() - began:.0f} s"
+
+
+async def check(stack: Stack, bus: Bus, report: Report) -> None:
+    client: ApiClient = await config.new_client_from_config(config_file=str(stack.kubeconfig))
+    try:
+        pods = (await CoreV1Api(client).list_pod_for_all_namespaces()).items
+        nodes = (await CoreV1Api(client).list_node()).items
+        groups = await CustomObjectsApi(client).list_cluster_custom_object(
+            "scheduling.x-k8s.io", "v1alpha1", "podgroups"
+        )
+        report.checks["no gang partly bound"] = _partial(pods, groups["items"])
+        report.checks["no node over-allocated"] = _overallocated(pods, nodes)
+        report.checks["every gang placed once the chaos ends"] = _all_placed(pods)
+        async with aiohttp.ClientSession() as http:
+            server = client.configuration.host
+            async with http.get(f"{server}/metrics") as resp:
+                metrics = await resp.text()
+    finally:
+        await client.close()
+    actions = await every(bus, subjects.wildcard(C, "action", ">"), AnyAction)
+    results = await every(bus, subjects.wildcard(C, "result", ">"), ActionResult)
+    answered = {r.action_id for r in results}
+    lost = [a.id for a in actions if a.id not in answered]
+    outcomes = Counter(r.outcome for r in results)
+    report.counts["actions"] = len({a.id for a in actions})
+    report.counts["outcomes"] = dict(outcomes)
+    report.checks["every action answered (lost: 0)"] = (not lost, f"lost {len(lost)}: {lost[:5]}")
+    twice = _binding_conflicts(metrics)
+    report.checks["no pod bound twice (duplicates: 0)"] = (twice == 0, f"{twice} second binds")
+    letters = await every(bus, subjects.wildcard(C, subjects.DEADLETTER, ">"), DeadLetter)
+    silent = [d for d in letters if not d.reason]
+    report.counts["dead letters"] = len(letters)
+    report.checks["every dead letter has a reason"] = (not silent, f"{len(silent)} without")
+
+
+def _partial(pods: list[Any], groups: list[dict[str, Any]]) -> tuple[bool, str]:
+    bound: Counter[str] = Counter()
+    for pod in pods:
+        group = (pod.metadata.labels or {}).get(keys.POD_GROUP)
+        if group and pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed"):
+            bound[f"{pod.metadata.namespace}/{group}"] += 1
+    partial = []
+    for group in groups:
+        key = f"{group['metadata']['namespace']}/{group['metadata']['name']}"
+        need = int(group.get("spec", {}).get("minMember", 1))
+        if 0 < bound[key] < need:
+            partial.append(f"{key} {bound[key]}/{need}")
+    return not partial, f"{len(partial)} partial of {len(groups)} gangs: {partial[:5]}"
+
+
+def _gpus(obj: Any) -> int:
+    total = 0
+    for container in obj.spec.containers or []:
+        requests = (container.resources.requests or {}) if container.resources else {}
+        total += int(requests.get(keys.GPU, 0))
+    return total
+
+
+def _overallocated(pods: list[Any], nodes: list[Any]) -> tuple[bool, str]:
+    used: Counter[str] = Counter()
+    for pod in pods:
+        if pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed"):
+            used[pod.spec.node_name] += _gpus(pod)
+    over = []
+    for node in nodes:
+        have = int((node.status.allocatable or {}).get(keys.GPU, 0))
+        if used[node.metadata.name] > have:
+            over.append(f"{node.metadata.name} {used[node.metadata.name]}/{have}")
+    return not over, f"{len(over)} of {len(nodes)} nodes: {over[:5]}"
+
+
+def _all_placed(pods: list[Any]) -> tuple[bool, str]:
+    """The trace fits the cluster (half of it busy at most): once the chaos ends, no pod
+    may still wait for a node."""
+    waiting = sorted(
+        f"{p.metadata.namespace}/{p.metadata.name}"
+        for p in pods
+        if not p.spec.node_name and p.status.phase == "Pending"
+    )
+    return not waiting, f"{len(waiting)} pods still waiting: {waiting[:5]}"
+
+
+def _binding_conflicts(metrics: str) -> int:
+    total = 0
+    for line in metrics.splitlines():
+        if (
+            line.startswith("apiserver_request_total{")
+            and 'subresource="binding"' in line
+            and ('code="409"' in line)
+        ):
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total

@@ -1,0 +1,225 @@
+"""Replicas on a real nats-server: one leader per service, a hot standby that takes over,
+epochs that fence a deposed leader, and actions applied once across restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from libs.bus import Bus
+from libs.runner import Runner
+from libs.runner.leasing import Fences, Lease
+from libs.runtime.settings import Base
+from libs.testing.nats import running_nats
+from libs.testing.sim import running_sim
+from proto import subjects
+from proto.actions import ActionResult, AnyAction, SetLabels, action_subject
+from proto.runner import Started
+from services.actuator import core as actuator_core
+from services.actuator import main as actuator_main
+from services.actuator.calling import Api
+from tests.connected.test_runner import SPEC, pod_event
+from tests.pipeline import stop, until
+
+pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
+C = "c1"
+TTL = 1.0
+
+
+@contextlib.asynccontextmanager
+async def replica(url: str, name: str) -> AsyncIterator[tuple[Runner[Any], Bus]]:
+    bus = await Bus.connect(url, cluster=C, name=name)
+    await bus.ensure_streams()
+    runner = Runner(SPEC, bus=bus, settings=Base(), stop_grace=1.0,
+                    lease=Lease(bus, SPEC.name, ttl=TTL))  # fmt: skip
+    task = asyncio.create_task(runner.run(), name=f"replica-{name}")
+    try:
+        yield runner, bus
+    finally:
+        await stop(task, within=10.0, what=name)
+        await bus.close()
+
+
+async def test_one_replica_leads_the_other_stands_by_then_takes_over() -> None:
+    async with running_nats() as url, replica(url, "a") as (a, bus_a):
+        await until(lambda: a.leader, within=10, what="a leads")
+        async with replica(url, "b") as (b, _):
+            await until(lambda: b.ready, within=10, what="b caught up")
+            assert not b.leader
+            await bus_a.publish(*pod_event("bad-1", "gpu-1"))
+            await until(lambda: "bad-1" in b.state.nodes, within=10, what="b follows a's input")
+            # a dies without a word (its connection is cut): b takes over after the TTL.
+            await bus_a.nc.close()
+            began = time.monotonic()
+            await until(lambda: b.leader, within=10, what="b takes over")
+            took = time.monotonic() - began
+            assert b.lease is not None and a.lease is not None and b.lease.epoch > a.lease.epoch
+            assert took < 10 * TTL
+            check = await Bus.connect(url, cluster=C, name="check")
+            try:
+                started = await check.snapshot(subjects.runner(C, "started", "toy"), Started)
+                assert started[-1].instance == b.lease.holder.rsplit("/", 1)[0]
+                await check.publish(*pod_event("bad-2", "gpu-2"))
+                await until(lambda: "bad-2" in b.state.nodes, within=10, what="b decides")
+                actions = await _all_actions(check)
+            finally:
+                await check.close()
+            # Both cordons are on the bus once: a published one, b the other.
+            assert sorted(a.node for a in actions) == ["gpu-1", "gpu-2"]
+
+
+async def _all_actions(bus: Bus) -> list[Any]:
+    deadline = time.monotonic() + 10
+    while True:
+        info = await bus.js.stream_info(subjects.stream_name(C, "actions"))
+        if info.state.messages >= 2 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    return await bus.snapshot(subjects.wildcard(C, "action", ">"), AnyAction)
+
+
+async def test_actions_of_a_deposed_leader_or_past_their_expiry_are_answered_stale() -> None:
+    """A gang leader at epoch E is replaced (epoch E' > E); an action the old one sends
+    afterwards is refused, as is an action whose producer said it expires."""
+    async with running_nats() as url, running_sim(nodes=2) as sim:
+        bus = await Bus.connect(url, cluster=C, name="test")
+        await bus.ensure_streams()
+        old = Lease(bus, "gang", ttl=TTL)
+        new = Lease(bus, "gang", ttl=TTL)
+        holding = asyncio.create_task(old.run())
+        await until(lambda: old.leader, within=10, what="the old leader")
+        holding.cancel()  # it stops renewing (paused), without giving the lease up
+        with contextlib.suppress(asyncio.CancelledError):
+            await holding
+        taking = asyncio.create_task(new.run())
+        await until(lambda: new.leader and new.epoch > old.epoch, within=10, what="new leader")
+        client = await sim.api_client()
+        node = sim.cluster.node_names()[0]
+        limits = actuator_core.Limits(qps=0, backoff_base=0.05)
+        abus = await Bus.connect(url, cluster=C, name="actuator")
+        settings = actuator_main.Settings()
+        actuator = actuator_main.runner(abus, settings, api=Api(client), limits=limits)
+        running = asyncio.create_task(actuator.run())
+        try:
+            labels = {
+                "deposed": SetLabels(id="l-old", by="gang", at=1.0, epoch=old.epoch, node=node,
+                                     labels={"t.baton.io/old": "1"}),
+                "current": SetLabels(id="l-new", by="gang", at=1.0, epoch=new.epoch, node=node,
+                                     labels={"t.baton.io/new": "1"}),
+                "expired": SetLabels(id="l-exp", by="admission", at=1.0, expires=2.0, node=node,
+                                     labels={"t.baton.io/exp": "1"}),
+            }  # fmt: skip
+            for action in labels.values():
+                await bus.publish(action_subject(C, action), action, msg_id=action.id)
+            results = await _results(bus, 3)
+        finally:
+            await stop(running, within=10, what="actuator")
+            await abus.close()
+            taking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await taking
+            await client.close()
+            await bus.close()
+        outcome = {r.action_id: (r.outcome, r.error) for r in results}
+        assert outcome["l-new"][0] == "applied"
+        assert outcome["l-old"][0] == "stale" and "older than its leader's" in outcome["l-old"][1]
+        assert outcome["l-exp"][0] == "stale" and "expired" in outcome["l-exp"][1]
+        written = sim.store.get("nodes", None, node)["metadata"]["labels"]
+        assert "t.baton.io/new" in written
+        assert "t.baton.io/old" not in written and "t.baton.io/exp" not in written
+
+
+async def _results(bus: Bus, count: int) -> list[ActionResult]:
+    got: dict[str, ActionResult] = {}
+    async with bus.consume(subjects.wildcard(C, "result", ">"), type_=ActionResult) as sub:
+        async with asyncio.timeout(20):
+            async for msg in sub:
+                got[msg.event.action_id] = msg.event
+                await msg.ack()
+                if len(got) >= count:
+                    break
+    return list(got.values())
+
+
+async def test_an_action_applied_before_a_restart_is_not_applied_again() -> None:
+    """The same action delivered again to a fresh actuator (its in-memory LRU gone) is
+    answered ``already`` from the done-record, without another write to the API."""
+    async with running_nats() as url, running_sim(nodes=1) as sim:
+        bus = await Bus.connect(url, cluster=C, name="test")
+        await bus.ensure_streams()
+        client = await sim.api_client()
+        node = sim.cluster.node_names()[0]
+        action = SetLabels(id="once-1", by="test", at=1.0, node=node, labels={"t.baton.io/x": "1"})
+        limits = actuator_core.Limits(qps=0, backoff_base=0.05)
+        already = ("action.label.v1", "already")
+        try:
+            for run, msg_id in enumerate(("first", "second")):  # stored twice: two deliveries
+                before = (patches(sim), answered(*already))
+                abus = await Bus.connect(url, cluster=C, name=f"actuator-{run}")
+                actuator = actuator_main.runner(
+                    abus, actuator_main.Settings(), api=Api(client), limits=limits
+                )
+                running = asyncio.create_task(actuator.run())
+                await bus.publish(action_subject(C, action), action, msg_id=msg_id)
+                await until(lambda a=actuator: a.state.seen, within=20, what="the action handled")
+                await stop(running, within=10, what="actuator")
+                await abus.close()
+                after = (patches(sim), answered(*already))
+                if run == 0:
+                    assert after[0] == before[0] + 1  # applied: one patch
+                else:
+                    assert after == (before[0], before[1] + 1)  # already: no write
+            (result,) = await _results(bus, 1)  # one result per action id (msg id dedup)
+            assert result.outcome == "applied"
+        finally:
+            await client.close()
+            await bus.close()
+
+
+def answered(action_type: str, outcome: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "baton_actuator_actions_total", {"type": action_type, "outcome": outcome}
+    )
+    return value or 0.0
+
+
+def patches(sim: Any) -> float:
+    """Node patches simcluster has answered 200 to."""
+    labels = {"verb": "PATCH", "resource": "nodes", "subresource": "", "code": "200"}
+    return float(sim.metric("apiserver_request_total", **labels))
+
+
+async def test_fences_read_every_leader_epoch_from_the_bucket() -> None:
+    async with running_nats() as url:
+        bus = await Bus.connect(url, cluster=C, name="test")
+        await bus.ensure_streams()
+        first, second = Lease(bus, "balloon", ttl=TTL), Lease(bus, "balloon", ttl=TTL)
+        holding = asyncio.create_task(first.run())
+        await until(lambda: first.leader, within=10, what="a first leader")
+        holding.cancel()
+        await asyncio.gather(holding, return_exceptions=True)
+        await first.release()
+        holding = asyncio.create_task(second.run())
+        await until(lambda: second.leader, within=10, what="a second leader")
+        fences = Fences()
+        following = asyncio.create_task(fences.follow(bus))
+        try:
+            await until(lambda: fences.epochs.get("balloon") == second.epoch, within=10,
+                        what="the epoch read")  # fmt: skip
+            assert second.epoch > first.epoch
+            assert fences.stale("balloon", second.epoch) == ""
+            assert "older than its leader's" in fences.stale("balloon", first.epoch)
+            assert fences.stale("balloon", 0) == ""  # no lease claimed: not fenced
+            assert fences.stale("gang", 5) == ""  # a service with no leader yet
+            assert (await bus.js.stream_info("KV_BATON_C1_LEASES")).config.name
+        finally:
+            for task in (holding, following):
+                task.cancel()
+            await asyncio.gather(holding, following, return_exceptions=True)
+            await bus.close()

@@ -1,0 +1,21 @@
+"""The short chaos run (the long one: ``just chaos``): replicas killed, NATS restarted, a
+leader paused past its lease; afterwards no gang is partly bound, no node
+over-allocated, every action answered once, every job placed."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos.run import Plan, chaos
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+
+
+async def test_baton_keeps_its_promises_while_its_pieces_die() -> None:
+    report = await chaos(Plan(duration=45.0, nodes=16, every=4.0, seed=3))
+    text = report.text()
+    assert report.ok, text
+    assert len(report.kills) >= 8, text
+    assert any("NATS killed" in e for e in report.events), text
+    assert any("paused gang leader" in e for e in report.events), text
+    assert report.counts["actions"] > 0, text

@@ -1,0 +1,38 @@
+"""The bandwidth Deployment: no API access, a command and settings the service accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from services.bandwidth.main import load
+from services.cli.main import COMMANDS
+
+pytestmark = pytest.mark.unit
+
+BASE = Path(__file__).resolve().parents[2] / "deploy" / "base"
+
+
+def documents(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((BASE / name).read_text()) if d]
+
+
+def test_the_service_has_no_api_access_and_accepts_its_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (deployment,) = documents("bandwidth.yaml")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False  # no API access: NATS only
+    (container,) = pod["containers"]
+    assert container["args"][0] in COMMANDS
+    teams = next(d for d in documents("config.yaml") if d["metadata"]["name"] == "baton-teams")
+    (tmp_path / "teams.yaml").write_text(teams["data"]["teams.yaml"])
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env.pop("BATON_BANDWIDTH_TEAMS_FILE") == "/etc/baton/teams.yaml"
+    for key, value in {**env, "BATON_BANDWIDTH_TEAMS_FILE": str(tmp_path / "teams.yaml")}.items():
+        monkeypatch.setenv(key, value)
+    settings = load(None)  # raises naming the key if one is wrong
+    assert settings.policy().capacity_bps == 10**10

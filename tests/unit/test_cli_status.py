@@ -1,0 +1,138 @@
+"""What `baton up` and `baton status` show, from bus events alone: teams (from admission's
+own core), capacity, health, services, decisions; plain and full screen."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import msgspec
+import pytest
+from rich.console import Console
+
+from proto import keys
+from proto.admission import GangAdmitted, GangQueued, TeamsLoaded
+from proto.k8s import (
+    GPU,
+    Node,
+    NodeEvent,
+    Pod,
+    PodEvent,
+    PodGroup,
+    PodGroupEvent,
+    Taint,
+)
+from proto.runner import Started
+from services.admission.teams import parse
+from services.cli.screen import draw
+from services.cli.view import ServiceHealth, View, summarize, teams_now, text
+
+pytestmark = pytest.mark.unit
+
+TEAMS: dict[str, Any] = {
+    "teams": [
+        {"name": "a", "namespaces": ["team-a"], "pools": ["pa"], "quota": {"gpus": 16}},
+        {"name": "b", "namespaces": ["team-b"], "pools": ["pb"]},
+    ]
+}
+WHY = (
+    "needs 16 GPUs; team 'a' has 0 of its quota of 16 free and may not borrow: "
+    "every word of this reason stays on screen, however long it is"
+)
+
+
+def node(name: str, pool: str, **more: Any) -> NodeEvent:
+    labels = {keys.POOL: pool, keys.RACK: "gpu-rack-000"}
+    n = Node(name=name, uid=name, labels=labels, allocatable={GPU: 8}, **more)
+    return NodeEvent(op="upsert", at=0.0, node=n)
+
+
+def gang(ns: str, name: str, members: int, *, bound: bool) -> list[Any]:
+    notes = {keys.ADMITTED: "true"} if bound else {}
+    group = PodGroup(namespace=ns, name=name, uid=name, min_member=members, annotations=notes,
+                     created_at=1.0)  # fmt: skip
+    out: list[Any] = [PodGroupEvent(op="upsert", at=1.0, pod_group=group)]
+    for i in range(members):
+        pod = Pod(namespace=ns, name=f"{name}-{i}", uid=f"{name}-{i}", scheduler_name="baton",
+                  labels={"scheduling.x-k8s.io/pod-group": name}, requests={GPU: 8},
+                  node_name=f"a{i}" if bound else "", phase="Running" if bound else "Pending",
+                  created_at=1.0)  # fmt: skip
+        out.append(PodEvent(op="upsert", at=1.0, pod=pod))
+    return out
+
+
+def world() -> View:
+    view = View()
+    for event in (node("a0", "pa"), node("a1", "pa"), node("b0", "pb"),
+                  node("b1", "pb", taints=(Taint(key=keys.UNHEALTHY, effect="NoSchedule"),)),
+                  node("b2", "pb", ready=False),
+                  *gang("team-a", "running", 2, bound=True),
+                  *gang("team-a", "next", 2, bound=False)):  # fmt: skip
+        view.apply(event)
+    return view
+
+
+def test_team_rows_come_from_admissions_core_and_its_last_word() -> None:
+    view = world()
+    assert teams_now(view, now=10.0) is None  # no admission on the bus: no team lines
+    view.record(TeamsLoaded(config=parse(TEAMS), at=2.0))
+    view.record(GangQueued(at=3.0, gang="team-a/next", team="a", reason=WHY, position=0))
+    rows = {row.name: row for row in teams_now(view, now=10.0) or ()}
+    assert (rows["a"].quota, rows["a"].used, rows["a"].waiting) == (16, 16, 1)
+    assert (rows["a"].head, rows["a"].reason) == ("team-a/next", WHY)
+    assert (rows["b"].waiting, rows["b"].head) == (0, "")
+    view.record(GangAdmitted(at=4.0, gang="team-a/next", team="a", gpus=16))
+    assert "team-a/next" not in view.queued  # admitted: admission's reason no longer holds
+
+
+def test_the_team_config_is_read_from_admissions_start() -> None:
+    view = View()
+    policy = msgspec.to_builtins(parse(TEAMS))
+    view.record(Started(service="admission", at=1.0, k8s_seq=1, history_seq=1, policy=policy,
+                        instance="host/42"))  # fmt: skip
+    assert view.teams == parse(TEAMS)
+    assert view.started["admission"].instance == "host/42"
+
+
+def test_plain_status_shows_every_section_and_never_cuts_a_reason() -> None:
+    view = world()
+    view.record(TeamsLoaded(config=parse(TEAMS), at=2.0))
+    view.record(GangQueued(at=3.0, gang="team-a/next", team="a", reason=WHY, position=0))
+    view.note("12:00:00 placement.placed.v1 team-a/running")
+    health = [ServiceHealth("gang", alive=True, ready=True, detail="ops :9107"),
+              ServiceHealth("actuator", alive=False, ready=False)]  # fmt: skip
+    summary = summarize(view, health, title="baton status", teams=teams_now(view, now=10.0),
+                        endpoints=(("NATS", "nats://127.0.0.1:4222"),))  # fmt: skip
+    shown = text(summary)
+    assert f"a  quota 16  used 16  waiting 1  head team-a/next: {WHY}" in shown
+    assert "nodes 5 (4 ready)  gpus 16/40 allocated (40%)" in shown
+    assert "pool pa: 2 nodes, 16/16 gpus" in shown
+    assert ("quarantined 1 (b1)  draining 0  remediating 0  validating 0  withheld 0  "
+            "not ready 1  cordoned 0") in shown  # fmt: skip
+    assert "services  gang:ok  actuator:DOWN" in shown
+    assert "NATS         nats://127.0.0.1:4222" in shown
+    assert "placement.placed.v1 team-a/running" in shown
+
+
+def test_the_full_screen_keeps_endpoints_and_wraps_long_reasons() -> None:
+    view = world()
+    view.record(TeamsLoaded(config=parse(TEAMS), at=2.0))
+    view.record(GangQueued(at=3.0, gang="team-a/next", team="a", reason=WHY, position=0))
+    summary = summarize(view, [ServiceHealth("gang", alive=True, ready=False)], title="baton up",
+                        teams=teams_now(view, now=10.0),
+                        endpoints=(("gang ops", "http://127.0.0.1:9107/metrics"),))  # fmt: skip
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(draw(summary))
+    screen = out.getvalue()
+    assert "http://127.0.0.1:9107/metrics" in screen
+    assert "starting" in screen
+    words = " ".join(screen.replace("│", " ").split())
+    assert "however long it is" in words  # wrapped onto more lines, not cut with "…"
+    assert "…" not in screen
+
+
+def test_status_reads_the_actuators_own_consumer() -> None:
+    from services.actuator.shell import DURABLE
+    from services.cli.following import ACTUATOR_CONSUMER
+
+    assert ACTUATOR_CONSUMER == DURABLE

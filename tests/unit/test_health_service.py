@@ -1,0 +1,78 @@
+"""The health service's settings and its heartbeat bookkeeping (no I/O)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+import yaml
+
+from libs.runtime import SettingsError, load_settings
+from proto.health import HealthPolicy, Heard, Silence
+from services.cli.main import COMMANDS
+from services.health.heartbeats import Beats, outgoing
+from services.health.main import PREFIX, SPEC, Settings
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_policy_field_is_a_setting_with_the_same_default() -> None:
+    settings = {f.name: f.default for f in msgspec.structs.fields(Settings)}
+    for f in msgspec.structs.fields(HealthPolicy):
+        assert f.name in settings, f"Settings lacks {f.name}"
+        assert settings[f.name] == f.default, f.name
+    assert Settings().policy() == HealthPolicy()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("CAP_RACK", "1.5"), ("MAX_TESTING", "0"), ("FLAP_COUNT", "1"), ("DRAIN_TIMEOUT_S", "1"),
+     ("AFTER_S", '{"Ready": -1}')],
+)  # fmt: skip
+def test_a_bad_setting_names_its_key(key: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=key):
+        load_settings(Settings, PREFIX, env={f"{PREFIX}{key}": value})
+
+
+def test_settings_from_the_environment() -> None:
+    env = {f"{PREFIX}AFTER_S": '{"Ready": 30}', f"{PREFIX}PREFLIGHT_COMMAND": "dcgmi,diag,-r,3"}
+    settings = load_settings(Settings, PREFIX, env=env)
+    assert settings.policy().after_s == {"Ready": 30.0}
+    assert settings.policy().preflight_command == ("dcgmi", "diag", "-r", "3")
+
+
+def test_the_spec_reads_what_the_issue_names() -> None:
+    patterns = [i.pattern for i in SPEC.inputs]
+    assert patterns[:5] == ["k8s.node.>", "k8s.pod.>", "telemetry.gpu.>", "telemetry.node.>",
+                            "telemetry.xid.>"]  # fmt: skip
+    assert "health.control" in patterns and "telemetry.heartbeat.>" not in patterns
+
+
+def test_a_node_goes_silent_once_and_is_heard_when_it_beats_again() -> None:
+    beats = Beats(after_s=60.0)
+    beats.beat("a", 100.0)
+    beats.beat("b", 150.0)
+    assert outgoing("c1", beats, 160.0) == []
+    (silent,) = outgoing("c1", beats, 161.0)
+    assert silent.subject == "baton.c1.health.silence.a"
+    assert silent.event == Silence(node="a", at=161.0, last_beat=100.0, after_s=60.0)
+    assert outgoing("c1", beats, 170.0) == []  # once
+    beats.beat("a", 90.0)  # an older beat (redelivered) changes nothing
+    assert outgoing("c1", beats, 171.0) == []
+    beats.beat("a", 172.0)
+    (heard,) = outgoing("c1", beats, 173.0)
+    assert heard.subject == "baton.c1.health.heard.a"
+    assert heard.event == Heard(node="a", at=173.0, last_beat=172.0)
+
+
+def test_the_manifest_runs_baton_health_with_settings_it_accepts() -> None:
+    base = Path(__file__).resolve().parents[2] / "deploy" / "base"
+    (doc,) = [d for d in yaml.safe_load_all((base / "health.yaml").read_text()) if d]
+    pod = doc["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == ["health"] and "health" in COMMANDS
+    assert pod["serviceAccountName"] == "baton-service"  # no API rights: the actuator writes
+    env = {e["name"]: e["value"] for e in container["env"]}
+    settings = load_settings(Settings, PREFIX, env=env)  # raises naming a bad key
+    assert settings.preflight_namespace == "baton-system"

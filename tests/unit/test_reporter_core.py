@@ -1,0 +1,212 @@
+"""The reporter core: what Kubernetes users are told about a gang, when, and how often."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from libs.testing.builders import node, pod, pod_group
+from proto import keys
+from proto.actions import Binding, RecordEvent, SetGroupStatus, SetPodCondition
+from proto.admission import GangQueued
+from proto.k8s import GangRef, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
+from proto.placement import GangPlaced, GangUnschedulable, Need
+from proto.runner import Tick
+from services.reporter import core, telling
+
+pytestmark = pytest.mark.unit
+
+NS = "ml"
+
+
+def step(state: core.State, *events: Any, at: float = 1.0) -> list[Any]:
+    out: list[Any] = []
+    for event in events:
+        if isinstance(event, Pod):
+            event = PodEvent(op="upsert", at=at, pod=event)
+        elif isinstance(event, PodGroup):
+            event = PodGroupEvent(op="upsert", at=at, pod_group=event)
+        out += core.step(state, event, at)[1]
+    return out
+
+
+def of(outputs: list[Any], type_: type) -> list[Any]:
+    return [o for o in outputs if isinstance(o, type_)]
+
+
+def members(count: int, *, bound: str = "", phase: str = "") -> list[Pod]:
+    return [
+        pod(
+            f"job-{i}",
+            namespace=NS,
+            group="job",
+            gpus=8,
+            node_name=bound and f"{bound}{i}",
+            phase=phase,
+        )
+        for i in range(count)
+    ]
+
+
+PHASES = [
+    # (case, counts, minMember, phase) — scheduler-plugins' precedence
+    ("nothing bound", telling.Counts(members=4, pending=4), 4, "Pending"),
+    ("bound, not running", telling.Counts(members=4, scheduled=4), 4, "Scheduled"),
+    ("running", telling.Counts(members=4, scheduled=4, running=4), 4, "Running"),
+    ("finished", telling.Counts(members=4, scheduled=4, succeeded=4), 4, "Finished"),
+    ("one failed", telling.Counts(members=4, scheduled=4, running=3, failed=1), 4, "Failed"),
+    ("failed but below minMember", telling.Counts(members=4, scheduled=2, failed=1), 4, "Pending"),
+]
+
+
+@pytest.mark.parametrize(("case", "counts", "need", "want"), PHASES, ids=[c[0] for c in PHASES])
+def test_phases_follow_scheduler_plugins(
+    case: str, counts: telling.Counts, need: int, want: str
+) -> None:
+    assert telling.phase(counts, need) == want
+
+
+def test_a_gang_short_of_members_says_so_on_its_podgroup_and_pods() -> None:
+    state = core.initial()
+    out = step(state, pod_group("job", namespace=NS, min_member=4), *members(2))
+    status = of(out, SetGroupStatus)[-1]
+    assert (status.status.phase, status.priority) == ("Pending", "status")
+    (condition,) = status.status.conditions
+    assert (condition.type, condition.status, condition.reason) == (
+        "PodGroupScheduled", "False", "Unschedulable"
+    )  # fmt: skip
+    assert condition.message == "waiting for all 4 members of gang job to be created (minMember 4)"
+    marked = {p.name for c in of(out, SetPodCondition) for p in c.pods}
+    assert marked == {"job-0", "job-1"}
+    warned = {e.regarding.name for e in of(out, RecordEvent) if e.reason == "FailedScheduling"}
+    assert warned == {"job-0", "job-1"}
+
+
+def test_the_verdict_says_what_would_unblock_the_gang_and_pods_hear_it_once_per_interval() -> None:
+    state = core.initial(core.ReportPolicy(pod_every=30.0))
+    step(state, pod_group("job", namespace=NS, min_member=2), *members(2), at=1.0)
+    verdict = GangUnschedulable(
+        gang=f"{NS}/job", at=10.0, reason="0 of 2 members fit in one rack",
+        need=Need(nodes=2, shape={keys.GPU: 8}, within=keys.RACK), members=2,
+    )  # fmt: skip
+    out = step(state, verdict, at=10.0)
+    said = "0 of 2 members fit in one rack; need 2 more nodes with 8 nvidia.com/gpu in one rack"
+    (event,) = [e for e in of(out, RecordEvent) if e.regarding.kind == "PodGroup"]
+    assert (event.reason, event.event_type, event.note) == ("FailedScheduling", "Warning", said)
+    assert of(out, SetGroupStatus)[-1].status.conditions[0].message == said
+    # job-0 was told at 1.0 (waiting for members): it waits for its interval; job-1,
+    # never told, hears the verdict at once
+    (told,) = of(out, SetPodCondition)
+    assert [p.name for p in told.pods] == ["job-1"]
+    assert told.condition.message == f"gang {NS}/job: {said}"
+    assert core.wants_tick(state, 20.0)
+    assert of(step(state, Tick(at=20.0), at=20.0), SetPodCondition) == []
+    (later,) = of(step(state, Tick(at=31.0), at=31.0), SetPodCondition)
+    assert [p.name for p in later.pods] == ["job-0"]
+    assert later.condition.message == told.condition.message
+    assert not core.wants_tick(state, 32.0)
+
+
+def test_a_placed_gang_gets_scheduled_events_and_its_phase_follows_its_pods() -> None:
+    state = core.initial()
+    step(state, pod_group("job", namespace=NS, min_member=2), *members(2))
+    bindings = tuple(Binding(namespace=NS, pod=f"job-{i}", uid=f"u{i}", node=f"n{i}")
+                     for i in range(2))  # fmt: skip
+    placed = GangPlaced(gang=f"{NS}/job", at=2.0, action_id="bind-1", bindings=bindings,
+                        level=keys.RACK, domain="r1", domains=1)  # fmt: skip
+    out = step(state, placed, at=2.0)
+    notes = sorted(e.note for e in of(out, RecordEvent) if e.reason == "Scheduled")
+    assert notes == [
+        "Successfully assigned ml/job-0 to n0",
+        "Successfully assigned ml/job-1 to n1",
+        "placed all 2 members together in rack r1",
+    ]
+    phases = [of(step(state, *members(2, bound="n", phase=p), at=t), SetGroupStatus)
+              for t, p in ((3.0, "Pending"), (4.0, "Running"), (5.0, "Succeeded"))]  # fmt: skip
+    assert [p[-1].status.phase for p in phases] == ["Scheduled", "Running", "Finished"]
+    assert phases[0][-1].status.conditions[0].message == "placed all 2 members together in rack r1"
+
+
+def test_an_unchanged_status_is_not_written_again() -> None:
+    state = core.initial()
+    step(state, pod_group("job", namespace=NS, min_member=4), *members(2))
+    assert of(step(state, *members(2), at=2.0), SetGroupStatus) == []
+
+
+@pytest.mark.parametrize(
+    ("ref", "said"),
+    [
+        (GangRef(name="job", source="volcano"),
+         "waiting for PodGroup ml/job (named by annotation scheduling.k8s.io/group-name) to be "
+         "created or annotation scheduling.volcano.sh/group-min-member on its pods"),
+        (GangRef(name="job", source="kubernetes"),
+         "waiting for PodGroup ml/job (named by spec.schedulingGroup.podGroupName) to be created"),
+    ],
+)  # fmt: skip
+def test_pods_naming_a_missing_group_are_told_which_and_how(ref: GangRef, said: str) -> None:
+    state = core.initial()
+    out = step(state, pod("w-0", namespace=NS, gpus=8, ref=ref))
+    (told,) = of(out, SetPodCondition)
+    assert told.condition.message == f"gang {NS}/job: {said}"
+
+
+def test_a_gang_waiting_for_admission_says_why() -> None:
+    state = core.initial()
+    step(state, pod_group("job", namespace=NS, min_member=1), *members(1))
+    queued = GangQueued(at=2.0, gang=f"{NS}/job", team="a", position=0,
+                        reason="team 'a' uses 16 of its 16 GPU quota")  # fmt: skip
+    out = step(state, queued, at=2.0)
+    (event,) = [e for e in of(out, RecordEvent) if e.regarding.kind == "PodGroup"]
+    assert (event.reason, event.note) == (
+        "Queued", "waiting for admission: team 'a' uses 16 of its 16 GPU quota"
+    )  # fmt: skip
+    condition = of(out, SetGroupStatus)[-1].status.conditions[0]
+    assert condition.message == "waiting for admission: team 'a' uses 16 of its 16 GPU quota"
+
+
+def test_a_gang_without_a_group_object_is_told_on_its_pods() -> None:
+    state = core.initial()
+    ref = GangRef(name="job", source="kueue", min_member=2)
+    out = step(state, *(pod(f"w-{i}", namespace=NS, gpus=8, ref=ref) for i in range(2)))
+    assert of(out, SetGroupStatus) == []
+    verdict = GangUnschedulable(gang=f"{NS}/job", at=2.0, reason="no room", need=Need(nodes=0))
+    out = step(state, verdict, at=2.0)
+    assert {e.regarding.name for e in of(out, RecordEvent)} == {"w-0", "w-1"}
+
+
+def test_a_node_quarantined_and_returned_is_told_on_the_node() -> None:
+    state = core.initial()
+    sick = node("gpu-1").tainted(keys.UNHEALTHY).build()
+    out = core.step(state, NodeEvent(op="upsert", at=1.0, node=sick), 1.0)[1]
+    (event,) = out
+    assert (event.reason, event.regarding.kind, event.regarding.name) == (
+        "Quarantined", "Node", "gpu-1"
+    )  # fmt: skip
+    assert core.step(state, NodeEvent(op="upsert", at=2.0, node=sick), 2.0)[1] == ()
+    well = msgspec.structs.replace(sick, taints=())
+    (back,) = core.step(state, NodeEvent(op="upsert", at=3.0, node=well), 3.0)[1]
+    assert back.reason == "Returned"
+
+
+def test_the_same_inputs_give_the_same_outputs() -> None:
+    def run() -> list[Any]:
+        state = core.initial()
+        verdict = GangUnschedulable(gang=f"{NS}/job", at=5.0, reason="x", need=Need(nodes=1))
+        return step(state, pod_group("job", namespace=NS, min_member=2), *members(2)) + step(
+            state, verdict, at=5.0
+        )
+
+    assert msgspec.json.encode(run()) == msgspec.json.encode(run())
+
+
+def test_a_finished_gang_whose_objects_are_gone_is_forgotten() -> None:
+    state = core.initial()
+    group = pod_group("job", namespace=NS, min_member=2)
+    done = members(2, bound="n", phase="Succeeded")
+    assert of(step(state, group, *done), SetGroupStatus)[-1].status.phase == "Finished"
+    core.step(state, PodGroupEvent(op="delete", at=3.0, pod_group=group), 3.0)
+    for p in done:
+        core.step(state, PodEvent(op="delete", at=3.0, pod=p), 3.0)
+    assert state.view.gangs == {}

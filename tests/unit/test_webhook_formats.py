@@ -1,0 +1,137 @@
+"""The validating webhook speaks every gang format with the same actionable messages:
+scheduler-plugins' PodGroup (minResources too), upstream PodGroups and Workloads,
+Volcano and Kueue pods."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from proto import keys
+from proto.k8s import GPU, Node, NodeEvent, PodGroup, PodGroupEvent
+from services.admission import core, webhook
+from services.admission.teams import parse
+
+pytestmark = pytest.mark.unit
+
+TEAMS = {"teams": [{"name": "a", "namespaces": ["ml"], "pools": ["pa"], "quota": {"gpus": 16}}]}
+PLUGINS = ("scheduling.x-k8s.io", "v1alpha1")
+UPSTREAM = ("scheduling.k8s.io", "v1beta1")
+
+
+def state() -> core.State:
+    s = core.initial(parse(TEAMS))
+    for i in range(2):
+        n = Node(name=f"n{i}", uid=f"n{i}", labels={"baton.io/pool": "pa"}, allocatable={GPU: 8})
+        core.step(s, NodeEvent(op="upsert", at=0.0, node=n), 0.0)
+    wide = PodGroup(namespace="ml", name="wide", uid="w", min_member=4)
+    core.step(s, PodGroupEvent(op="upsert", at=0.0, pod_group=wide), 0.0)
+    return s
+
+
+def ask(obj: dict[str, Any], *, kind: str = "Pod", api: tuple[str, str] = ("", "v1")) -> str:
+    body = {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "r", "kind": {"group": api[0], "version": api[1], "kind": kind},
+                    "namespace": "ml", "name": obj["metadata"]["name"], "operation": "CREATE",
+                    "object": obj},
+    }  # fmt: skip
+    verdict = webhook.review(state(), json.dumps(body).encode(), mutate=False, now=0.0)
+    response = json.loads(verdict.body)["response"]
+    return "" if response["allowed"] else str(response["status"]["message"])
+
+
+def pod(
+    labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+    gpus: int = 8, **spec: Any,
+) -> dict[str, Any]:  # fmt: skip
+    container = {"name": "c", "resources": {"limits": {GPU: str(gpus)}}}
+    return {
+        "metadata": {"name": "w-0", "labels": labels or {}, "annotations": annotations or {}},
+        "spec": {"schedulerName": "baton", "containers": [container], **spec},
+    }
+
+
+REFUSED = [
+    # (case, object, kind, api, what the message says)
+    ("Kueue group without its size", pod({keys.KUEUE_GROUP: "j"}), "Pod", ("", "v1"),
+     f'add annotation {keys.KUEUE_TOTAL}: "<members>"'),
+    ("Kueue size that is not a number",
+     pod({keys.KUEUE_GROUP: "j"}, {keys.KUEUE_TOTAL: "two"}), "Pod", ("", "v1"),
+     f"{keys.KUEUE_TOTAL}: 'two' is not a whole number of members"),
+    ("Volcano count that is not a number",
+     pod(annotations={keys.VOLCANO_GROUP: "j", keys.VOLCANO_MIN_MEMBER: "0"}), "Pod", ("", "v1"),
+     f"{keys.VOLCANO_MIN_MEMBER}: '0' is not a whole number of members"),
+    ("two formats naming two gangs",
+     pod({keys.POD_GROUP: "a"}, {keys.VOLCANO_GROUP: "b"}), "Pod", ("", "v1"),
+     "a pod belongs to one gang: keep one of them"),
+    ("a Kueue gang larger than the team could ever run",
+     pod({keys.KUEUE_GROUP: "j"}, {keys.KUEUE_TOTAL: "3"}), "Pod", ("", "v1"),
+     f"needs 24 GPUs ({keys.KUEUE_TOTAL} 3 x 8) but team 'a' can never get more than 16"),
+    ("a member of a known PodGroup too large",
+     pod({keys.POD_GROUP: "wide"}), "Pod", ("", "v1"),
+     "needs 32 GPUs (minMember 4 x 8) but team 'a' can never get more than 16"),
+    ("minResources beyond the team",
+     {"metadata": {"name": "g"}, "spec": {"minMember": 2, "minResources": {GPU: "32"}}},
+     "PodGroup", PLUGINS,
+     "needs 32 GPUs (spec.minResources) but team 'a' can never get more than 16"),
+    ("minResources that is not a quantity",
+     {"metadata": {"name": "g"}, "spec": {"minMember": 2, "minResources": {GPU: "lots"}}},
+     "PodGroup", PLUGINS, "PodGroup ml/g:"),
+    ("a schedule timeout of zero",
+     {"metadata": {"name": "g"}, "spec": {"minMember": 2, "scheduleTimeoutSeconds": 0}},
+     "PodGroup", PLUGINS, "spec.scheduleTimeoutSeconds must be at least 1"),
+    ("upstream minCount of zero",
+     {"metadata": {"name": "g"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 0}}}},
+     "PodGroup", UPSTREAM, "spec.schedulingPolicy.gang.minCount must be at least 1"),
+    ("upstream topology key that is not a label key",
+     {"metadata": {"name": "g"},
+      "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
+               "schedulingConstraints": {"topology": [{"key": "a rack"}]}}},
+     "PodGroup", UPSTREAM, "'a rack' is not a node label key"),
+    ("upstream gang too large for the team",
+     {"metadata": {"name": "g", "annotations": {keys.GPUS_PER_POD: "8"}},
+      "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}},
+     "PodGroup", UPSTREAM, "needs 32 GPUs (minCount 4 x 8)"),
+    ("a Workload template with minCount of zero",
+     {"metadata": {"name": "w"},
+      "spec": {"podGroupTemplates": [
+          {"name": "t", "schedulingPolicy": {"gang": {"minCount": 0}}}]}},
+     "Workload", UPSTREAM, "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "obj", "kind", "api", "message"), REFUSED, ids=[c[0] for c in REFUSED]
+)
+def test_each_format_is_refused_with_what_to_do(
+    case: str, obj: dict[str, Any], kind: str, api: tuple[str, str], message: str
+) -> None:
+    got = ask(obj, kind=kind, api=api)
+    assert message in got, got
+
+
+ALLOWED = [
+    ("Kueue gang with its size", pod({keys.KUEUE_GROUP: "j"}, {keys.KUEUE_TOTAL: "2"}), "Pod",
+     ("", "v1")),
+    ("Volcano gang naming a PodGroup", pod(annotations={keys.VOLCANO_GROUP: "j"}), "Pod",
+     ("", "v1")),
+    ("upstream member", pod(schedulingGroup={"podGroupName": "j"}), "Pod", ("", "v1")),
+    ("upstream PodGroup", {"metadata": {"name": "g"},
+     "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
+              "schedulingConstraints": {"topology": [{"key": keys.RACK}]}}}, "PodGroup", UPSTREAM),
+    ("scheduler-plugins PodGroup with minResources",
+     {"metadata": {"name": "g"}, "spec": {"minMember": 2, "minResources": {GPU: "16"}}},
+     "PodGroup", PLUGINS),
+    ("a pod of the default scheduler labelled for Kueue is not Baton's",
+     pod({keys.KUEUE_GROUP: "j"}, schedulerName="default-scheduler"), "Pod", ("", "v1")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "obj", "kind", "api"), ALLOWED, ids=[c[0] for c in ALLOWED])
+def test_valid_gangs_in_each_format_are_allowed(
+    case: str, obj: dict[str, Any], kind: str, api: tuple[str, str]
+) -> None:
+    assert ask(obj, kind=kind, api=api) == ""

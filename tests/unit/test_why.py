@@ -1,0 +1,122 @@
+"""``baton why``: the story in a few lines, what the gang waits for, what would unblock it."""
+
+from __future__ import annotations
+
+import pytest
+
+from libs.testing.builders import pod, pod_group
+from proto import keys
+from proto.actions import ActionResult, Binding
+from proto.admission import GangAdmitted, GangPreempted, GangQueued
+from proto.k8s import GangRef, PodEvent, PodGroupEvent
+from proto.placement import GangPlaced, GangUnschedulable, Need
+from services.cli import main as cli
+from services.cli import why
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_preempted_gang_tells_its_story_and_what_it_waits_for() -> None:
+    group = pod_group("job", namespace="ml", min_member=2)
+    members = [pod(f"job-{i}", namespace="ml", group="job", gpus=8) for i in range(2)]
+    bindings = tuple(Binding(namespace="ml", pod=p.name, node="n1") for p in members)
+    history = [
+        PodGroupEvent(op="upsert", at=1.0, pod_group=group),
+        *(PodEvent(op="upsert", at=1.0, pod=p) for p in members),
+        GangQueued(at=2.0, gang="ml/job", team="a", reason="behind 1 gang", position=1),
+        GangAdmitted(at=3.0, gang="ml/job", team="a", gpus=16, borrowed=16),
+        GangPlaced(gang="ml/job", at=4.0, action_id="bind-1", bindings=bindings, attempt=1),
+        ActionResult(
+            action_id="bind-1",
+            action_type="action.bind-gang.v1",
+            by="actuator",
+            at=4.5,
+            outcome="applied",
+        ),
+        GangPreempted(at=9.0, gang="ml/job", team="a", for_team="b", for_gang="ml2/big", gpus=16),
+        GangQueued(
+            at=9.0, gang="ml/job", team="a", reason="team 'a' may not borrow now", position=0
+        ),
+    ]
+    lines = why.explain(why.Facts(key="ml/job", group=group, pods=members, history=history))
+    texts = [line.split("  ", 2)[-1] for line in lines[1:-2]]
+    assert lines[0] == (
+        "gang ml/job (scheduler-plugins PodGroup): Pending, 0 of 2 members bound, 0 running"
+    )
+    assert texts == [
+        "PodGroup created: minMember 2",
+        "member pods created",
+        "waiting for admission: behind 1 gang",
+        "admitted: 16 GPUs of team 'a', 16 borrowed",
+        "placed: 2 members (attempt 1)",
+        "bind applied",
+        "preempted whole for ml2/big (team 'b')",
+        "waiting for admission: team 'a' may not borrow now",
+    ]
+    assert lines[-2] == "waits for: waiting for admission: team 'a' may not borrow now"
+    assert lines[-1].startswith("unblocks it: GPUs for the team")
+
+
+@pytest.mark.parametrize(
+    ("verdict", "hint"),
+    [
+        (
+            GangUnschedulable(
+                gang="ml/job",
+                at=2.0,
+                reason="0 of 2 members fit",
+                need=Need(nodes=2, shape={keys.GPU: 8}, within=keys.RACK),
+                fits_when_free=True,
+            ),
+            "unblocks it: 2 more nodes with 8 nvidia.com/gpu in one rack, "
+            "or running work finishing",
+        ),
+        (
+            GangUnschedulable(
+                gang="ml/job",
+                at=2.0,
+                reason="0 of 2 members fit outside ...",
+                need=Need(nodes=0),
+                blocked_by="ml/head",
+            ),
+            "unblocks it: the gang ahead of it, ml/head, being placed first",
+        ),
+    ],
+)
+def test_a_verdict_says_what_would_unblock_the_gang(verdict: GangUnschedulable, hint: str) -> None:
+    members = [pod(f"job-{i}", namespace="ml", group="job", gpus=8) for i in range(2)]
+    facts = why.Facts(key="ml/job", group=pod_group("job", namespace="ml", min_member=2),
+                      pods=members, history=[verdict])  # fmt: skip
+    assert why.explain(facts)[-1] == hint
+
+
+def test_pods_naming_a_missing_pod_group_are_told_to_create_it() -> None:
+    ref = GangRef(name="job", source="kubernetes")
+    facts = why.Facts(key="ml/job", group=None, pods=[pod("w-0", namespace="ml", ref=ref)],
+                      asked="ml/w-0")  # fmt: skip
+    lines = why.explain(facts)
+    assert lines[0] == "pod ml/w-0: a member of gang ml/job"
+    assert lines[1] == (
+        "gang ml/job (upstream PodGroup not found): Pending, 0 of ? members bound, 0 running"
+    )
+    assert lines[-1].startswith("unblocks it: create that PodGroup")
+
+
+def test_why_is_a_command() -> None:
+    assert "why" in cli.COMMANDS
+    with pytest.raises(SystemExit):
+        why.run(["not-a-target"])
+
+
+def test_a_gang_that_is_gone_still_has_its_story() -> None:
+    member = pod("job-0", namespace="ml", group="job", gpus=8)
+    history = [
+        PodEvent(op="upsert", at=1.0, pod=member),
+        GangPlaced(gang="ml/job", at=2.0, action_id="bind-1", bindings=(), attempt=1),
+        PodEvent(op="delete", at=9.0, pod=member),
+    ]
+    lines = why.explain(why.Facts(key="ml/job", group=None, pods=[], history=history))
+    assert lines[0] == "gang ml/job: gone from the cluster (no PodGroup, no pods); its story:"
+    assert [line.split("  ", 2)[-1] for line in lines[1:]] == [
+        "member pods created", "placed: 0 members (attempt 1)", "pod job-0 deleted",
+    ]  # fmt: skip
