@@ -83,7 +83,8 @@ async def load(nc: NATS, view: View, *, cluster: str, objects: bool = True) -> N
 
 async def _facts(nc: NATS, view: View, *, cluster: str) -> None:
     """What the streams say of the services that publish no start (the bridge and the
-    actuator read no bus inputs), and how much each stream holds."""
+    actuator read no bus inputs, node agents run no runner), and how much each stream
+    holds."""
     js = nc.jetstream()
     for what in SIZED:
         with contextlib.suppress(nats.js.errors.NotFoundError):
@@ -92,6 +93,13 @@ async def _facts(nc: NATS, view: View, *, cluster: str) -> None:
         at = _at(data)
         when = f"{dt.datetime.fromtimestamp(at):%Y-%m-%d %H:%M:%S}" if at else "?"
         view.seen["bridge"] = f"last object event {when} ({subject.split('.')[3]})"
+    with contextlib.suppress(nats.js.errors.NotFoundError):  # node agents publish no start
+        for subject, data in await last_messages(nc, stream(cluster, streams.TELEMETRY), count=1):
+            at = _at(data)
+            when = f"{dt.datetime.fromtimestamp(at):%Y-%m-%d %H:%M:%S}" if at else "?"
+            tokens = subject.split(".")  # baton.<c>.telemetry.<kind>.<node>
+            what = f"{tokens[3]} from {tokens[4]}" if len(tokens) > 4 else subject
+            view.seen["agent"] = f"last report {when} ({what})"
     with contextlib.suppress(nats.js.errors.NotFoundError):
         info = await js.consumer_info(stream(cluster, streams.ACTIONS), ACTUATOR_CONSUMER)
         last = info.delivered.last_active if info.delivered else None

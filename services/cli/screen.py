@@ -18,7 +18,9 @@ from services.cli.view import Summary
 STYLE = {"ok": "green", "starting": "yellow", "DOWN": "bold red", "seen": "cyan"}
 
 
-def draw(summary: Summary) -> RenderableType:
+def draw(summary: Summary, *, console: Console | None = None) -> RenderableType:
+    """The whole screen. With ``console``, the recent decisions keep the newest lines
+    that fit below the rest (the live screen crops what does not fit at the bottom)."""
     parts: list[RenderableType] = [Text(summary.title, style="bold")]
     if summary.endpoints:
         endpoints = Table.grid(padding=(0, 2))
@@ -41,7 +43,12 @@ def draw(summary: Summary) -> RenderableType:
         cluster.add_row(label, "\n".join(lines))
     parts.append(Panel(cluster, title="cluster", title_align="left"))
     parts.append(_services(summary))
-    recent = Text("\n".join(summary.recent) or "(none yet)", overflow="fold")
+    lines = list(summary.recent)
+    if console is not None:
+        used = len(console.render_lines(Group(*parts), console.options, pad=False))
+        room = max(1, console.size.height - used - 2)  # the panel's two borders
+        lines = lines[-room:]
+    recent = Text("\n".join(lines) or "(none yet)", overflow="ellipsis", no_wrap=True)
     parts.append(Panel(recent, title="recent decisions", title_align="left"))
     return Group(*parts)
 
@@ -61,15 +68,20 @@ def _teams(summary: Summary) -> RenderableType:
     return Panel(table, title="teams", title_align="left")
 
 
-def _services(summary: Summary) -> RenderableType:
+def _services(summary: Summary, *, across: int = 2) -> RenderableType:
+    """Two services to a row, so that the recent decisions keep their room."""
     table = Table.grid(padding=(0, 2))
-    table.add_column(no_wrap=True)
-    table.add_column(no_wrap=True)
-    table.add_column(overflow="fold")
-    for service in summary.services:
-        mark = Text(service.mark, style=STYLE[service.mark])
-        table.add_row(service.name, mark, service.detail)
-    return Panel(table, title="services", title_align="left")
+    for _ in range(across):
+        table.add_column(no_wrap=True)
+        table.add_column(no_wrap=True)
+        table.add_column(overflow="fold", ratio=1)
+    services = list(summary.services)
+    for i in range(0, len(services), across):
+        row: list[RenderableType] = []
+        for service in services[i : i + across]:
+            row += [service.name, Text(service.mark, style=STYLE[service.mark]), service.detail]
+        table.add_row(*row)
+    return Panel(table, title="services", title_align="left", expand=True)
 
 
 class Screen:
@@ -86,4 +98,4 @@ class Screen:
         self._live.__exit__(None, None, None)
 
     def show(self, summary: Summary) -> None:
-        self._live.update(draw(summary), refresh=True)
+        self._live.update(draw(summary, console=self._live.console), refresh=True)

@@ -62,8 +62,8 @@ class Stack:
             found.append(("simcluster", f"http://{self.sim} (/metrics: API server metrics)"))
         if self.prometheus:
             found.append(("prometheus", self.prometheus))
-        found += [(f"{name} ops", f"http://127.0.0.1:{port}/metrics") for name, port in
-                  self.ops.items()]  # fmt: skip
+        if self.ops:  # each service's port is on its line under "services"
+            found.append(("service ops", "http://127.0.0.1:<port>/metrics, /healthz, /readyz"))
         found.append(("logs", str(self.logs)))
         return tuple(found)
 

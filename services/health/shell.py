@@ -71,7 +71,7 @@ def observe(state: State, outputs: Sequence[Output]) -> None:
                 metrics.REMEDIATIONS.labels(remedy=output.remedy).inc()
                 log.warning("remediation asked", node=output.node, remedy=output.remedy)
             case _:
-                metrics.ACTIONS.labels(type=type(output).__name__).inc()
+                metrics.ACTIONS.labels(type=str(type(output).__struct_config__.tag)).inc()
 
 
 def counted(change: StateChanged) -> None:

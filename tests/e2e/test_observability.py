@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
+from services.cli.stack import SERVICES
 from tests.metrics_rules import problems
 from tests.pipeline import until_sync
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-SERVICES = ("bridge", "actuator", "admission", "gang", "reporter")
 TEAMS = {
     "teams": [
         {"name": "a", "namespaces": ["team-a"], "pools": ["gpu"], "lend": True},

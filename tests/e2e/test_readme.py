@@ -307,7 +307,7 @@ def test_the_quickstart_demo_draws_a_full_screen_status(shell: Shell) -> None:
     try:
         read(lambda: b"placement.placed.v1" in seen, "a placement on the screen")
         assert b"\x1b[?1049h" in seen  # the alternate screen
-        assert b"gang ops" in seen and b"KUBECONFIG" in seen
+        assert b"service ops" in seen and b"KUBECONFIG" in seen
         os.kill(pid, signal.SIGINT)
         read(lambda: b"baton up: stopped" in seen, "baton up to stop")
     finally:

@@ -25,7 +25,8 @@ from proto.k8s import (
 from proto.runner import Started
 from services.admission.teams import parse
 from services.cli.screen import draw
-from services.cli.view import ServiceHealth, View, summarize, teams_now, text
+from services.cli.stack import SERVICES
+from services.cli.view import RECENT, ServiceHealth, View, summarize, teams_now, text
 
 pytestmark = pytest.mark.unit
 
@@ -136,3 +137,22 @@ def test_status_reads_the_actuators_own_consumer() -> None:
     from services.cli.following import ACTUATOR_CONSUMER
 
     assert ACTUATOR_CONSUMER == DURABLE
+
+
+def test_the_full_screen_keeps_the_newest_decisions_in_a_short_terminal() -> None:
+    """Eight services and a full cluster panel in a 120x40 terminal: the recent
+    decisions keep the newest lines that fit, not the oldest."""
+    view = world()
+    view.record(TeamsLoaded(config=parse(TEAMS), at=2.0))
+    for i in range(RECENT):
+        view.note(f"12:00:{i:02d} placement.placed.v1 team-a/job-{i}")
+    health = [ServiceHealth(name, alive=True, ready=True, detail=f"ops :{9100 + n}")
+              for n, name in enumerate(SERVICES)]  # fmt: skip
+    summary = summarize(view, health, title="baton up", teams=teams_now(view, now=10.0),
+                        endpoints=(("NATS", "nats://127.0.0.1:4222"),) * 6)  # fmt: skip
+    out = io.StringIO()
+    console = Console(file=out, width=120, height=40, color_system=None)
+    console.print(draw(summary, console=console))
+    screen = out.getvalue().splitlines()[:40]  # what the live screen shows
+    assert any(f"team-a/job-{RECENT - 1}" in line for line in screen), "\n".join(screen)
+    assert all(any(name in line for line in screen) for name in SERVICES)
