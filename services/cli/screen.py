@@ -43,12 +43,12 @@ def draw(summary: Summary, *, console: Console | None = None) -> RenderableType:
         cluster.add_row(label, "\n".join(lines))
     parts.append(Panel(cluster, title="cluster", title_align="left"))
     parts.append(_services(summary))
-    lines = list(summary.recent)
+    newest = list(summary.recent)
     if console is not None:
         used = len(console.render_lines(Group(*parts), console.options, pad=False))
         room = max(1, console.size.height - used - 2)  # the panel's two borders
-        lines = lines[-room:]
-    recent = Text("\n".join(lines) or "(none yet)", overflow="ellipsis", no_wrap=True)
+        newest = newest[-room:]
+    recent = Text("\n".join(newest) or "(none yet)", overflow="ellipsis", no_wrap=True)
     parts.append(Panel(recent, title="recent decisions", title_align="left"))
     return Group(*parts)
 
