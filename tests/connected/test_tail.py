@@ -115,22 +115,27 @@ async def test_a_closed_pipe_ends_the_tail_quietly() -> None:
             "--since", "all", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert process.stdout is not None and process.stderr is not None
-        first = await asyncio.wait_for(process.stdout.readline(), timeout=30)
-        process.stdout.feed_eof()
-        # The reader goes away, as `head` does after its line: close our end of the pipe.
-        transport = process._transport  # type: ignore[attr-defined]
-        transport.get_pipe_transport(1).close()
-        # It learns of the closed pipe on its next write, as `tail -f | head -1` does: the
-        # 50 lines may all be in the pipe already, so more messages come until it exits.
-        err_read = asyncio.ensure_future(process.stderr.read())
-        deadline = time.monotonic() + 30
-        while process.returncode is None:
-            assert time.monotonic() < deadline, "baton tail to exit after its reader left"
-            await _publish_nodes(url, ("after", time.time()))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(process.wait()), timeout=0.5)
-        code = process.returncode
-        err = await asyncio.wait_for(err_read, timeout=30)
+        try:
+            first = await asyncio.wait_for(process.stdout.readline(), timeout=30)
+            process.stdout.feed_eof()
+            # The reader goes away, as `head` does after its line: close our end of the pipe.
+            transport = process._transport  # type: ignore[attr-defined]
+            transport.get_pipe_transport(1).close()
+            # It learns of the closed pipe on its next write, as `tail -f | head -1` does: the
+            # 50 lines may all be in the pipe already, so more messages come until it exits.
+            err_read = asyncio.ensure_future(process.stderr.read())
+            deadline = time.monotonic() + 30
+            while process.returncode is None:
+                assert time.monotonic() < deadline, "baton tail to exit after its reader left"
+                await _publish_nodes(url, ("after", time.time()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(process.wait()), timeout=0.5)
+            code = process.returncode
+            err = await asyncio.wait_for(err_read, timeout=30)
+        finally:
+            if process.returncode is None:  # the test failed: leave no tail behind
+                process.kill()
+                await process.wait()
     assert b"k8s.node.v1" in first
     assert code == 0, err.decode()
     assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()

@@ -271,14 +271,17 @@ def test_breaking_nodes_and_watching_baton_react(shell: Shell) -> None:
 
 
 def _reap(pid: int, *, within: float) -> int:
-    """The child's wait status once it exits; killed when it has not within ``within``."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
+    """The child's wait status once it exits. When it has not within ``within`` (a
+    failed test never sent Ctrl-C): SIGTERM, so that it stops its children as on
+    Ctrl-C, and SIGKILL only when that is not done within 30 s more."""
+    for sig, wait in ((signal.SIGTERM, within), (signal.SIGKILL, 30.0)):
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            time.sleep(0.1)
+        os.kill(pid, sig)
     return os.waitpid(pid, 0)[1]
 
 
