@@ -31,6 +31,10 @@ from proto.runner import Started
 from services.cli.view import RECENT, View
 
 QUIET = {subjects.K8S, subjects.TELEMETRY, subjects.RUNNER, subjects.BANDWIDTH}  # counted only
+# What `baton up` prints line by line when its output is not a terminal: the services'
+# decisions (actions and results stay on the status's recent lines only).
+DECIDING = {subjects.PLACEMENT, subjects.ADMISSION, subjects.HEALTH, subjects.BALLOON,
+            subjects.AUTOSCALER}  # fmt: skip
 SIZED = (streams.K8S, streams.ACTIONS, streams.EVENTS, streams.HISTORY, streams.DEADLETTER)
 ACTUATOR_CONSUMER = "actuator"  # the actuator's durable consumer on ACTIONS
 Recorded = Started | AnyAdmissionEvent | TeamsLoaded | Allocation
@@ -161,7 +165,7 @@ async def follow(nc: NATS, view: View, *, cluster: str) -> None:
             with contextlib.suppress(Undecodable):
                 view.record(decode(msg.data, Health))
         if domain not in QUIET:
-            view.note(describe(msg.subject, msg.data))
+            view.note(describe(msg.subject, msg.data), decision=domain in DECIDING)
 
     async def on_object(msg: Msg) -> None:
         with contextlib.suppress(Undecodable):

@@ -103,7 +103,7 @@ async def watch(args: argparse.Namespace, stack: Stack) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     tty = sys.stdout.isatty()
-    view = View()
+    view = View(said=None if tty else [])  # plain output: every decision, as it comes
     say = view.note if tty else (lambda line: print(f"baton up: {line}", flush=True))
     nc = await nats.connect(stack.nats_url, name="baton-up", max_reconnect_attempts=-1)
     shown = Shown()
@@ -163,7 +163,11 @@ class Shown:
                                  teams=self.teams, endpoints=stack.endpoints())  # fmt: skip
         if isinstance(screen, Screen):
             screen.show(self.summary)
-        elif elapsed - self.printed_at >= PLAIN_EVERY:
+            return
+        if view.said:
+            print("\n".join(f"baton up: {line}" for line in view.said), flush=True)
+            view.said.clear()
+        if elapsed - self.printed_at >= PLAIN_EVERY:
             self.printed_at = elapsed
             print(text(self.summary) + "\n", flush=True)
 

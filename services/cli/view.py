@@ -71,6 +71,7 @@ class View:
     withheld: set[str] = field(default_factory=set)  # nodes a health rail holds back
     paused: bool = False  # health's pause switch
     egress: Allocation | None = None  # the bandwidth service's last round
+    said: list[str] | None = None  # plain output: decisions not printed yet (None: a screen)
 
     def apply(self, event: K8sEvent) -> None:
         match event:
@@ -106,8 +107,10 @@ class View:
             case Control(paused=paused):
                 self.paused = paused
 
-    def note(self, line: str) -> None:
+    def note(self, line: str, *, decision: bool = False) -> None:
         self.recent.append(line)
+        if decision and self.said is not None:
+            self.said.append(line)
 
 
 def _config(policy: dict[str, Any]) -> TeamConfig | None:
