@@ -23,7 +23,7 @@ def documents(name: str) -> list[dict[str, Any]]:
 def test_the_service_has_no_api_access_and_accepts_its_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (deployment,) = documents("bandwidth.yaml")
+    deployment = next(d for d in documents("bandwidth.yaml") if d["kind"] == "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False  # no API access: NATS only
     (container,) = pod["containers"]

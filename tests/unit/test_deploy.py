@@ -85,7 +85,7 @@ def test_every_service_runs_two_replicas_on_different_nodes_kept_through_drains(
     budgets = {tuple(sorted(b["spec"]["selector"]["matchLabels"].items())): b
                for b in of("PodDisruptionBudget").values()}  # fmt: skip
     for name in ("baton-bridge", "baton-actuator", "baton-gang", "baton-admission",
-                 "baton-reporter"):  # fmt: skip
+                 "baton-reporter", "baton-health", "baton-bandwidth"):  # fmt: skip
         spec = deployments[name]["spec"]
         labels = spec["template"]["metadata"]["labels"]
         assert spec["replicas"] == 2, name
