@@ -165,8 +165,18 @@ UPSTREAM_POD_GROUPS = Kind(
     slim=slimming.upstream_pod_group,
     event=lambda op, obj, at: k8s.PodGroupEvent(op=op, at=at, pod_group=obj),
 )
+# Cluster API node pools (the autoscaler resizes them); absent CRD: nothing to list.
+MACHINE_DEPLOYMENTS = Kind(
+    name="machinedeployment",
+    path="/apis/cluster.x-k8s.io/v1beta1/machinedeployments",
+    namespaced=True,
+    wire_type=wire.WireMachineDeployment,
+    slim=slimming.machine_deployment,
+    event=lambda op, obj, at: k8s.MachineDeploymentEvent(op=op, at=at, machine_deployment=obj),
+)
 KINDS: dict[str, Kind] = {
-    k.name: k for k in (NODES, PODS, ENDPOINT_SLICES, POD_GROUPS, UPSTREAM_POD_GROUPS)
+    k.name: k
+    for k in (NODES, PODS, ENDPOINT_SLICES, POD_GROUPS, UPSTREAM_POD_GROUPS, MACHINE_DEPLOYMENTS)
 }
 
 

@@ -237,6 +237,54 @@ def endpoint_slice(raw: wire.WireEndpointSlice) -> k8s.EndpointSlice:
     )
 
 
+CAPACITY_PREFIX = "capacity.cluster-autoscaler.kubernetes.io/"
+_CAPACITY_NAMES = {"gpu-count": k8s.GPU, "cpu": "cpu", "memory": "memory", "maxPods": "pods"}
+
+
+def machine_deployment(raw: wire.WireMachineDeployment) -> k8s.MachineDeployment:
+    meta, status = raw.metadata, raw.status
+    notes = meta.annotations or {}
+    ready = next((c for c in status.conditions or () if c.type == "Ready"), None)
+    selector = raw.spec.selector.match_labels if raw.spec.selector is not None else None
+    return k8s.MachineDeployment(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        replicas=raw.spec.replicas if raw.spec.replicas is not None else 1,
+        status_replicas=status.replicas,
+        ready_replicas=status.ready_replicas,
+        min_size=_size(notes.get(keys.NODE_GROUP_MIN)),
+        max_size=_size(notes.get(keys.NODE_GROUP_MAX)),
+        selector=selector or {},
+        capacity=_capacity(notes),
+        reason=ready.reason if ready is not None and ready.status != "True" else "",
+        message=ready.message if ready is not None and ready.status != "True" else "",
+    )
+
+
+def _size(value: str | None) -> int | None:
+    """A pool bound from an annotation; None when missing or not a whole number >= 0."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
+
+
+def _capacity(notes: dict[str, str]) -> dict[str, int]:
+    """cluster-autoscaler's scale-from-zero annotations, canonical units; bad ones dropped."""
+    out: dict[str, int] = {}
+    for name, res in _CAPACITY_NAMES.items():
+        value = notes.get(CAPACITY_PREFIX + name)
+        if value is None:
+            continue
+        try:
+            out[res] = canonical(res, value)
+        except InvalidQuantity:
+            continue
+    return out
+
+
 def _endpoint(raw: wire.WireEndpoint) -> k8s.Endpoint:
     target = raw.target_ref
     ready = raw.conditions.ready if raw.conditions and raw.conditions.ready is not None else True

@@ -220,6 +220,37 @@ class WireEndpointSlice(_Wire):
     ports: list[EndpointPort] | None = None
 
 
+# --- Cluster API MachineDeployment ---------------------------------------------
+
+
+class LabelSelector(_Wire):
+    match_labels: dict[str, str] | None = None
+
+
+class MachineDeploymentSpec(_Wire):
+    replicas: int | None = None
+    selector: LabelSelector | None = None
+
+
+class MachineDeploymentCondition(_Wire):
+    type: str = ""
+    status: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+class MachineDeploymentStatus(_Wire):
+    replicas: int = 0
+    ready_replicas: int = 0
+    conditions: list[MachineDeploymentCondition] | None = None
+
+
+class WireMachineDeployment(_Wire):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: MachineDeploymentSpec = msgspec.field(default_factory=MachineDeploymentSpec)
+    status: MachineDeploymentStatus = msgspec.field(default_factory=MachineDeploymentStatus)
+
+
 # --- envelopes ----------------------------------------------------------------
 
 
