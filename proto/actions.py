@@ -51,10 +51,14 @@ class Binding(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class BindGang(Action, frozen=True, tag="action.bind-gang.v1"):
-    """Bind every member or none: the actuator rolls back a partial gang."""
+    """Bind every member or none: the actuator rolls back a partial gang.
+
+    ``evict``: placeholders (balloons) on the target nodes, deleted first; if one cannot
+    be deleted nothing is bound (the gang is decided again)."""
 
     gang: str  # "<namespace>/<podgroup>" or "<namespace>/<pod>" for a gang of one
     bindings: tuple[Binding, ...]
+    evict: tuple[Binding, ...] = ()
 
 
 class Evict(Action, frozen=True, tag="action.evict.v1"):

@@ -1,9 +1,10 @@
 """Autoscaler decisions: whole-gang scale-ups, refusals, reverts and scale-downs.
 
 Subjects (EVENTS stream): ``baton.<cluster>.autoscaler.<kind>.<key...>`` with kind
-``up``, ``refused``, ``reverted`` (key: the gang, ``<ns>.<name>``; balloon deficits use
-the gang ``balloon/<pool>``) and ``down`` (key: the node). ``at`` is the decision's
-time. The pool is a Cluster API MachineDeployment, named ``<namespace>/<name>``.
+``up``, ``refused``, ``reverted`` (key: the gang, ``<ns>.<name>``; a balloon deficit's
+gang is ``balloon/<pool namespace>/<pool name>``: ``balloon.<ns>.<name>``) and
+``down`` (key: the node). ``at`` is the decision's time. The pool is a Cluster API
+MachineDeployment, named ``<namespace>/<name>``.
 """
 
 from __future__ import annotations
@@ -92,5 +93,4 @@ def subject(cluster: str, event: AnyAutoscaler) -> str:
             kind = REFUSED
         case ScaleReverted():
             kind = REVERTED
-    namespace, _, name = event.gang.partition("/")
-    return subjects.subject(cluster, subjects.AUTOSCALER, kind, namespace, name)
+    return subjects.subject(cluster, subjects.AUTOSCALER, kind, *event.gang.split("/"))

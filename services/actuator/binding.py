@@ -1,5 +1,7 @@
 """Binding a gang all-or-nothing, rolling back a partial one, and evicting gangs.
 
+0. delete the placeholders (balloons) the gang takes the place of, if any: one that
+   cannot be deleted fails the action before anything is bound;
 1. check every target node exists (a short cache; reads are not rate limited), so a
    gang aimed at a vanished node binds nothing at all;
 2. bind members concurrently (bounded) through ``pods/binding``; stop starting new
@@ -41,6 +43,13 @@ async def bounded(items: Sequence[T], fn: Callable[[T], Awaitable[U]], *, limit:
 
 
 async def bind_gang(s: Session, action: BindGang, *, concurrency: int) -> Applied:
+    if action.evict:  # balloons on the target nodes go first, or nothing is bound
+        try:
+            await bounded(
+                action.evict, lambda b: _delete(s, b.namespace, b.pod, uid=b.uid), limit=concurrency
+            )
+        except ApiError as exc:
+            return "failed", f"placeholders not removed, nothing bound: {exc}"
     nodes = sorted({b.node for b in action.bindings})
     present = dict(
         zip(

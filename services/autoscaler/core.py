@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from libs.view import GangView, View
+from libs.view.pools import pool_of
 from proto import ids, keys
 from proto.actions import ActionResult, MarkNode, ScaleMachineDeployment
 from proto.admission import GangAdmitted, GangQueued, GangReleased
@@ -223,16 +224,7 @@ def _on_result(state: State, result: ActionResult, now: float) -> list[Output]:
 
 
 def _pool_of(state: State, node: Node) -> str:
-    for key, md in state.pools.items():
-        if _owns(md, node):
-            return key
-    return ""
-
-
-def _owns(md: MachineDeployment, node: Node) -> bool:
-    if md.selector:
-        return all(node.labels.get(k) == v for k, v in md.selector.items())
-    return node.labels.get(keys.POOL) == md.name
+    return pool_of(state.pools, node)
 
 
 def _assign_nodes(state: State) -> None:

@@ -280,3 +280,13 @@ def test_no_scale_down_while_the_pool_grows() -> None:
     out = fed.tick(1.0)
     assert of(out, ScaledUp)
     assert not of(fed.tick(40.0), MarkNode)
+
+
+def test_subjects_of_gangs_and_balloon_deficits() -> None:
+    from proto.autoscaler import subject
+
+    up = ScaledUp(gang="balloon/default/h100", pool="default/h100", nodes=1, replicas=3,
+                  action_id="a", at=0)  # fmt: skip
+    assert subject("c1", up) == "baton.c1.autoscaler.up.balloon.default.h100"
+    refused = ScaleRefused(gang="ml/job", nodes=1, reason="r", at=0)
+    assert subject("c1", refused) == "baton.c1.autoscaler.refused.ml.job"
