@@ -414,7 +414,8 @@ def choose(
     if not why:
         asked = ", ".join(f"{r} {n}" for r, n in sorted(need.shape.items()))
         return f"no pool has nodes of the shape needed ({asked or 'unknown'})"
-    return f"no pool can grow by {need.nodes} nodes: " + "; ".join(why)
+    count = f"{need.nodes} node{'' if need.nodes == 1 else 's'}"
+    return f"no pool can grow by {count}: " + "; ".join(why)
 
 
 def _grow(
