@@ -142,6 +142,9 @@ class PodTemplate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     node_name: str = ""
     tolerations: tuple[Toleration, ...] = ()
     node_selector: dict[str, str] = {}
+    # Pod Security "restricted": non-root, no privilege escalation, no capabilities,
+    # RuntimeDefault seccomp (a balloon's pause container in baton-system needs no more)
+    restricted: bool = False
 
 
 class CreatePod(Action, frozen=True, tag="action.create-pod.v1"):

@@ -213,6 +213,7 @@ def _create(state: State, pool: str, node: str, now: float) -> CreatePod:
         priority_class_name=p.priority_class,
         priority=None if p.priority_class else PRIORITY,
         node_name=node,
+        restricted=True,
     )
     return CreatePod(id=ids.make("balloon", node, now), by=BY, at=now, priority="balloon",
                      reason=f"hold {node} warm for {pool}", pod=template)  # fmt: skip
