@@ -98,6 +98,8 @@ class State:
     view: View[GangView]
     pools: dict[str, MachineDeployment] = field(default_factory=dict)  # "<ns>/<name>" ->
     pool_of: dict[str, str] = field(default_factory=dict)  # node -> pool
+    members: dict[str, set[str]] = field(default_factory=dict)  # pool -> its nodes
+    ready: dict[str, set[str]] = field(default_factory=dict)  # pool -> its Ready nodes
     asked: dict[str, int] = field(default_factory=dict)  # pool -> replicas asked, not yet seen
     waiting: dict[str, Need] = field(default_factory=dict)  # gang -> what would make it fit
     arrived: dict[str, float] = field(default_factory=dict)  # gang -> first verdict's time
@@ -132,17 +134,13 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             outputs = cycle(state, now)
         case NodeEvent(op="delete", node=node):
             state.view.delete_node(node.name)
-            state.pool_of.pop(node.name, None)
+            _place(state, node, "")
             state.idle_since.pop(node.name, None)
             if state.deletion is not None and state.deletion.node == node.name:
                 state.deletion = None
         case NodeEvent(node=node):
             state.view.upsert_node(node)
-            pool = _pool_of(state, node)
-            if pool:
-                state.pool_of[node.name] = pool
-            else:
-                state.pool_of.pop(node.name, None)
+            _place(state, node, pool_of(state.pools, node))
         case PodEvent(op="delete", pod=pod):
             state.view.delete_pod(pod)
         case PodEvent(pod=pod):
@@ -160,6 +158,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
                 _assign_nodes(state)
         case GangUnschedulable(gang=gang):
             _verdict(state, event, now)
+            outputs = _scale_up(state, now)  # at once: no wait for the next tick
         case GangPlaced(gang=gang):
             _forget_gang(state, gang)
         case GangQueued(gang=gang):
@@ -171,6 +170,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             if deficit > 0:
                 state.waiting[key] = Need(nodes=deficit)
                 state.arrived.setdefault(key, event.at)
+                outputs = _scale_up(state, now)
             elif key not in state.plans:
                 _forget_gang(state, key)
         case ActionResult():
@@ -223,16 +223,27 @@ def _on_result(state: State, result: ActionResult, now: float) -> list[Output]:
 # -- pools and nodes ------------------------------------------------------------
 
 
-def _pool_of(state: State, node: Node) -> str:
-    return pool_of(state.pools, node)
+def _place(state: State, node: Node, pool: str) -> None:
+    """Keep the per-pool node sets in step with a node event ('' pool: no pool, or gone)."""
+    old = state.pool_of.get(node.name, "")
+    if old and old != pool:
+        state.members.get(old, set()).discard(node.name)
+        state.ready.get(old, set()).discard(node.name)
+    if not pool:
+        state.pool_of.pop(node.name, None)
+        return
+    state.pool_of[node.name] = pool
+    state.members.setdefault(pool, set()).add(node.name)
+    ready = state.ready.setdefault(pool, set())
+    (ready.add if node.ready else ready.discard)(node.name)
 
 
 def _assign_nodes(state: State) -> None:
     state.pool_of.clear()
-    for name, nv in state.view.nodes.items():
-        pool = _pool_of(state, nv.node)
-        if pool:
-            state.pool_of[name] = pool
+    state.members.clear()
+    state.ready.clear()
+    for nv in state.view.nodes.values():
+        _place(state, nv.node, pool_of(state.pools, nv.node))
 
 
 def autoscaled(md: MachineDeployment) -> bool:
@@ -245,58 +256,47 @@ def _replicas(state: State, md: MachineDeployment) -> int:
     return state.asked.get(md.key, md.replicas)
 
 
-def pool_nodes(state: State) -> dict[str, list[Node]]:
-    out: dict[str, list[Node]] = {key: [] for key in state.pools}
-    for name, pool in state.pool_of.items():
-        nv = state.view.nodes.get(name)
-        if nv is not None and pool in out:
-            out[pool].append(nv.node)
-    return out
+def ready(state: State, pool: str) -> int:
+    return len(state.ready.get(pool, ()))
 
 
-def _shape(md: MachineDeployment, nodes: list[Node]) -> Resources:
-    """A node of the pool: the first by name, else the scale-from-zero annotations."""
-    if nodes:
-        return min(nodes, key=lambda n: n.name).allocatable
+def _shape(state: State, md: MachineDeployment) -> Resources:
+    """A node of the pool (any: a pool's nodes are alike), else the scale-from-zero
+    annotations."""
+    for name in state.members.get(md.key, ()):
+        return state.view.nodes[name].node.allocatable
     return md.capacity
 
 
-def _domain(state: State, md: MachineDeployment, nodes: list[Node], level: str) -> str | None:
+def _domain(state: State, md: MachineDeployment, level: str) -> str | None:
     """The pool's one domain at ``level`` (None: several, or unknown)."""
     if level in md.labels:
         return md.labels[level]
-    values = {n.labels.get(level) for n in nodes}
-    if len(values) == 1:
-        value = values.pop()
-        return value
-    return None
-
-
-def _ready(nodes: list[Node]) -> int:
-    return sum(1 for n in nodes if n.ready)
+    nodes = state.view.nodes
+    values = {nodes[n].node.labels.get(level) for n in state.members.get(md.key, ())}
+    return values.pop() if len(values) == 1 else None
 
 
 # -- the cycle ------------------------------------------------------------------
 
 
 def cycle(state: State, now: float) -> list[Output]:
-    by_pool = pool_nodes(state)
     outputs: list[Output] = []
-    outputs += _follow_plans(state, by_pool, now)
-    outputs += _scale_up(state, by_pool, now)
-    outputs += _scale_down(state, by_pool, now)
+    outputs += _follow_plans(state, now)
+    outputs += _scale_up(state, now)
+    outputs += _scale_down(state, now)
     return outputs
 
 
-def _follow_plans(state: State, by_pool: dict[str, list[Node]], now: float) -> list[Output]:
+def _follow_plans(state: State, now: float) -> list[Output]:
     outputs: list[Output] = []
     for gang, plan in sorted(state.plans.items()):
         md = state.pools.get(plan.pool)
         if md is None:
             del state.plans[gang]
             continue
-        ready = _ready(by_pool.get(plan.pool, []))
-        if ready >= plan.target:
+        have = ready(state, plan.pool)
+        if have >= plan.target:
             del state.plans[gang]  # joined: the gang service places the gang now
             state.waiting.pop(gang, None)
             continue
@@ -304,12 +304,12 @@ def _follow_plans(state: State, by_pool: dict[str, list[Node]], now: float) -> l
             why = f"the cloud's quota for pool {plan.pool} is reached: {md.message}"
         elif now - plan.at >= state.policy.provisioning_timeout_s:
             why = (
-                f"{plan.target - ready} of {plan.nodes} nodes not Ready after "
+                f"{plan.target - have} of {plan.nodes} nodes not Ready after "
                 f"{state.policy.provisioning_timeout_s:g}s"
             )
         else:
             continue
-        missing = min(plan.nodes, plan.target - ready)
+        missing = min(plan.nodes, plan.target - have)
         replicas = max(md.min_size or 0, _replicas(state, md) - missing)
         state.asked[plan.pool] = replicas
         state.backoff[plan.pool] = now + state.policy.backoff_s
@@ -331,17 +331,17 @@ def _follow_plans(state: State, by_pool: dict[str, list[Node]], now: float) -> l
     return outputs
 
 
-def joining(state: State, by_pool: dict[str, list[Node]]) -> int:
+def joining(state: State) -> int:
     """Nodes asked for by scale-ups in flight and not Ready yet, cluster-wide."""
     short: dict[str, int] = {}
     for plan in state.plans.values():
         short[plan.pool] = max(short.get(plan.pool, 0), plan.target)
-    return sum(max(0, t - _ready(by_pool.get(p, []))) for p, t in short.items())
+    return sum(max(0, t - ready(state, p)) for p, t in short.items())
 
 
-def _scale_up(state: State, by_pool: dict[str, list[Node]], now: float) -> list[Output]:
+def _scale_up(state: State, now: float) -> list[Output]:
     outputs: list[Output] = []
-    budget = state.policy.max_joining - joining(state, by_pool)
+    budget = state.policy.max_joining - joining(state)
     # real gangs first (oldest first), then balloons' deficits
     order = sorted(
         (g for g in state.waiting if g not in state.plans),
@@ -354,7 +354,7 @@ def _scale_up(state: State, by_pool: dict[str, list[Node]], now: float) -> list[
         elif gang in state.skip:
             why = state.skip[gang]
         else:
-            choice = choose(state, gang, need, by_pool, now)
+            choice = choose(state, gang, need, now)
             if isinstance(choice, str):
                 why = choice
             elif need.nodes > budget and budget < state.policy.max_joining:
@@ -364,24 +364,21 @@ def _scale_up(state: State, by_pool: dict[str, list[Node]], now: float) -> list[
                 )
             else:
                 key, domain = choice
-                outputs += _grow(state, gang, need, key, domain, by_pool, now)
+                outputs += _grow(state, gang, need, key, domain, now)
                 budget -= need.nodes
                 continue
         outputs += _refused(state, gang, need, why, now)
     return outputs
 
 
-def choose(
-    state: State, gang: str, need: Need, by_pool: dict[str, list[Node]], now: float
-) -> tuple[str, str] | str:
+def choose(state: State, gang: str, need: Need, now: float) -> tuple[str, str] | str:
     """The pool that can grow by the whole need (and its domain), or why none can.
     Among those that can, the smallest node that fits, then the name."""
     fits: list[tuple[int, int, str, str]] = []
     why: list[str] = []
     for key in sorted(state.pools):
         md = state.pools[key]
-        nodes = by_pool.get(key, [])
-        shape = _shape(md, nodes)
+        shape = _shape(state, md)
         if gang.startswith(BALLOON_PREFIX):
             if key != gang.removeprefix(BALLOON_PREFIX):
                 continue
@@ -392,7 +389,7 @@ def choose(
             continue
         domain = ""
         if need.within:
-            found = _domain(state, md, nodes, need.within)
+            found = _domain(state, md, need.within)
             if found is None:
                 why.append(f"{key}: spans several {need.within} domains, cannot grow within one")
                 continue
@@ -424,13 +421,12 @@ def _grow(
     need: Need,
     key: str,
     domain: str,
-    by_pool: dict[str, list[Node]],
     now: float,
 ) -> list[Output]:
     md = state.pools[key]
     replicas = _replicas(state, md) + need.nodes
     others = sum(p.nodes for p in state.plans.values() if p.pool == key)
-    target = _ready(by_pool.get(key, [])) + others + need.nodes
+    target = ready(state, key) + others + need.nodes
     state.asked[key] = replicas
     where = f" in {need.within}={domain}" if need.within else ""
     action = _scale(md, replicas, now, reason=f"{need.nodes} nodes for {gang}{where}",
@@ -484,7 +480,7 @@ def _idle_candidate(state: State, name: str) -> bool:
     )
 
 
-def _scale_down(state: State, by_pool: dict[str, list[Node]], now: float) -> list[Output]:
+def _scale_down(state: State, now: float) -> list[Output]:
     for name in list(state.idle_since):
         if not _idle_candidate(state, name):
             del state.idle_since[name]

@@ -65,10 +65,9 @@ def observe(state: core.State, outputs: Sequence[core.Output]) -> None:
 
 
 def gauges(state: core.State) -> None:
-    by_pool = core.pool_nodes(state)
     for key, md in state.pools.items():
         metrics.REPLICAS.labels(pool=key).set(state.asked.get(key, md.replicas))
-        metrics.READY.labels(pool=key).set(sum(1 for n in by_pool.get(key, ()) if n.ready))
-    metrics.JOINING.set(core.joining(state, by_pool))
+        metrics.READY.labels(pool=key).set(core.ready(state, key))
+    metrics.JOINING.set(core.joining(state))
     metrics.WAITING.set(len(state.waiting))
     metrics.PARTIAL.set(state.partial)

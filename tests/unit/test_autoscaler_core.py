@@ -55,18 +55,26 @@ def verdict(gang: str, nodes: int, *, within: str = "", **kw: Any) -> GangUnsche
 
 
 class Fed:
+    """Feeds the core. A verdict (or a balloon deficit) is decided on at once; what that
+    decided is returned with the next ``tick``'s outputs (what happened "by then")."""
+
     def __init__(self, policy: AutoscalerPolicy = POLICY) -> None:
         self.state = core.initial(policy)
+        self.unseen: list[Any] = []
 
     def __call__(self, *events: Any, at: float = 0.0) -> list[Any]:
         out: list[Any] = []
         for event in events:
             _, got = core.step(self.state, event, at)
-            out += got
+            if isinstance(event, GangUnschedulable | Headroom):
+                self.unseen += got
+            else:
+                out += got
         return out
 
     def tick(self, at: float) -> list[Any]:
-        return self(Tick(at=at), at=at)
+        out, self.unseen = self.unseen, []
+        return out + self(Tick(at=at), at=at)
 
 
 def of(outputs: list[Any], kind: type) -> list[Any]:
@@ -84,8 +92,8 @@ def cluster(fed: Fed, nodes: int = 2, *, replicas: int | None = None, **kw: Any)
 def test_a_gang_grows_its_pool_by_exactly_its_need() -> None:
     fed = Fed()
     cluster(fed)
-    fed(verdict("ml/job", 4))
-    out = fed.tick(1.0)
+    _, out = core.step(fed.state, verdict("ml/job", 4), 1.0)  # decided on arrival
+    out = list(out)
     (scale,) = of(out, ScaleMachineDeployment)
     (event,) = of(out, ScaledUp)
     assert (scale.name, scale.replicas, scale.priority) == ("h100", 6, "scaling")
