@@ -3,7 +3,7 @@
 Subjects (EVENTS stream): ``baton.<cluster>.autoscaler.<kind>.<key...>`` with kind
 ``up``, ``refused``, ``reverted`` (key: the gang, ``<ns>.<name>``; a balloon deficit's
 gang is ``balloon/<pool namespace>/<pool name>``: ``balloon.<ns>.<name>``) and
-``down`` (key: the node). ``at`` is the decision's time. The pool is a Cluster API
+``down`` and ``replaced`` (key: the node). ``at`` is the decision's time. The pool is a Cluster API
 MachineDeployment, named ``<namespace>/<name>``.
 """
 
@@ -17,6 +17,7 @@ UP = "up"
 REFUSED = "refused"
 REVERTED = "reverted"
 DOWN = "down"
+REPLACED = "replaced"
 
 
 class AutoscalerEvent(
@@ -66,9 +67,19 @@ class ScaledDown(AutoscalerEvent, frozen=True, tag="autoscaler.down.v1"):
     replicas: int
     idle_s: float
     action_id: str
+    replace: bool = False  # health asked to replace the node: the pool grows back once it is gone
 
 
-AnyAutoscaler = ScaledUp | ScaleRefused | ScaleReverted | ScaledDown
+class NodeReplaced(AutoscalerEvent, frozen=True, tag="autoscaler.replaced.v1"):
+    """The node health asked to replace is gone; its pool grows back by one."""
+
+    node: str
+    pool: str
+    replicas: int
+    action_id: str
+
+
+AnyAutoscaler = ScaledUp | ScaleRefused | ScaleReverted | ScaledDown | NodeReplaced
 
 
 class AutoscalerPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -87,6 +98,8 @@ def subject(cluster: str, event: AnyAutoscaler) -> str:
     match event:
         case ScaledDown():
             return subjects.subject(cluster, subjects.AUTOSCALER, DOWN, event.node)
+        case NodeReplaced():
+            return subjects.subject(cluster, subjects.AUTOSCALER, REPLACED, event.node)
         case ScaledUp():
             kind = UP
         case ScaleRefused():

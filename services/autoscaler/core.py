@@ -32,12 +32,14 @@ from proto.actions import ActionResult, MarkNode, ScaleMachineDeployment
 from proto.admission import GangAdmitted, GangQueued, GangReleased
 from proto.autoscaler import (
     AutoscalerPolicy,
+    NodeReplaced,
     ScaledDown,
     ScaledUp,
     ScaleRefused,
     ScaleReverted,
 )
 from proto.balloon import Headroom
+from proto.health import Remediate
 from proto.k8s import (
     MachineDeployment,
     MachineDeploymentEvent,
@@ -60,10 +62,19 @@ Input = (
     | GangAdmitted
     | GangReleased
     | Headroom
+    | Remediate
     | ActionResult
     | Tick
 )
-Output = ScaledUp | ScaleRefused | ScaleReverted | ScaledDown | ScaleMachineDeployment | MarkNode
+Output = (
+    ScaledUp
+    | ScaleRefused
+    | ScaleReverted
+    | ScaledDown
+    | NodeReplaced
+    | ScaleMachineDeployment
+    | MarkNode
+)
 BY = "autoscaler"
 QUOTA_EXCEEDED = "QuotaExceeded"
 BALLOON_PREFIX = "balloon/"
@@ -90,6 +101,7 @@ class Deletion:
     mark_id: str
     idle_s: float
     scaled: bool = False
+    replace: bool = False  # health's "replace this node": the pool grows back once it is gone
 
 
 @dataclass(slots=True)
@@ -110,6 +122,7 @@ class State:
     backoff: dict[str, float] = field(default_factory=dict)  # pool -> not grown before
     idle_since: dict[str, float] = field(default_factory=dict)  # node -> idle since
     deletion: Deletion | None = None
+    replacing: dict[str, float] = field(default_factory=dict)  # node -> since (health asked)
     partial: int = 0  # scale-ups asked for less than the whole need: stays 0 (a check)
 
 
@@ -120,7 +133,11 @@ def initial(policy: Policy | None = None) -> State:
 
 def wants_tick(state: State, now: float) -> bool:
     return bool(
-        state.waiting or state.plans or state.deletion is not None or state.idle_since
+        state.waiting
+        or state.plans
+        or state.deletion is not None
+        or state.idle_since
+        or state.replacing
     ) or any(_idle_candidate(state, name) for name in state.pool_of)
 
 
@@ -136,8 +153,12 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             state.view.delete_node(node.name)
             _place(state, node, "")
             state.idle_since.pop(node.name, None)
-            if state.deletion is not None and state.deletion.node == node.name:
+            state.replacing.pop(node.name, None)
+            d = state.deletion
+            if d is not None and d.node == node.name:
                 state.deletion = None
+                if d.replace and d.scaled:
+                    outputs = _grow_back(state, d, now)
         case NodeEvent(node=node):
             state.view.upsert_node(node)
             _place(state, node, pool_of(state.pools, node))
@@ -173,6 +194,8 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
                 outputs = _scale_up(state, now)
             elif key not in state.plans:
                 _forget_gang(state, key)
+        case Remediate(node=node, remedy="replace"):
+            state.replacing.setdefault(node, now)
         case ActionResult():
             outputs = _on_result(state, event, now)
     return state, tuple(outputs)
@@ -214,10 +237,23 @@ def _on_result(state: State, result: ActionResult, now: float) -> list[Output]:
     d.scaled = True
     replicas = _replicas(state, md) - 1
     state.asked[d.pool] = replicas
-    action = _scale(md, replicas, now, reason=f"remove idle node {d.node}", key=("down", d.node))
+    why = f"replace {d.node} (health)" if d.replace else f"remove idle node {d.node}"
+    action = _scale(md, replicas, now, reason=why, key=("down", d.node))
     down = ScaledDown(node=d.node, pool=d.pool, replicas=replicas, idle_s=d.idle_s,
-                      action_id=action.id, at=now)  # fmt: skip
+                      action_id=action.id, replace=d.replace, at=now)  # fmt: skip
     return [action, down]
+
+
+def _grow_back(state: State, d: Deletion, now: float) -> list[Output]:
+    """The node health asked to replace is gone: its pool gets its machine back."""
+    md = state.pools.get(d.pool)
+    if md is None:
+        return []
+    replicas = _replicas(state, md) + 1
+    state.asked[d.pool] = replicas
+    action = _scale(md, replicas, now, reason=f"replacement for {d.node}", key=("back", d.node))
+    back = NodeReplaced(node=d.node, pool=d.pool, replicas=replicas, action_id=action.id, at=now)
+    return [action, back]
 
 
 # -- pools and nodes ------------------------------------------------------------
@@ -492,6 +528,11 @@ def _scale_down(state: State, now: float) -> list[Output]:
         if now - d.at < state.policy.deletion_timeout_s:
             return []
         state.deletion = None  # the machine never went: try another (or it) again
+    for name in sorted(state.replacing, key=lambda n: (state.replacing[n], n)):
+        key = state.pool_of.get(name, "")
+        if key not in state.pools:
+            continue  # not a node of a pool we know: a fixer's job
+        return _mark(state, name, key, now, idle=0.0, replace=True)
     growing = {p.pool for p in state.plans.values()}
     due = sorted(
         (since, name)
@@ -505,16 +546,24 @@ def _scale_down(state: State, now: float) -> list[Output]:
             continue
         if _replicas(state, md) - 1 < (md.min_size or 0):
             continue
-        idle = now - since
-        mark = MarkNode(
-            id=ids.make("delete-machine", name, since),
-            by=BY,
-            at=now,
-            priority="scaling",
-            reason=f"idle for {idle:.0f}s: its machine goes first when {key} shrinks",
-            node=name,
-            annotations={keys.DELETE_MACHINE: "true"},
-        )
-        state.deletion = Deletion(node=name, pool=key, at=now, mark_id=mark.id, idle_s=idle)
-        return [mark]
+        return _mark(state, name, key, now, idle=now - since)
     return []
+
+
+def _mark(
+    state: State, name: str, key: str, now: float, *, idle: float, replace: bool = False
+) -> list[Output]:
+    why = "health asked to replace it" if replace else f"idle for {idle:.0f}s"
+    mark = MarkNode(
+        id=ids.make("delete-machine", name, now),
+        by=BY,
+        at=now,
+        priority="health" if replace else "scaling",
+        reason=f"{why}: its machine goes first when {key} shrinks",
+        node=name,
+        annotations={keys.DELETE_MACHINE: "true"},
+    )
+    state.deletion = Deletion(node=name, pool=key, at=now, mark_id=mark.id, idle_s=idle,
+                              replace=replace)  # fmt: skip
+    state.replacing.pop(name, None)
+    return [mark]

@@ -18,6 +18,7 @@ from proto.actions import ActionResult
 from proto.admission import GangAdmitted, GangQueued, GangReleased
 from proto.autoscaler import AutoscalerPolicy
 from proto.balloon import Headroom
+from proto.health import Remediate
 from proto.k8s import MachineDeploymentEvent, NodeEvent, PodEvent
 from proto.placement import GangPlaced, GangUnschedulable
 from services.autoscaler import core, shell
@@ -78,6 +79,7 @@ SPEC = Spec(
         Input("admission.admitted.>", GangAdmitted),
         Input("admission.released.>", GangReleased),
         Input("balloon.headroom.>", Headroom),
+        Input("health.remediate.>", Remediate),
         Input("result.mark-node.>", ActionResult),
     ),
     routes=shell.ROUTES,

@@ -15,7 +15,7 @@ import structlog
 from libs.runner import Route
 from proto import autoscaler
 from proto.actions import MarkNode, ScaleMachineDeployment, action_subject
-from proto.autoscaler import ScaledDown, ScaledUp, ScaleRefused, ScaleReverted
+from proto.autoscaler import NodeReplaced, ScaledDown, ScaledUp, ScaleRefused, ScaleReverted
 from services.autoscaler import core, metrics
 
 log = structlog.get_logger("baton.autoscaler")
@@ -24,6 +24,7 @@ _KIND: dict[type[Any], str] = {
     ScaleRefused: autoscaler.REFUSED,
     ScaleReverted: autoscaler.REVERTED,
     ScaledDown: autoscaler.DOWN,
+    NodeReplaced: autoscaler.REPLACED,
 }
 
 
@@ -38,7 +39,7 @@ def _decision(cluster: str, event: Any) -> tuple[str, str]:
 
 ROUTES = (
     Route((ScaleMachineDeployment, MarkNode), to=_action, action=True),
-    Route((ScaledUp, ScaleRefused, ScaleReverted, ScaledDown), to=_decision),
+    Route((ScaledUp, ScaleRefused, ScaleReverted, ScaledDown, NodeReplaced), to=_decision),
 )
 
 
@@ -57,8 +58,11 @@ def observe(state: core.State, outputs: Sequence[core.Output]) -> None:
                 log.warning("scale-up reverted", gang=output.gang, pool=output.pool,
                             nodes=output.nodes, reason=output.reason)  # fmt: skip
             case ScaledDown():
-                log.info("scale down", node=output.node, pool=output.pool,
+                log.info("scale down", node=output.node, pool=output.pool, replace=output.replace,
                          replicas=output.replicas, idle_s=round(output.idle_s))  # fmt: skip
+            case NodeReplaced():
+                log.info("replacement asked", node=output.node, pool=output.pool,
+                         replicas=output.replicas)  # fmt: skip
             case _:
                 continue
         metrics.DECISIONS.labels(kind=_KIND[type(output)]).inc()

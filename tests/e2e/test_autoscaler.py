@@ -7,6 +7,7 @@ never below the pool's min size. Short times throughout (seconds, not minutes)."
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 import pytest
@@ -15,9 +16,10 @@ from kubernetes_asyncio.client import ApiException, CoreV1Api, CustomObjectsApi
 from libs.bus import Bus
 from libs.testing.nats import running_nats
 from libs.testing.sim import running_sim
-from proto import keys, subjects
+from proto import health, keys, subjects
 from proto.autoscaler import AnyAutoscaler, ScaledUp, ScaleRefused, ScaleReverted
 from proto.codec import decode
+from proto.health import Remediate
 from services.autoscaler import main as autoscaler
 from services.simcluster import spec
 from services.simcluster.store import ApiError
@@ -147,3 +149,28 @@ async def test_idle_nodes_are_removed_after_the_unneeded_time_down_to_min_size()
         left = sim.store.list("nodes")[0]
         marked = [n for n in left if keys.DELETE_MACHINE in n["metadata"].get("annotations", {})]
         assert marked == []  # the marked ones are the ones that went
+
+
+async def test_a_node_health_asks_to_replace_is_deleted_and_replaced() -> None:
+    async with (
+        running_nats() as url,
+        running_sim(spec=cluster(count=3, min_size=3), speed=1.0) as sim,
+        running_services(url, sim),
+        running(autoscaler.SPEC, url, settings()),
+    ):
+        before = {n["metadata"]["name"] for n in sim.store.list("nodes")[0]}
+        victim = sorted(before)[0]
+        bus = await Bus.connect(url, cluster="c1", name="test-health")
+        try:
+            ask = Remediate(node=victim, at=time.time(), remedy="replace")
+            subject = health.subject("c1", health.REMEDIATE, victim)
+            await bus.publish(subject, ask, msg_id=f"replace:{victim}")
+        finally:
+            await bus.close()
+
+        def replaced() -> set[str]:
+            now = {n["metadata"]["name"] for n in sim.store.list("nodes")[0]}
+            return now if victim not in now and len(now) == 3 else set()
+
+        now = await until(replaced, within=60, what=f"{victim} gone and a new node joined")
+        assert len(now - before) == 1 and replicas(sim) == 3

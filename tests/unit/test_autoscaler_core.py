@@ -298,3 +298,25 @@ def test_subjects_of_gangs_and_balloon_deficits() -> None:
     assert subject("c1", up) == "baton.c1.autoscaler.up.balloon.default.h100"
     refused = ScaleRefused(gang="ml/job", nodes=1, reason="r", at=0)
     assert subject("c1", refused) == "baton.c1.autoscaler.refused.ml.job"
+
+
+def test_health_replace_is_delete_and_replace() -> None:
+    from proto.autoscaler import NodeReplaced
+    from proto.health import Remediate
+
+    fed = Fed()
+    idle_cluster(fed, lo=3)  # at min size: replacing still works (the pool grows back)
+    fed(Remediate(node="gpu-0", at=1, remedy="reboot"))
+    assert core.wants_tick(fed.state, 1.0) is False  # a reboot is a fixer's job
+    fed(Remediate(node="gpu-0", at=2, remedy="replace"))
+    (mark,) = fed.tick(3.0)
+    assert isinstance(mark, MarkNode) and mark.node == "gpu-0" and mark.priority == "health"
+    result = ActionResult(action_id=mark.id, action_type="action.mark-node.v1", by="actuator",
+                          at=4, outcome="applied")  # fmt: skip
+    out = fed(result, at=4)
+    (down,) = of(out, ScaledDown)
+    assert down.replace and of(out, ScaleMachineDeployment)[0].replicas == 2
+    out = fed(NodeEvent(op="delete", at=5, node=gpu_node("gpu-0")), at=5)
+    (scale,) = of(out, ScaleMachineDeployment)
+    (back,) = of(out, NodeReplaced)
+    assert scale.replicas == 3 and back.node == "gpu-0" and back.pool == "default/h100"
