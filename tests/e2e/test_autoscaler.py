@@ -7,6 +7,9 @@ never below the pool's min size. Short times throughout (seconds, not minutes)."
 from __future__ import annotations
 
 import contextlib
+import re
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -174,3 +177,18 @@ async def test_a_node_health_asks_to_replace_is_deleted_and_replaced() -> None:
 
         now = await until(replaced, within=60, what=f"{victim} gone and a new node joined")
         assert len(now - before) == 1 and replicas(sim) == 3
+
+
+def test_baton_up_autoscale_grows_the_pool_and_shows_it() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "up", "--nodes", "8", "--workload", "synthetic",
+         "--autoscale", "--duration", "45"],
+        capture_output=True, text=True, timeout=170, check=False,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    last = output.rsplit("baton up ", 1)[-1]  # the final status block
+    assert "autoscaler:ok" in last and "balloon:ok" in last, last
+    pool = re.search(r"pool gpu: .*machines (\d+) ready / (\d+) asked, size 4\.\.16", last)
+    assert pool is not None, last
+    assert int(pool[2]) > 8, last  # the synthetic load (90% of the GPUs) grew the pool
