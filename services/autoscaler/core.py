@@ -25,7 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from libs.view import GangView, View
+import msgspec
+
+from libs.view import GangView, NodeView, View, admits, shape_of
 from libs.view.pools import pool_of
 from proto import ids, keys
 from proto.actions import ActionResult, MarkNode, ScaleMachineDeployment
@@ -304,6 +306,28 @@ def _shape(state: State, md: MachineDeployment) -> Resources:
     return md.capacity
 
 
+def _welcome(state: State, md: MachineDeployment, gang: str) -> bool:
+    """Would a new node of the pool take the gang's pods: their selector, affinity and
+    tolerations against a node of the pool as it joins (its labels less the hostname,
+    its taints less Baton's health taints)? True when the pool has no node to look at
+    or the gang's pods are not known."""
+    found = state.view.gangs.get(gang)
+    members = sorted(found.pending) if found is not None else []
+    pod = state.view.pods.get(members[0]) if members else None
+    sample = next(iter(sorted(state.members.get(md.key, ()))), None)
+    if pod is None or sample is None:
+        return True
+    node = state.view.nodes[sample].node
+    fresh = msgspec.structs.replace(
+        node,
+        labels={k: v for k, v in node.labels.items() if k != keys.HOSTNAME},
+        taints=tuple(t for t in node.taints if t.key not in keys.HEALTH_TAINTS),
+        ready=True,
+        unschedulable=False,
+    )
+    return admits(NodeView(node=fresh, free={}, usable=True, paths=()), shape_of(pod))
+
+
 def _domain(state: State, md: MachineDeployment, level: str) -> str | None:
     """The pool's one domain at ``level`` (None: several, or unknown)."""
     if level in md.labels:
@@ -420,6 +444,9 @@ def choose(state: State, gang: str, need: Need, now: float) -> tuple[str, str] |
                 continue
         elif not shape or any(shape.get(r, 0) < n for r, n in need.shape.items()):
             continue  # not the shape the gang asks for: not worth naming
+        elif not _welcome(state, md, gang):
+            why.append(f"{key}: its nodes do not take the gang's pods (selector, affinity, taints)")
+            continue
         if not autoscaled(md):
             why.append(f"{key}: not autoscaled (no min/max size annotations)")
             continue

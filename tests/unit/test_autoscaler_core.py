@@ -320,3 +320,23 @@ def test_health_replace_is_delete_and_replace() -> None:
     (scale,) = of(out, ScaleMachineDeployment)
     (back,) = of(out, NodeReplaced)
     assert scale.replicas == 3 and back.node == "gpu-0" and back.pool == "default/h100"
+
+
+def test_the_pool_grown_is_one_whose_nodes_take_the_gangs_pods() -> None:
+    fed = Fed()
+    fed(md("a", 1), md("b", 1), up(gpu_node("a-0", "a")), up(gpu_node("b-0", "b")))
+    members = [pod(f"job-{i}", group="job", namespace="ml", gpus=8,
+                   node_selector={keys.POOL: "b"}) for i in range(2)]  # fmt: skip
+    fed(*(PodEvent(op="upsert", at=0, pod=p) for p in members))
+    (event,) = of(fed(verdict("ml/job", 2), at=1.0) or fed.tick(1.0), ScaledUp)
+    assert event.pool == "default/b"  # "a" sorts first and has the same shape
+
+
+def test_a_tainted_pool_is_not_grown_for_pods_that_do_not_tolerate_it() -> None:
+    fed = Fed()
+    tainted = node("t-0", gpus=8).in_pool("t").tainted("dedicated", "x").build()
+    fed(md("t", 1), up(tainted))
+    fed(PodEvent(op="upsert", at=0, pod=pod("solo", namespace="ml", gpus=8)))
+    (refused,) = of(fed.tick(1.0) + fed(verdict("ml/solo", 1), at=1.0) + fed.tick(2.0),
+                    ScaleRefused)  # fmt: skip
+    assert "do not take the gang's pods" in refused.reason
