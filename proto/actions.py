@@ -94,10 +94,11 @@ class Annotate(Action, frozen=True, tag="action.annotate.v1"):
     a PodGroup's ``api`` says which (scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1``,
     the default, or upstream's ``scheduling.k8s.io``). Admission uses it to mark a gang
     ``baton.io/admitted: "true"`` (and to take that mark back); health records who
-    changed a node, why and when (``baton.io/health``).
+    changed a node, why and when (``baton.io/health``); the autoscaler marks the
+    Cluster API ``Machine`` (``cluster.x-k8s.io/v1beta1``) it removes next.
     """
 
-    kind: Literal["Pod", "PodGroup", "Node"]
+    kind: Literal["Pod", "PodGroup", "Node", "Machine"]
     namespace: str
     name: str
     annotations: dict[str, str | None]

@@ -92,6 +92,9 @@ class AutoscalerPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     backoff_s: float = 300.0  # a pool whose scale-up was reverted is not grown again for this
     unneeded_s: float = 600.0  # a node idle this long is removed (0: never scale down)
     deletion_timeout_s: float = 900.0  # a marked machine not gone by then is given up on
+    # also mark the node's Cluster API Machine (where Cluster API reads delete-machine);
+    # off on simcluster, which has no Machines and reads the mark on the node
+    mark_machines: bool = True
 
 
 def subject(cluster: str, event: AnyAutoscaler) -> str:

@@ -13,7 +13,7 @@ from libs.kube import wire
 from libs.kube.quantities import InvalidQuantity, canonical, canonical_resources
 from proto import k8s, keys
 
-_KEPT_ANNOTATIONS = frozenset({keys.EGRESS_BANDWIDTH, keys.INGRESS_BANDWIDTH})
+_KEPT_ANNOTATIONS = frozenset({keys.EGRESS_BANDWIDTH, keys.INGRESS_BANDWIDTH, keys.MACHINE})
 _PHASES = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
 _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 _CONDITION_STATUSES = frozenset({"True", "False", "Unknown"})
@@ -21,7 +21,8 @@ _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 
 
 def kept_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
-    """Only ``*baton.io/*`` and the bandwidth annotations travel on the bus."""
+    """Only ``*baton.io/*``, the bandwidth annotations and a node's Cluster API Machine
+    travel on the bus."""
     if not annotations:
         return {}
     return {

@@ -30,7 +30,7 @@ import msgspec
 from libs.view import GangView, NodeView, View, admits, shape_of
 from libs.view.pools import pool_of
 from proto import ids, keys
-from proto.actions import ActionResult, MarkNode, ScaleMachineDeployment
+from proto.actions import ActionResult, Annotate, MarkNode, ScaleMachineDeployment
 from proto.admission import GangAdmitted, GangQueued, GangReleased
 from proto.autoscaler import (
     AutoscalerPolicy,
@@ -76,6 +76,7 @@ Output = (
     | NodeReplaced
     | ScaleMachineDeployment
     | MarkNode
+    | Annotate
 )
 BY = "autoscaler"
 QUOTA_EXCEEDED = "QuotaExceeded"
@@ -593,4 +594,12 @@ def _mark(
     state.deletion = Deletion(node=name, pool=key, at=now, mark_id=mark.id, idle_s=idle,
                               replace=replace)  # fmt: skip
     state.replacing.pop(name, None)
-    return [mark]
+    machine = state.view.nodes[name].node.annotations.get(keys.MACHINE, "")
+    if not machine or not state.policy.mark_machines:
+        return [mark]
+    on_machine = Annotate(
+        id=ids.make("delete-machine", machine, now), by=BY, at=now, priority=mark.priority,
+        reason=mark.reason, kind="Machine", namespace=state.pools[key].namespace, name=machine,
+        annotations={keys.DELETE_MACHINE: "true"}, api="cluster.x-k8s.io/v1beta1",
+    )  # fmt: skip
+    return [on_machine, mark]

@@ -37,6 +37,7 @@ class Settings(Base, frozen=True, kw_only=True):
     backoff_s: float = 300.0
     unneeded_s: float = 600.0
     deletion_timeout_s: float = 900.0
+    mark_machines: bool = True
     tick_s: float = 1.0  # how often time is looked at while something waits for it
     config: str = ""  # BATON_AUTOSCALER_CONFIG: a settings file (read before the others)
 

@@ -14,7 +14,7 @@ import structlog
 
 from libs.runner import Route
 from proto import autoscaler
-from proto.actions import MarkNode, ScaleMachineDeployment, action_subject
+from proto.actions import Annotate, MarkNode, ScaleMachineDeployment, action_subject
 from proto.autoscaler import NodeReplaced, ScaledDown, ScaledUp, ScaleRefused, ScaleReverted
 from services.autoscaler import core, metrics
 
@@ -38,7 +38,7 @@ def _decision(cluster: str, event: Any) -> tuple[str, str]:
 
 
 ROUTES = (
-    Route((ScaleMachineDeployment, MarkNode), to=_action, action=True),
+    Route((ScaleMachineDeployment, MarkNode, Annotate), to=_action, action=True),
     Route((ScaledUp, ScaleRefused, ScaleReverted, ScaledDown, NodeReplaced), to=_decision),
 )
 

@@ -28,7 +28,8 @@ SERVICES = ("bridge", "actuator", "admission", "gang", "reporter", "bandwidth", 
 # --autoscale: the two capacity services, and on simcluster pools that may grow to twice
 # their size and shrink to half, idle nodes going after 2 minutes (docs/autoscaler.md).
 AUTOSCALE = ("autoscaler", "balloon")
-SIM_AUTOSCALE = {"BATON_AUTOSCALER_UNNEEDED_S": "120", "BATON_BALLOON_PRIORITY_CLASS": ""}
+SIM_AUTOSCALE = {"BATON_AUTOSCALER_UNNEEDED_S": "120", "BATON_AUTOSCALER_MARK_MACHINES": "0",
+                 "BATON_BALLOON_PRIORITY_CLASS": ""}  # fmt: skip
 # On simcluster, health runs with demo timings (docs/health.md has the defaults and why).
 SIM_HEALTH = {"BATON_HEALTH_DRAIN_GRACE_S": "60", "BATON_HEALTH_REMEDIATION_RECHECK_S": "30"}
 

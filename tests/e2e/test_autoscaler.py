@@ -39,7 +39,8 @@ def cluster(**pool: Any) -> spec.ClusterSpec:
 
 
 def settings(**kw: Any) -> autoscaler.Settings:
-    base: dict[str, Any] = {"tick_s": 0.2, "unneeded_s": 600.0, "provisioning_timeout_s": 30.0}
+    base: dict[str, Any] = {"tick_s": 0.2, "unneeded_s": 600.0, "provisioning_timeout_s": 30.0,
+                            "mark_machines": False}  # simcluster has no Machines  # fmt: skip
     return autoscaler.Settings(**{**base, **kw})
 
 

@@ -25,7 +25,7 @@ CLUSTER = spec.from_dict(
     {"pools": [{"name": "h100", "count": 2, "min_size": 1, "max_size": 8, "provisioning_s": 60}]}
 )
 BALLOON = balloon.Settings(static_nodes=2, priority_class="", tick_s=0.2)
-AUTOSCALER = autoscaler.Settings(tick_s=0.2, unneeded_s=600.0)
+AUTOSCALER = autoscaler.Settings(tick_s=0.2, unneeded_s=600.0, mark_machines=False)
 
 
 def balloons(sim: Any) -> list[dict[str, Any]]:

@@ -340,3 +340,24 @@ def test_a_tainted_pool_is_not_grown_for_pods_that_do_not_tolerate_it() -> None:
     (refused,) = of(fed.tick(1.0) + fed(verdict("ml/solo", 1), at=1.0) + fed.tick(2.0),
                     ScaleRefused)  # fmt: skip
     assert "do not take the gang's pods" in refused.reason
+
+
+def test_the_machine_behind_the_node_is_marked_too() -> None:
+    from proto.actions import Annotate
+
+    fed = Fed()
+    fed(md("h100", 2, lo=1))
+    bare = gpu_node("gpu-0")
+    fed(up(msgspec.structs.replace(bare, annotations={keys.MACHINE: "h100-abc12"})))
+    fed(up(gpu_node("gpu-1")))
+    fed(PodEvent(op="upsert", at=0, pod=pod("w", gpus=8, node_name="gpu-1", phase="Running")))
+    fed.tick(1.0)
+    out = fed.tick(40.0)
+    (machine,) = of(out, Annotate)
+    assert (machine.kind, machine.namespace, machine.name) == ("Machine", "default", "h100-abc12")
+    assert machine.annotations == {keys.DELETE_MACHINE: "true"}
+    assert of(out, MarkNode)[0].node == "gpu-0"
+    off = Fed(msgspec.structs.replace(POLICY, mark_machines=False))
+    off(md("h100", 2, lo=1), up(msgspec.structs.replace(bare, annotations={keys.MACHINE: "m"})))
+    off.tick(1.0)
+    assert not of(off.tick(40.0), Annotate)
