@@ -235,6 +235,25 @@ class MachineDeployment(msgspec.Struct, frozen=True, kw_only=True, omit_defaults
         return f"{self.namespace}/{self.name}"
 
 
+class CapacityBuffer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An upstream ``CapacityBuffer`` (``autoscaling.x-k8s.io/v1alpha1``): spare capacity
+    a user declares. Baton reads ``spec.replicas`` as whole nodes held warm, in the pool
+    its ``baton.io/pool`` label names (every GPU pool when it names none); the pod
+    template it may reference is not read (``pod_template`` is kept for people)."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str = ""
+    labels: dict[str, str] = {}
+    replicas: int = 0
+    pod_template: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 Op = Literal["upsert", "delete"]
 
 
@@ -269,10 +288,21 @@ class MachineDeploymentEvent(ObjectEvent, frozen=True, tag="k8s.machinedeploymen
     machine_deployment: MachineDeployment
 
 
-K8sEvent = NodeEvent | PodEvent | PodGroupEvent | EndpointSliceEvent | MachineDeploymentEvent
+class CapacityBufferEvent(ObjectEvent, frozen=True, tag="k8s.capacitybuffer.v1"):
+    capacity_buffer: CapacityBuffer
 
 
-KubeObject = Node | Pod | PodGroup | EndpointSlice | MachineDeployment
+K8sEvent = (
+    NodeEvent
+    | PodEvent
+    | PodGroupEvent
+    | EndpointSliceEvent
+    | MachineDeploymentEvent
+    | CapacityBufferEvent
+)
+
+
+KubeObject = Node | Pod | PodGroup | EndpointSlice | MachineDeployment | CapacityBuffer
 
 
 def object_of(event: K8sEvent) -> KubeObject:
@@ -288,4 +318,6 @@ def object_of(event: K8sEvent) -> KubeObject:
             return event.endpoint_slice
         case MachineDeploymentEvent():
             return event.machine_deployment
+        case CapacityBufferEvent():
+            return event.capacity_buffer
     raise TypeError(f"not an object event: {event!r}")

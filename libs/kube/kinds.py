@@ -174,10 +174,22 @@ MACHINE_DEPLOYMENTS = Kind(
     slim=slimming.machine_deployment,
     event=lambda op, obj, at: k8s.MachineDeploymentEvent(op=op, at=at, machine_deployment=obj),
 )
+# Upstream spare-capacity declarations, read by the balloon service.
+CAPACITY_BUFFERS = Kind(
+    name="capacitybuffer",
+    path="/apis/autoscaling.x-k8s.io/v1alpha1/capacitybuffers",
+    namespaced=True,
+    wire_type=wire.WireCapacityBuffer,
+    slim=slimming.capacity_buffer,
+    event=lambda op, obj, at: k8s.CapacityBufferEvent(op=op, at=at, capacity_buffer=obj),
+)
 KINDS: dict[str, Kind] = {
     k.name: k
-    for k in (NODES, PODS, ENDPOINT_SLICES, POD_GROUPS, UPSTREAM_POD_GROUPS, MACHINE_DEPLOYMENTS)
-}
+    for k in (
+        NODES, PODS, ENDPOINT_SLICES, POD_GROUPS, UPSTREAM_POD_GROUPS, MACHINE_DEPLOYMENTS,
+        CAPACITY_BUFFERS,
+    )
+}  # fmt: skip
 
 
 obj_of = k8s.object_of  # the contract says which object an event carries

@@ -265,6 +265,19 @@ def machine_deployment(raw: wire.WireMachineDeployment) -> k8s.MachineDeployment
     )
 
 
+def capacity_buffer(raw: wire.WireCapacityBuffer) -> k8s.CapacityBuffer:
+    meta, spec = raw.metadata, raw.spec
+    return k8s.CapacityBuffer(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        replicas=max(0, spec.replicas or 0),
+        pod_template=spec.pod_template_ref.name if spec.pod_template_ref is not None else "",
+    )
+
+
 def _size(value: str | None) -> int | None:
     """A pool bound from an annotation; None when missing or not a whole number >= 0."""
     if value is None or not value.strip().isdigit():

@@ -251,6 +251,20 @@ class WireMachineDeployment(_Wire):
     status: MachineDeploymentStatus = msgspec.field(default_factory=MachineDeploymentStatus)
 
 
+class ObjectName(_Wire):
+    name: str = ""
+
+
+class CapacityBufferSpec(_Wire):
+    replicas: int | None = None
+    pod_template_ref: ObjectName | None = None
+
+
+class WireCapacityBuffer(_Wire):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: CapacityBufferSpec = msgspec.field(default_factory=CapacityBufferSpec)
+
+
 # --- envelopes ----------------------------------------------------------------
 
 

@@ -30,12 +30,28 @@ from libs.view.pools import pool_of
 from proto import ids, keys
 from proto.actions import ActionResult, CreatePod, DeletePod, PodTemplate
 from proto.balloon import BalloonPolicy, Headroom
-from proto.k8s import MachineDeployment, MachineDeploymentEvent, NodeEvent, Pod, PodEvent
+from proto.k8s import (
+    CapacityBuffer,
+    CapacityBufferEvent,
+    MachineDeployment,
+    MachineDeploymentEvent,
+    NodeEvent,
+    Pod,
+    PodEvent,
+)
 from proto.placement import GangPlaced
 from proto.runner import Tick
 
 Policy = BalloonPolicy
-Input = NodeEvent | PodEvent | MachineDeploymentEvent | GangPlaced | ActionResult | Tick
+Input = (
+    NodeEvent
+    | PodEvent
+    | MachineDeploymentEvent
+    | CapacityBufferEvent
+    | GangPlaced
+    | ActionResult
+    | Tick
+)
 Output = CreatePod | DeletePod | Headroom
 BY = "balloon"
 PRIORITY = -10
@@ -46,6 +62,7 @@ class State:
     policy: Policy
     view: View[GangView]
     pools: dict[str, MachineDeployment] = field(default_factory=dict)
+    buffers: dict[str, CapacityBuffer] = field(default_factory=dict)  # users' declarations
     sizes: list[tuple[float, str, int]] = field(default_factory=list)  # (at, pool, nodes)
     creating: dict[str, tuple[str, float]] = field(default_factory=dict)  # node -> (id, at)
     deleting: dict[str, float] = field(default_factory=dict)  # balloon pod key -> since
@@ -87,6 +104,10 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             state.pools.pop(md.key, None)
         case MachineDeploymentEvent(machine_deployment=md):
             state.pools[md.key] = md
+        case CapacityBufferEvent(op="delete", capacity_buffer=buffer):
+            state.buffers.pop(buffer.key, None)
+        case CapacityBufferEvent(capacity_buffer=buffer):
+            state.buffers[buffer.key] = buffer
         case GangPlaced():
             _count(state, event, now)
         case ActionResult(action_id=action_id, outcome=outcome):
@@ -118,18 +139,28 @@ def quantile(values: list[int], q: float) -> int:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+def buffered(state: State, pool: str) -> int:
+    """Nodes CapacityBuffers ask to hold in ``pool``: those naming it (``baton.io/pool``)
+    and those naming no pool."""
+    name = pool.partition("/")[2]
+    return sum(b.replicas for b in state.buffers.values() if b.labels.get(keys.POOL, name) == name)
+
+
 def want(state: State, pool: str, now: float) -> tuple[int, str]:
     p = state.policy
     if p.mode == "off":
         return 0, "off"
     if p.mode == "static":
-        return min(p.static_nodes, p.max_idle_nodes), f"static {p.static_nodes}"
-    sizes = [n for at, key, n in state.sizes if key == pool and now - at <= p.window_s]
-    q = quantile(sizes, p.quantile)
-    why = f"p{round(p.quantile * 100)} of {len(sizes)} gangs in {p.window_s:g}s: {q} nodes"
-    if q > p.max_idle_nodes:
+        n, why = p.static_nodes, f"static {p.static_nodes}"
+    else:
+        sizes = [n for at, key, n in state.sizes if key == pool and now - at <= p.window_s]
+        n = quantile(sizes, p.quantile)
+        why = f"p{round(p.quantile * 100)} of {len(sizes)} gangs in {p.window_s:g}s: {n} nodes"
+    if (declared := buffered(state, pool)) > n:
+        n, why = declared, f"{why}; CapacityBuffers ask {declared}"
+    if n > p.max_idle_nodes:
         why += f", capped at {p.max_idle_nodes}"
-    return min(q, p.max_idle_nodes), why
+    return min(n, p.max_idle_nodes), why
 
 
 def cycle(state: State, now: float) -> list[Output]:

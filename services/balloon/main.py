@@ -15,7 +15,7 @@ from libs.runtime import OPS_PORTS, load_settings, run_service
 from libs.runtime.settings import Base
 from proto.actions import ActionResult
 from proto.balloon import BalloonPolicy
-from proto.k8s import MachineDeploymentEvent, NodeEvent, PodEvent
+from proto.k8s import CapacityBufferEvent, MachineDeploymentEvent, NodeEvent, PodEvent
 from proto.placement import GangPlaced
 from services.balloon import core, shell
 
@@ -72,6 +72,7 @@ SPEC = Spec(
         Input("k8s.node.>", NodeEvent),
         Input("k8s.pod.>", PodEvent),
         Input("k8s.machinedeployment.>", MachineDeploymentEvent),
+        Input("k8s.capacitybuffer.>", CapacityBufferEvent),
         Input("placement.placed.>", GangPlaced),
         Input("result.create-pod.>", ActionResult),
     ),

@@ -73,6 +73,8 @@ def kind_of(event: k8s.K8sEvent) -> str:
             return "endpointslice"
         case k8s.MachineDeploymentEvent():
             return "machinedeployment"
+        case k8s.CapacityBufferEvent():
+            return "capacitybuffer"
     raise TypeError(f"not an object event: {event!r}")
 
 

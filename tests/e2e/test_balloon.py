@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
-from kubernetes_asyncio.client import CoreV1Api
+from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from libs.testing.nats import running_nats
 from libs.testing.sim import running_sim
@@ -57,3 +58,20 @@ async def test_a_gang_that_fits_the_headroom_starts_without_waiting_for_new_node
         await until(lambda: replicas(sim) == 4, within=30, what="the pool asked for 2 more")
         assert [p["spec"]["nodeName"] for p in balloons(sim) if p["spec"].get("nodeName") in held
                 and not p["metadata"].get("deletionTimestamp")] == []  # fmt: skip
+
+
+async def test_a_capacity_buffer_declares_headroom() -> None:
+    async with (
+        running_nats() as url,
+        running_sim(spec=CLUSTER, speed=1.0) as sim,
+        running_services(url, sim) as services,
+        running(balloon.SPEC, url, msgspec.structs.replace(BALLOON, static_nodes=0)),
+    ):
+        await CoreV1Api(services.client).create_namespace({"metadata": {"name": BALLOON.namespace}})
+        buffer = {"apiVersion": "autoscaling.x-k8s.io/v1alpha1", "kind": "CapacityBuffer",
+                  "metadata": {"name": "warm", "labels": {keys.POOL: "h100"}},
+                  "spec": {"replicas": 1}}  # fmt: skip
+        await CustomObjectsApi(services.client).create_namespaced_custom_object(
+            "autoscaling.x-k8s.io", "v1alpha1", "default", "capacitybuffers", buffer
+        )
+        await until(lambda: len(balloons(sim)) == 1, within=30, what="one node held by the buffer")

@@ -142,3 +142,29 @@ def test_quantile() -> None:
     assert core.quantile([], 0.9) == 0
     assert core.quantile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 0.9) == 9
     assert core.quantile([5], 0.1) == 5
+
+
+def buffer(name: str, replicas: int, pool: str = "") -> Any:
+    from proto.k8s import CapacityBuffer, CapacityBufferEvent
+
+    labels = {keys.POOL: pool} if pool else {}
+    declared = CapacityBuffer(namespace="ml", name=name, uid=f"u-{name}", replicas=replicas,
+                              labels=labels)  # fmt: skip
+    return CapacityBufferEvent(op="upsert", at=0, capacity_buffer=declared)
+
+
+def test_capacity_buffers_declare_headroom_per_pool_capped() -> None:
+    fed = Fed(static_nodes=1, max_idle_nodes=5)
+    pool_nodes(fed, 8)
+    pool_nodes(fed, 2, pool="a100")
+    fed(buffer("warm", 3, pool="h100"), buffer("anywhere", 1))
+    assert core.want(fed.state, "default/h100", 0)[0] == 4  # 3 for h100 + 1 for any pool
+    assert core.want(fed.state, "default/a100", 0)[0] == 1  # the static 1 is as much
+    fed(buffer("huge", 10, pool="h100"))
+    n, why = core.want(fed.state, "default/h100", 0)
+    assert n == 5 and "CapacityBuffers ask 14" in why and "capped at 5" in why
+    from proto.k8s import CapacityBuffer, CapacityBufferEvent
+
+    gone = CapacityBuffer(namespace="ml", name="huge", uid="u-huge")
+    fed(CapacityBufferEvent(op="delete", at=1, capacity_buffer=gone))
+    assert core.want(fed.state, "default/h100", 1)[0] == 4
