@@ -23,7 +23,9 @@ from proto import health, keys, subjects
 from proto.autoscaler import AnyAutoscaler, ScaledUp, ScaleRefused, ScaleReverted
 from proto.codec import decode
 from proto.health import Remediate
+from services.admission import main as admission
 from services.autoscaler import main as autoscaler
+from services.gang import main as gang
 from services.simcluster import spec
 from services.simcluster.store import ApiError
 from tests.pipeline import running, running_services, until
@@ -193,3 +195,26 @@ def test_baton_up_autoscale_grows_the_pool_and_shows_it() -> None:
     pool = re.search(r"pool gpu: .*machines (\d+) ready / (\d+) asked, size 4\.\.16", last)
     assert pool is not None, last
     assert int(pool[2]) > 8, last  # the synthetic load (90% of the GPUs) grew the pool
+
+
+async def test_with_admission_a_gang_larger_than_todays_nodes_is_admitted_and_grown_for() -> None:
+    """Admission counts what the pool may grow to (max size 8 nodes), so a 4-node gang on
+    2 nodes is admitted, placed only once admitted, and the pool grows for it."""
+    gang_settings = gang.Settings(cycle_interval=0.1, require_admission=True)
+    async with (
+        running_nats() as url,
+        running_sim(spec=cluster(), speed=1.0) as sim,
+        running_services(url, sim, gang_settings=gang_settings) as services,
+        running(admission.SPEC, url, admission.Settings()),
+        running(autoscaler.SPEC, url, settings()),
+    ):
+        await submit_gang(services.client, "train", 4)
+
+        def running_whole() -> bool:
+            pods = sim.store.list("pods", namespace=NS)[0]
+            return len(pods) == 4 and all(
+                p.get("status", {}).get("phase") == "Running" for p in pods
+            )
+
+        await until(running_whole, within=60, what="all 4 members running")
+        assert replicas(sim) == 4
