@@ -225,6 +225,15 @@ def _forget_gang(state: State, gang: str) -> None:
 
 
 def _on_result(state: State, result: ActionResult, now: float) -> list[Output]:
+    failed = result.outcome in ("failed", "stale")
+    plan = next((p for p in state.plans.values() if p.action_id == result.action_id), None)
+    if plan is not None and failed:  # the pool was never asked: nothing to revert
+        del state.plans[plan.gang]
+        state.asked.pop(plan.pool, None)
+        state.backoff[plan.pool] = now + state.policy.backoff_s
+        why = f"the scale request for {plan.pool} failed: {result.error or result.outcome}"
+        state.refused[plan.gang] = why
+        return [ScaleRefused(gang=plan.gang, nodes=plan.nodes, reason=why, at=now)]
     d = state.deletion
     if d is None or result.action_id != d.mark_id:
         return []
@@ -302,9 +311,8 @@ def ready(state: State, pool: str) -> int:
 def _shape(state: State, md: MachineDeployment) -> Resources:
     """A node of the pool (any: a pool's nodes are alike), else the scale-from-zero
     annotations."""
-    for name in state.members.get(md.key, ()):
-        return state.view.nodes[name].node.allocatable
-    return md.capacity
+    sample = min(state.members.get(md.key, ()), default=None)  # by name: replayable
+    return state.view.nodes[sample].node.allocatable if sample is not None else md.capacity
 
 
 def _welcome(state: State, md: MachineDeployment, gang: str) -> bool:
@@ -315,7 +323,7 @@ def _welcome(state: State, md: MachineDeployment, gang: str) -> bool:
     found = state.view.gangs.get(gang)
     members = sorted(found.pending) if found is not None else []
     pod = state.view.pods.get(members[0]) if members else None
-    sample = next(iter(sorted(state.members.get(md.key, ()))), None)
+    sample = min(state.members.get(md.key, ()), default=None)
     if pod is None or sample is None:
         return True
     node = state.view.nodes[sample].node

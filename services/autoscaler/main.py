@@ -82,6 +82,7 @@ SPEC = Spec(
         Input("balloon.headroom.>", Headroom),
         Input("health.remediate.>", Remediate),
         Input("result.mark-node.>", ActionResult),
+        Input("result.scale.>", ActionResult),
     ),
     routes=shell.ROUTES,
     timer=Timer(every=lambda settings: settings.tick_s, wants=core.wants_tick),

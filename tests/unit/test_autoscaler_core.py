@@ -361,3 +361,16 @@ def test_the_machine_behind_the_node_is_marked_too() -> None:
     off(md("h100", 2, lo=1), up(msgspec.structs.replace(bare, annotations={keys.MACHINE: "m"})))
     off.tick(1.0)
     assert not of(off.tick(40.0), Annotate)
+
+
+def test_a_scale_request_that_failed_is_not_reverted_and_the_pool_backs_off() -> None:
+    fed = Fed()
+    cluster(fed)
+    fed(verdict("ml/job", 2))
+    (scale,) = of(fed.tick(1.0), ScaleMachineDeployment)
+    failed = ActionResult(action_id=scale.id, action_type="action.scale.v1", by="actuator",
+                          at=2, outcome="failed", error="403 forbidden")  # fmt: skip
+    (refused,) = fed(failed, at=2)
+    assert isinstance(refused, ScaleRefused) and "403 forbidden" in refused.reason
+    assert not fed.state.plans and fed.state.asked == {}
+    assert not of(fed.tick(200.0), ScaleReverted)  # nothing to take back
