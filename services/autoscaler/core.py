@@ -115,6 +115,7 @@ class State:
     pool_of: dict[str, str] = field(default_factory=dict)  # node -> pool
     members: dict[str, set[str]] = field(default_factory=dict)  # pool -> its nodes
     ready: dict[str, set[str]] = field(default_factory=dict)  # pool -> its Ready nodes
+    samples: dict[str, str] = field(default_factory=dict)  # pool -> its first node by name
     asked: dict[str, int] = field(default_factory=dict)  # pool -> replicas asked, not yet seen
     waiting: dict[str, Need] = field(default_factory=dict)  # gang -> what would make it fit
     arrived: dict[str, float] = field(default_factory=dict)  # gang -> first verdict's time
@@ -277,11 +278,15 @@ def _place(state: State, node: Node, pool: str) -> None:
     if old and old != pool:
         state.members.get(old, set()).discard(node.name)
         state.ready.get(old, set()).discard(node.name)
+        if state.samples.get(old) == node.name:
+            del state.samples[old]  # found again by ``_sample`` when next asked
     if not pool:
         state.pool_of.pop(node.name, None)
         return
     state.pool_of[node.name] = pool
     state.members.setdefault(pool, set()).add(node.name)
+    if pool in state.samples and node.name < state.samples[pool]:
+        state.samples[pool] = node.name
     ready = state.ready.setdefault(pool, set())
     (ready.add if node.ready else ready.discard)(node.name)
 
@@ -290,6 +295,7 @@ def _assign_nodes(state: State) -> None:
     state.pool_of.clear()
     state.members.clear()
     state.ready.clear()
+    state.samples.clear()
     for nv in state.view.nodes.values():
         _place(state, nv.node, pool_of(state.pools, nv.node))
 
@@ -308,10 +314,19 @@ def ready(state: State, pool: str) -> int:
     return len(state.ready.get(pool, ()))
 
 
+def _sample(state: State, pool: str) -> str | None:
+    """The pool's first node by name (a pool's nodes are alike; by name: replayable)."""
+    if pool not in state.samples:
+        first = min(state.members.get(pool, ()), default=None)
+        if first is None:
+            return None
+        state.samples[pool] = first
+    return state.samples[pool]
+
+
 def _shape(state: State, md: MachineDeployment) -> Resources:
-    """A node of the pool (any: a pool's nodes are alike), else the scale-from-zero
-    annotations."""
-    sample = min(state.members.get(md.key, ()), default=None)  # by name: replayable
+    """A node of the pool, else the scale-from-zero annotations."""
+    sample = _sample(state, md.key)
     return state.view.nodes[sample].node.allocatable if sample is not None else md.capacity
 
 
@@ -323,7 +338,7 @@ def _welcome(state: State, md: MachineDeployment, gang: str) -> bool:
     found = state.view.gangs.get(gang)
     members = sorted(found.pending) if found is not None else []
     pod = state.view.pods.get(members[0]) if members else None
-    sample = min(state.members.get(md.key, ()), default=None)
+    sample = _sample(state, md.key)
     if pod is None or sample is None:
         return True
     node = state.view.nodes[sample].node
