@@ -66,6 +66,7 @@ class State:
     sizes: list[tuple[float, str, int]] = field(default_factory=list)  # (at, pool, nodes)
     creating: dict[str, tuple[str, float]] = field(default_factory=dict)  # node -> (id, at)
     deleting: dict[str, float] = field(default_factory=dict)  # balloon pod key -> since
+    dead: dict[str, Pod] = field(default_factory=dict)  # balloons that ended (a kubelet refused)
     published: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # pool ->
     seen: set[str] = field(default_factory=set)  # gangs whose size is counted
 
@@ -96,10 +97,13 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
         case PodEvent(op="delete", pod=pod):
             state.view.delete_pod(pod)
             state.deleting.pop(pod.key, None)
+            state.dead.pop(pod.key, None)
         case PodEvent(pod=pod):
             state.view.upsert_pod(pod)
             if is_balloon(pod, state.policy) and pod.node_name:
                 state.creating.pop(pod.node_name, None)
+                if pod.phase in ("Failed", "Succeeded"):
+                    state.dead[pod.key] = pod  # its name is taken until it is removed
         case MachineDeploymentEvent(op="delete", machine_deployment=md):
             state.pools.pop(md.key, None)
         case MachineDeploymentEvent(machine_deployment=md):
@@ -172,6 +176,10 @@ def cycle(state: State, now: float) -> list[Output]:
         if key:
             members[key].append(name)
     outputs: list[Output] = []
+    for key, pod in sorted(state.dead.items()):
+        if key not in state.deleting:
+            state.deleting[key] = now
+            outputs.append(_delete(pod, now, why="a balloon that ended: its name is free again"))
     for key in sorted(state.pools):
         md = state.pools[key]
         if p.pools and md.name not in p.pools:
@@ -209,18 +217,7 @@ def _pool(state: State, key: str, names: list[str], now: float) -> list[Output]:
         going = [b for b in held if b.key not in state.deleting]
         for pod in sorted(going, key=lambda b: (-b.created_at, b.key))[:extra]:
             state.deleting[pod.key] = now
-            outputs.append(
-                DeletePod(
-                    id=ids.make("balloon-delete", pod.uid),
-                    by=BY,
-                    at=now,
-                    priority="balloon",
-                    reason=f"{key}: {why}",
-                    namespace=pod.namespace,
-                    pod=pod.name,
-                    grace_seconds=0,
-                )
-            )
+            outputs.append(_delete(pod, now, why=f"{key}: {why}"))
     deficit = max(0, missing - len(empty))
     numbers = (wanted, len(held), deficit)
     if state.published.get(key) != numbers:
@@ -229,6 +226,13 @@ def _pool(state: State, key: str, names: list[str], now: float) -> list[Output]:
             Headroom(at=now, pool=key, want=wanted, held=len(held), deficit=deficit, why=why)
         )
     return outputs
+
+
+def _delete(pod: Pod, now: float, *, why: str) -> DeletePod:
+    return DeletePod(
+        id=ids.make("balloon-delete", pod.uid), by=BY, at=now, priority="balloon", reason=why,
+        namespace=pod.namespace, pod=pod.name, grace_seconds=0,
+    )  # fmt: skip
 
 
 def _create(state: State, pool: str, node: str, now: float) -> CreatePod:

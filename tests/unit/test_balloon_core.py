@@ -168,3 +168,15 @@ def test_capacity_buffers_declare_headroom_per_pool_capped() -> None:
     gone = CapacityBuffer(namespace="ml", name="huge", uid="u-huge")
     fed(CapacityBufferEvent(op="delete", at=1, capacity_buffer=gone))
     assert core.want(fed.state, "default/h100", 1)[0] == 4
+
+
+def test_a_balloon_the_kubelet_refused_is_removed_so_its_name_is_free_again() -> None:
+    fed = Fed(static_nodes=1)
+    pool_nodes(fed, 1)
+    refused = pod("balloon-h100-0", namespace="baton-system", gpus=8, node_name="h100-0",
+                  labels={keys.BALLOON: "true"}, phase="Failed")  # fmt: skip
+    fed(PodEvent(op="upsert", at=0, pod=refused))
+    out = fed.tick(1.0)
+    (gone,) = [o for o in out if isinstance(o, DeletePod)]
+    assert gone.pod == "balloon-h100-0"
+    assert not [o for o in fed.tick(2.0) if isinstance(o, DeletePod)]  # asked once
