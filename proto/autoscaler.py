@@ -87,7 +87,8 @@ class AutoscalerPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     every start like the other services' policies."""
 
     topology_keys: tuple[str, ...] = keys.DEFAULT_LEVELS  # broad -> narrow, as gang's
-    max_joining: int = 64  # nodes asked for and not yet Ready, cluster-wide, at most
+    max_joining: int = 64  # nodes asked for per join_interval_s (and joining at once), at most
+    join_interval_s: float = 60.0
     provisioning_timeout_s: float = 900.0  # a scale-up's nodes must be Ready by then
     backoff_s: float = 300.0  # a pool whose scale-up was reverted is not grown again for this
     unneeded_s: float = 600.0  # a node idle this long is removed (0: never scale down)

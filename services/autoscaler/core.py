@@ -10,9 +10,10 @@ runs one cycle:
 2. each waiting gang, oldest verdict first: skipped when it waits on its team's quota
    or would fit once running work finished; otherwise one pool grows by the whole
    ``need`` (in one domain of ``need.within`` when set) or none does and the reason is
-   published. At most ``max_joining`` nodes are asked for and not yet Ready at once,
-   cluster-wide: a gang that does not fit in that budget waits for it (the first one
-   is let through alone when nothing joins, so a gang larger than the budget runs);
+   published. Joins are paced: at most ``max_joining`` nodes are asked for in any
+   ``join_interval_s``, cluster-wide, and at most that many are joining (asked, not
+   Ready) at once; a gang that does not fit in what is left waits (a gang larger than
+   the budget goes alone when nothing was asked in the interval and nothing joins);
 3. scale-down: a node of an autoscaled pool that has had no pod for ``unneeded_s`` is
    removed, one machine at a time: marked ``cluster.x-k8s.io/delete-machine``, then its
    pool shrinks by one once the mark is applied; never below the pool's min size,
@@ -127,6 +128,7 @@ class State:
     idle_since: dict[str, float] = field(default_factory=dict)  # node -> idle since
     deletion: Deletion | None = None
     replacing: dict[str, float] = field(default_factory=dict)  # node -> since (health asked)
+    asks: list[tuple[float, int]] = field(default_factory=list)  # (when, nodes) scale-ups
     partial: int = 0  # scale-ups asked for less than the whole need: stays 0 (a check)
 
 
@@ -425,7 +427,9 @@ def joining(state: State) -> int:
 
 def _scale_up(state: State, now: float) -> list[Output]:
     outputs: list[Output] = []
-    budget = state.policy.max_joining - joining(state)
+    p = state.policy
+    state.asks = [(at, n) for at, n in state.asks if now - at < p.join_interval_s]
+    budget = p.max_joining - max(joining(state), sum(n for _, n in state.asks))
     # real gangs first (oldest first), then balloons' deficits
     order = sorted(
         (g for g in state.waiting if g not in state.plans),
@@ -441,10 +445,10 @@ def _scale_up(state: State, now: float) -> list[Output]:
             choice = choose(state, gang, need, now)
             if isinstance(choice, str):
                 why = choice
-            elif need.nodes > budget and budget < state.policy.max_joining:
+            elif need.nodes > budget and budget < p.max_joining:
                 why = (
-                    f"paced: {state.policy.max_joining - budget} nodes joining, "
-                    f"at most {state.policy.max_joining} at once"
+                    f"paced: {p.max_joining - budget} nodes asked for or joining, at most "
+                    f"{p.max_joining} a {p.join_interval_s:g}s interval"
                 )
             else:
                 key, domain = choice
@@ -518,6 +522,7 @@ def _grow(
     where = f" in {need.within}={domain}" if need.within else ""
     action = _scale(md, replicas, now, reason=f"{need.nodes} nodes for {gang}{where}",
                     key=("up", gang, replicas, now))  # fmt: skip
+    state.asks.append((now, need.nodes))
     state.plans[gang] = Plan(gang=gang, pool=key, nodes=need.nodes, target=target,
                              replicas=replicas, at=now, action_id=action.id)  # fmt: skip
     state.refused.pop(gang, None)

@@ -33,6 +33,7 @@ class Settings(Base, frozen=True, kw_only=True):
     ops_port: int = OPS_PORTS["autoscaler"]
     topology_keys: tuple[str, ...] = keys.DEFAULT_LEVELS
     max_joining: int = 64
+    join_interval_s: float = 60.0
     provisioning_timeout_s: float = 900.0
     backoff_s: float = 300.0
     unneeded_s: float = 600.0
@@ -47,6 +48,7 @@ class Settings(Base, frozen=True, kw_only=True):
             "TOPOLOGY_KEYS": len(set(self.topology_keys)) == len(self.topology_keys)
             and all(self.topology_keys),
             "MAX_JOINING": self.max_joining >= 1,
+            "JOIN_INTERVAL_S": self.join_interval_s >= 0,
             "PROVISIONING_TIMEOUT_S": self.provisioning_timeout_s > 0,
             "BACKOFF_S": self.backoff_s >= 0,
             "UNNEEDED_S": self.unneeded_s >= 0,
