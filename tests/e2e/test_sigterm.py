@@ -161,7 +161,7 @@ async def _placed(bus: Bus) -> bool:
     return any(getattr(a, "gang", "") == "default/job" for a in found)
 
 
-@pytest.mark.parametrize("service", ["gang", "admission"])
+@pytest.mark.parametrize("service", ["gang", "admission", "autoscaler", "balloon"])
 async def test_a_service_stopped_while_it_bootstraps_exits_in_its_grace(
     tmp_path: Path, service: str
 ) -> None:
