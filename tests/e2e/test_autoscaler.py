@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -218,3 +219,35 @@ async def test_with_admission_a_gang_larger_than_todays_nodes_is_admitted_and_gr
 
         await until(running_whole, within=60, what="all 4 members running")
         assert replicas(sim) == 4
+
+
+async def test_a_recorded_run_replays_identically_for_the_autoscaler_and_balloons(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Balloons, their deficit and a gang growing the pool: recorded (HISTORY) and
+    replayed into fresh cores, the same decisions and actions."""
+    from services.balloon import main as balloon
+    from services.cli import recording, replay
+
+    held = balloon.Settings(static_nodes=1, priority_class="", tick_s=0.2)
+    async with (
+        running_nats() as url,
+        running_sim(spec=cluster(count=3), speed=1.0) as sim,
+        running_services(url, sim) as services,
+        running(balloon.SPEC, url, held),
+        running(autoscaler.SPEC, url, settings()),
+    ):
+        await CoreV1Api(services.client).create_namespace({"metadata": {"name": held.namespace}})
+        await submit_gang(services.client, "train", 4)
+        await until(lambda: replicas(sim) >= 5, within=60, what="the pool grown for the gang")
+        path = tmp_path / "run.jsonl"
+        with path.open("wb") as file:
+            assert await recording.record(url, cluster="c1", out=file) > 0
+    capsys.readouterr()
+    for service in ("autoscaler", "balloon"):
+        code = replay.run(["--from", str(path), "--service", service, "--compare", "--quiet"])
+        captured = capsys.readouterr()
+        assert code == 0, f"{service}:\n{captured.out}\n{captured.err}"
+        assert "compare: identical" in captured.out, captured.out
+        checked = re.search(r"identical \((\d+) decisions", captured.out)
+        assert checked is not None and int(checked.group(1)) > 0, captured.out
