@@ -138,6 +138,9 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     terminating: bool = False
     created_at: float = 0.0
     group: GangRef | None = None  # the gang it belongs to, from any format (None: none)
+    # A DaemonSet's pod or a static (mirror) pod: it runs on every node whatever the
+    # workload, so it does not keep a node busy (the autoscaler's idle-node rule)
+    daemon: bool = False
 
     @property
     def key(self) -> str:

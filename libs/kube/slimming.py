@@ -13,6 +13,7 @@ from libs.kube import wire
 from libs.kube.quantities import InvalidQuantity, canonical, canonical_resources
 from proto import k8s, keys
 
+MIRROR = "kubernetes.io/config.mirror"  # a static pod's mirror
 _KEPT_ANNOTATIONS = frozenset({keys.EGRESS_BANDWIDTH, keys.INGRESS_BANDWIDTH, keys.MACHINE})
 _PHASES = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
 _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
@@ -117,6 +118,8 @@ def pod(raw: wire.WirePod) -> k8s.Pod:
         terminating=meta.deletion_timestamp is not None,
         created_at=_created(meta),
         group=gang_ref(meta.labels or {}, meta.annotations or {}, spec),
+        daemon=any(o.kind == "DaemonSet" for o in meta.owner_references or ())
+        or MIRROR in (meta.annotations or {}),
     )
 
 

@@ -22,6 +22,10 @@ class _Wire(msgspec.Struct, rename="camel", kw_only=True):
     pass
 
 
+class OwnerKind(_Wire):
+    kind: str = ""
+
+
 class ObjectMeta(_Wire):
     name: str = ""
     namespace: str = ""
@@ -31,6 +35,7 @@ class ObjectMeta(_Wire):
     annotations: dict[str, str] | None = None
     creation_timestamp: datetime | None = None
     deletion_timestamp: datetime | None = None
+    owner_references: list[OwnerKind] | None = None  # only the kind is read
 
 
 class ListMeta(_Wire):

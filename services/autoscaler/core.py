@@ -557,7 +557,8 @@ def _scale(
 
 
 def _idle_candidate(state: State, name: str) -> bool:
-    """A Ready node with no pod on it, of an autoscaled pool above its min size."""
+    """A Ready node with no pod on it (DaemonSet and static pods aside), of an autoscaled
+    pool above its min size."""
     if state.policy.unneeded_s <= 0:
         return False
     md = state.pools.get(state.pool_of.get(name, ""))
@@ -568,8 +569,13 @@ def _idle_candidate(state: State, name: str) -> bool:
         and _replicas(state, md) > (md.min_size or 0)
         and nv is not None
         and nv.node.ready
-        and not state.view.on_node.get(name)
+        and all(_daemon(state, k) for k in state.view.on_node.get(name, ()))
     )
+
+
+def _daemon(state: State, pod: str) -> bool:
+    found = state.view.pods.get(pod)
+    return found is not None and found.daemon
 
 
 def _scale_down(state: State, now: float) -> list[Output]:

@@ -375,3 +375,13 @@ def test_a_scale_request_that_failed_is_not_reverted_and_the_pool_backs_off() ->
     assert isinstance(refused, ScaleRefused) and "403 forbidden" in refused.reason
     assert not fed.state.plans and fed.state.asked == {}
     assert not of(fed.tick(200.0), ScaleReverted)  # nothing to take back
+
+
+def test_daemonset_pods_do_not_keep_a_node_busy() -> None:
+    fed = Fed()
+    idle_cluster(fed)
+    agent = msgspec.structs.replace(pod("agent-x", node_name="gpu-2", phase="Running"), daemon=True)
+    fed(PodEvent(op="upsert", at=0, pod=agent))
+    fed.tick(1.0)
+    (mark,) = fed.tick(31.0)
+    assert isinstance(mark, MarkNode) and mark.node == "gpu-2"

@@ -51,3 +51,16 @@ def test_a_capacity_buffer_is_its_replicas_and_its_pool_label() -> None:
     got = change.obj  # type: ignore[union-attr]
     assert isinstance(got, k8s.CapacityBuffer)
     assert (got.replicas, got.pod_template, got.labels) == (3, "trainer", {"baton.io/pool": "h100"})
+
+
+def test_daemonset_and_static_pods_are_marked_daemon() -> None:
+    from libs.kube.kinds import PODS
+
+    def slim(meta: dict[str, object]) -> k8s.Pod:
+        body = {"metadata": {"name": "p", "namespace": "n", "uid": "u", **meta}, "spec": {}}
+        line = json.dumps({"type": "ADDED", "object": body}).encode()
+        return PODS.decode_watch_line(line).obj  # type: ignore[union-attr,return-value]
+
+    assert slim({"ownerReferences": [{"kind": "DaemonSet", "name": "agent", "uid": "x"}]}).daemon
+    assert slim({"annotations": {"kubernetes.io/config.mirror": "abc"}}).daemon
+    assert not slim({"ownerReferences": [{"kind": "ReplicaSet", "name": "r", "uid": "y"}]}).daemon
