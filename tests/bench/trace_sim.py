@@ -11,6 +11,10 @@ backfill (a later job that fits starts). The policies:
   deficit, never removed);
 - ``demand``: the same, with headroom = the p90 of the node counts of the multi-node
   gangs that arrived in the last hour, capped at ``cap`` nodes;
+- ``piecewise``: cluster-autoscaler's way, for contrast: the shortfall is asked for
+  in rounds of at most ``step`` nodes every ``round_s`` (a scale-up loop with a cap on
+  nodes per loop), with a fixed overprovisioning of ``static`` nodes (its placeholder
+  pods); a waiting gang whose request a round's cap cut counts as a partial scale-up;
 - ``fixed N``: a fixed cluster of N nodes, no autoscaling (the overprovisioned
   baseline: sized at the elastic run's peak, and at 75% of it).
 
@@ -72,6 +76,11 @@ class Sim:
     provisioning_s: float = 600.0
     unneeded_s: float = 600.0
     window_s: float = 3600.0
+    step: int = 16  # piecewise: nodes asked per round at most
+    round_s: float = 60.0  # piecewise: one scale-up loop
+    round_at: float = -1e18
+    round_asked: int = 0
+    split: set[int] = field(default_factory=set)  # piecewise: jobs asked for over rounds
     free: dict[int, int] = field(default_factory=dict)  # node -> free GPUs
     idle_since: dict[int, float] = field(default_factory=dict)
     joining: list[float] = field(default_factory=list)  # heap of join times
@@ -93,7 +102,7 @@ class Sim:
         self.next_node += 1
 
     def headroom(self, now: float) -> int:
-        if self.policy == "static":
+        if self.policy in ("static", "piecewise"):
             return self.static
         if self.policy == "demand":
             while self.recent and self.recent[0][0] < now - self.window_s:
@@ -133,13 +142,14 @@ class Sim:
             elif kind == 4:  # a node joins
                 heapq.heappop(self.joining)
                 self.add_node(now)
+            # kind 5: the next piecewise round; nothing to do but look again
             self.place(now, waits)
             if elastic:
                 self.scale(now)
             peak = max(peak, len(self.free) + len(self.joining))
             if not self.events and self.queue:
                 raise RuntimeError(f"{self.policy}: {len(self.queue)} jobs never start")
-        return Result(self.policy, node_seconds / 3600, waits, peak, self.partial)
+        return Result(self.policy, node_seconds / 3600, waits, peak, self.partial + len(self.split))
 
     def place(self, now: float, waits: list[float]) -> None:
         left: deque[tuple[int, Job]] = deque()
@@ -171,14 +181,25 @@ class Sim:
         idle = sum(1 for f in self.free.values() if f == GPUS)
         supply = idle + len(self.joining)
         ask = 0
-        for _, job in self.queue:
+        short: list[int] = []  # jobs (index) asked for, in order
+        for i, job in self.queue:
             need = job.nodes or 1
             if supply >= need:
                 supply -= need
             else:  # the whole gang's missing nodes, in one request
                 ask += need - supply
                 supply = 0
+                short.append(i)
         ask += max(0, self.headroom(now) - supply)
+        if self.policy == "piecewise" and ask:
+            if now - self.round_at >= self.round_s:
+                self.round_at, self.round_asked = now, 0
+            room = self.step - self.round_asked
+            if ask > room:  # the rest next round: the gangs asked for are split
+                self.split.update(short)
+                self.push(self.round_at + self.round_s, 5, None)
+            ask = max(0, min(ask, room))
+            self.round_asked += ask
         for _ in range(ask):
             at = now + self.provisioning_s
             heapq.heappush(self.joining, at)
@@ -216,8 +237,12 @@ def llm_mix(*, days: float, seed: int = 7) -> list[Job]:
 
 def compare(name: str, jobs: list[Job], *, static: int, cap: int) -> None:
     started = time.perf_counter()
-    runs = [Sim(jobs, "off").run(), Sim(jobs, "static", static=static).run(),
-            Sim(jobs, "demand", cap=cap).run()]  # fmt: skip
+    runs = [
+        Sim(jobs, "off").run(),
+        Sim(jobs, "static", static=static).run(),
+        Sim(jobs, "demand", cap=cap).run(),
+        Sim(jobs, "piecewise", static=static).run(),
+    ]
     peak = runs[0].peak_nodes
     for share in (1.0, 0.75):
         n = max(1, round(peak * share))
