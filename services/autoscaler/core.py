@@ -128,6 +128,7 @@ class State:
     idle_since: dict[str, float] = field(default_factory=dict)  # node -> idle since
     deletion: Deletion | None = None
     replacing: dict[str, float] = field(default_factory=dict)  # node -> since (health asked)
+    balloon_pools: dict[str, str] = field(default_factory=dict)  # balloon deficit -> its pool
     asks: list[tuple[float, int]] = field(default_factory=list)  # (when, nodes) scale-ups
     partial: int = 0  # scale-ups asked for less than the whole need: stays 0 (a check)
 
@@ -192,8 +193,9 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             state.queued.add(gang)
         case GangAdmitted(gang=gang) | GangReleased(gang=gang):
             state.queued.discard(gang)
-        case Headroom(pool=pool, deficit=deficit):
-            key = BALLOON_PREFIX + pool
+        case Headroom(pool=pool, deficit=deficit, team=team):
+            key = BALLOON_PREFIX + pool + (f"/{team}" if team else "")
+            state.balloon_pools[key] = pool
             if deficit > 0:
                 state.waiting[key] = Need(nodes=deficit)
                 state.arrived.setdefault(key, event.at)
@@ -225,6 +227,7 @@ def _forget_gang(state: State, gang: str) -> None:
     state.skip.pop(gang, None)
     state.refused.pop(gang, None)
     state.plans.pop(gang, None)
+    state.balloon_pools.pop(gang, None)
 
 
 def _on_result(state: State, result: ActionResult, now: float) -> list[Output]:
@@ -468,7 +471,7 @@ def choose(state: State, gang: str, need: Need, now: float) -> tuple[str, str] |
         md = state.pools[key]
         shape = _shape(state, md)
         if gang.startswith(BALLOON_PREFIX):
-            if key != gang.removeprefix(BALLOON_PREFIX):
+            if key != state.balloon_pools.get(gang):
                 continue
         elif not shape or any(shape.get(r, 0) < n for r, n in need.shape.items()):
             continue  # not the shape the gang asks for: not worth naming

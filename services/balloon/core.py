@@ -38,6 +38,7 @@ from proto.k8s import (
     NodeEvent,
     Pod,
     PodEvent,
+    Toleration,
 )
 from proto.placement import GangPlaced
 from proto.runner import Tick
@@ -63,11 +64,11 @@ class State:
     view: View[GangView]
     pools: dict[str, MachineDeployment] = field(default_factory=dict)
     buffers: dict[str, CapacityBuffer] = field(default_factory=dict)  # users' declarations
-    sizes: list[tuple[float, str, int]] = field(default_factory=list)  # (at, pool, nodes)
+    sizes: list[tuple[float, str, str, int]] = field(default_factory=list)  # at, pool, team, n
     creating: dict[str, tuple[str, float]] = field(default_factory=dict)  # node -> (id, at)
     deleting: dict[str, float] = field(default_factory=dict)  # balloon pod key -> since
     dead: dict[str, Pod] = field(default_factory=dict)  # balloons that ended (a kubelet refused)
-    published: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # pool ->
+    published: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)  # gangs whose size is counted
 
 
@@ -129,9 +130,9 @@ def _count(state: State, placed: GangPlaced, now: float) -> None:
         return
     first = state.view.nodes.get(nodes[0])
     pool = pool_of(state.pools, first.node) if first is not None else ""
-    if pool:
+    if first is not None and pool:
         state.seen.add(placed.gang)
-        state.sizes.append((now, pool, len(nodes)))
+        state.sizes.append((now, pool, first.team, len(nodes)))
 
 
 def quantile(values: list[int], q: float) -> int:
@@ -150,17 +151,21 @@ def buffered(state: State, pool: str) -> int:
     return sum(b.replicas for b in state.buffers.values() if b.labels.get(keys.POOL, name) == name)
 
 
-def want(state: State, pool: str, now: float) -> tuple[int, str]:
+def want(state: State, pool: str, now: float, team: str = "") -> tuple[int, str]:
+    """Nodes to hold in ``pool`` (for ``team``, on its nodes, when teams are listed)."""
     p = state.policy
     if p.mode == "off":
         return 0, "off"
     if p.mode == "static":
         n, why = p.static_nodes, f"static {p.static_nodes}"
     else:
-        sizes = [n for at, key, n in state.sizes if key == pool and now - at <= p.window_s]
+        sizes = [
+            n for at, key, t, n in state.sizes
+            if key == pool and (not team or t == team) and now - at <= p.window_s
+        ]  # fmt: skip
         n = quantile(sizes, p.quantile)
         why = f"p{round(p.quantile * 100)} of {len(sizes)} gangs in {p.window_s:g}s: {n} nodes"
-    if (declared := buffered(state, pool)) > n:
+    if not team and (declared := buffered(state, pool)) > n:
         n, why = declared, f"{why}; CapacityBuffers ask {declared}"
     if n > p.max_idle_nodes:
         why += f", capped at {p.max_idle_nodes}"
@@ -189,13 +194,18 @@ def cycle(state: State, now: float) -> list[Output]:
             continue
         if names and not any(state.view.nodes[n].node.allocatable.get(keys.GPU) for n in names):
             continue  # not a GPU pool
-        outputs += _pool(state, key, names, now)
+        if not p.teams:
+            outputs += _pool(state, key, names, now)
+            continue
+        for team in p.teams:
+            mine = [n for n in names if state.view.nodes[n].team == team]
+            outputs += _pool(state, key, mine, now, team=team)
     return outputs
 
 
-def _pool(state: State, key: str, names: list[str], now: float) -> list[Output]:
+def _pool(state: State, key: str, names: list[str], now: float, team: str = "") -> list[Output]:
     p, view = state.policy, state.view
-    wanted, why = want(state, key, now)
+    wanted, why = want(state, key, now, team)
     held: list[Pod] = []
     empty: list[str] = []
     for name in names:
@@ -209,7 +219,7 @@ def _pool(state: State, key: str, names: list[str], now: float) -> list[Output]:
     outputs: list[Output] = []
     missing = wanted - len(held) - creating
     for name in empty[: max(0, missing)]:
-        create = _create(state, key, name, now)
+        create = _create(state, key, name, now, team)
         state.creating[name] = (create.id, now)
         outputs.append(create)
     extra = len(held) + creating - wanted
@@ -220,11 +230,10 @@ def _pool(state: State, key: str, names: list[str], now: float) -> list[Output]:
             outputs.append(_delete(pod, now, why=f"{key}: {why}"))
     deficit = max(0, missing - len(empty))
     numbers = (wanted, len(held), deficit)
-    if state.published.get(key) != numbers:
-        state.published[key] = numbers
-        outputs.append(
-            Headroom(at=now, pool=key, want=wanted, held=len(held), deficit=deficit, why=why)
-        )
+    if state.published.get((key, team)) != numbers:
+        state.published[(key, team)] = numbers
+        outputs.append(Headroom(at=now, pool=key, want=wanted, held=len(held), deficit=deficit,
+                                why=why, team=team))  # fmt: skip
     return outputs
 
 
@@ -235,13 +244,18 @@ def _delete(pod: Pod, now: float, *, why: str) -> DeletePod:
     )  # fmt: skip
 
 
-def _create(state: State, pool: str, node: str, now: float) -> CreatePod:
+def _create(state: State, pool: str, node: str, now: float, team: str = "") -> CreatePod:
     p = state.policy
     gpus = state.view.nodes[node].node.allocatable.get(keys.GPU, 0)
+    labels = {keys.BALLOON: "true", keys.POOL: pool.partition("/")[2]}
+    if team:
+        labels[keys.TEAM] = team
     template = PodTemplate(
         namespace=p.namespace,
         name=f"balloon-{node}",
-        labels={keys.BALLOON: "true", keys.POOL: pool.partition("/")[2]},
+        labels=labels,
+        # a team's node carries its NoSchedule taint: the placeholder holds it anyway
+        tolerations=(Toleration(operator="Exists", effect="NoSchedule"),),
         annotations={keys.SAFE_TO_EVICT: "true"},
         image=p.image,
         requests={keys.GPU: gpus},

@@ -31,6 +31,7 @@ class Settings(Base, frozen=True, kw_only=True):
     mode: str = "static"
     static_nodes: int = 1
     pools: tuple[str, ...] = ()
+    teams: tuple[str, ...] = ()
     window_s: float = 3600.0
     quantile: float = 0.9
     max_idle_nodes: int = 16

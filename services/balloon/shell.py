@@ -26,7 +26,7 @@ def _action(cluster: str, action: Any) -> tuple[str, str]:
 
 
 def _headroom(cluster: str, event: Headroom) -> tuple[str, str]:
-    subject = balloon.subject(cluster, event.pool)
+    subject = balloon.subject(cluster, event.pool, event.team)
     return subject, f"{subject}:{event.at!r}"
 
 

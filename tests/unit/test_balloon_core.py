@@ -180,3 +180,35 @@ def test_a_balloon_the_kubelet_refused_is_removed_so_its_name_is_free_again() ->
     (gone,) = [o for o in out if isinstance(o, DeletePod)]
     assert gone.pod == "balloon-h100-0"
     assert not [o for o in fed.tick(2.0) if isinstance(o, DeletePod)]  # asked once
+
+
+def test_per_team_headroom_is_held_on_each_teams_own_nodes() -> None:
+    fed = Fed(static_nodes=1, teams=("a", "b"))
+    fed(md())
+    for name, team in (("n-a1", "a"), ("n-a2", "a"), ("n-x", "")):
+        built = node(name, gpus=8).in_pool("h100")
+        fed(NodeEvent(op="upsert", at=0, node=(built.of_team(team) if team else built).build()))
+    out = fed.tick(1.0)
+    creates = [o for o in out if isinstance(o, CreatePod)]
+    assert [(c.pod.node_name, c.pod.labels.get(keys.TEAM)) for c in creates] == [("n-a1", "a")]
+    assert creates[0].pod.tolerations[0].effect == "NoSchedule"  # the team's taint
+    rooms = {o.team: o for o in out if isinstance(o, Headroom)}
+    assert (rooms["a"].held, rooms["a"].deficit) == (0, 0)
+    assert rooms["b"].deficit == 1  # team b has no node here: the autoscaler's
+
+
+def test_a_team_deficit_grows_the_pool_in_the_autoscaler() -> None:
+    from proto.autoscaler import AutoscalerPolicy, ScaledUp
+    from services.autoscaler import core as autoscaler
+
+    state = autoscaler.initial(AutoscalerPolicy())
+    pool = MachineDeployment(namespace="default", name="h100", uid="u", replicas=1, min_size=0,
+                             max_size=4, selector={keys.POOL: "h100"})  # fmt: skip
+    autoscaler.step(state, MachineDeploymentEvent(op="upsert", at=0, machine_deployment=pool), 0)
+    built = node("n-0", gpus=8).in_pool("h100").build()
+    autoscaler.step(state, NodeEvent(op="upsert", at=0, node=built), 0)
+    _, out = autoscaler.step(
+        state, Headroom(at=1, pool="default/h100", want=1, held=0, deficit=1, team="b"), 1
+    )
+    (up,) = [o for o in out if isinstance(o, ScaledUp)]
+    assert (up.gang, up.pool, up.nodes) == ("balloon/default/h100/b", "default/h100", 1)
