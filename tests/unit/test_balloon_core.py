@@ -212,3 +212,15 @@ def test_a_team_deficit_grows_the_pool_in_the_autoscaler() -> None:
     )
     (up,) = [o for o in out if isinstance(o, ScaledUp)]
     assert (up.gang, up.pool, up.nodes) == ("balloon/default/h100/b", "default/h100", 1)
+
+
+def test_a_teams_capacity_buffer_counts_for_that_team_only() -> None:
+    from proto.k8s import CapacityBuffer, CapacityBufferEvent
+
+    fed = Fed(static_nodes=0, teams=("a", "b"))
+    fed(md())
+    declared = CapacityBuffer(namespace="ml", name="w", uid="u", replicas=2,
+                              labels={keys.TEAM: "a"})  # fmt: skip
+    fed(CapacityBufferEvent(op="upsert", at=0, capacity_buffer=declared))
+    assert core.want(fed.state, "default/h100", 0, "a")[0] == 2
+    assert core.want(fed.state, "default/h100", 0, "b")[0] == 0
