@@ -144,11 +144,15 @@ def quantile(values: list[int], q: float) -> int:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-def buffered(state: State, pool: str) -> int:
+def buffered(state: State, pool: str, team: str = "") -> int:
     """Nodes CapacityBuffers ask to hold in ``pool``: those naming it (``baton.io/pool``)
-    and those naming no pool."""
+    and those naming no pool; for ``team``, only those labelled ``baton.io/team: <team>``."""
     name = pool.partition("/")[2]
-    return sum(b.replicas for b in state.buffers.values() if b.labels.get(keys.POOL, name) == name)
+    return sum(
+        b.replicas
+        for b in state.buffers.values()
+        if b.labels.get(keys.POOL, name) == name and (not team or b.labels.get(keys.TEAM) == team)
+    )
 
 
 def want(state: State, pool: str, now: float, team: str = "") -> tuple[int, str]:
@@ -165,7 +169,7 @@ def want(state: State, pool: str, now: float, team: str = "") -> tuple[int, str]
         ]  # fmt: skip
         n = quantile(sizes, p.quantile)
         why = f"p{round(p.quantile * 100)} of {len(sizes)} gangs in {p.window_s:g}s: {n} nodes"
-    if not team and (declared := buffered(state, pool)) > n:
+    if (declared := buffered(state, pool, team)) > n:
         n, why = declared, f"{why}; CapacityBuffers ask {declared}"
     if n > p.max_idle_nodes:
         why += f", capped at {p.max_idle_nodes}"
