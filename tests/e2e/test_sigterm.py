@@ -107,7 +107,8 @@ async def test_bridge_stopped_mid_list_exits_in_its_grace_and_loses_nothing(
 ) -> None:
     async with running_nats() as url, running_sim(nodes=16) as sim, bus_for(url) as bus:
         add_pods(sim, LIST_PODS)
-        objects = len(sim.store.list("pods", namespace=None)[0]) + 16  # + the nodes
+        pools = len(sim.store.list("machinedeployments", namespace=None)[0])
+        objects = len(sim.store.list("pods", namespace=None)[0]) + 16 + pools  # + nodes, pools
         first = child("bridge", url, sim, tmp_path, 1)
         first.start()
         try:
