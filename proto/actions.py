@@ -51,10 +51,14 @@ class Binding(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class BindGang(Action, frozen=True, tag="action.bind-gang.v1"):
-    """Bind every member or none: the actuator rolls back a partial gang."""
+    """Bind every member or none: the actuator rolls back a partial gang.
+
+    ``evict``: placeholders (balloons) on the target nodes, deleted first; if one cannot
+    be deleted nothing is bound (the gang is decided again)."""
 
     gang: str  # "<namespace>/<podgroup>" or "<namespace>/<pod>" for a gang of one
     bindings: tuple[Binding, ...]
+    evict: tuple[Binding, ...] = ()
 
 
 class Evict(Action, frozen=True, tag="action.evict.v1"):
@@ -90,10 +94,11 @@ class Annotate(Action, frozen=True, tag="action.annotate.v1"):
     a PodGroup's ``api`` says which (scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1``,
     the default, or upstream's ``scheduling.k8s.io``). Admission uses it to mark a gang
     ``baton.io/admitted: "true"`` (and to take that mark back); health records who
-    changed a node, why and when (``baton.io/health``).
+    changed a node, why and when (``baton.io/health``); the autoscaler marks the
+    Cluster API ``Machine`` (``cluster.x-k8s.io/v1beta1``) it removes next.
     """
 
-    kind: Literal["Pod", "PodGroup", "Node"]
+    kind: Literal["Pod", "PodGroup", "Node", "Machine"]
     namespace: str
     name: str
     annotations: dict[str, str | None]
@@ -138,6 +143,9 @@ class PodTemplate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     node_name: str = ""
     tolerations: tuple[Toleration, ...] = ()
     node_selector: dict[str, str] = {}
+    # Pod Security "restricted": non-root, no privilege escalation, no capabilities,
+    # RuntimeDefault seccomp (a balloon's pause container in baton-system needs no more)
+    restricted: bool = False
 
 
 class CreatePod(Action, frozen=True, tag="action.create-pod.v1"):

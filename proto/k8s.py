@@ -138,6 +138,9 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     terminating: bool = False
     created_at: float = 0.0
     group: GangRef | None = None  # the gang it belongs to, from any format (None: none)
+    # A DaemonSet's pod or a static (mirror) pod: it runs on every node whatever the
+    # workload, so it does not keep a node busy (the autoscaler's idle-node rule)
+    daemon: bool = False
 
     @property
     def key(self) -> str:
@@ -202,6 +205,58 @@ class EndpointSlice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     ports: tuple[int, ...] = ()
 
 
+class MachineDeployment(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A Cluster API ``MachineDeployment``: one node pool the autoscaler may resize.
+
+    ``replicas`` is ``spec.replicas`` (what is asked); ``ready_replicas`` and
+    ``status_replicas`` what the status says. ``min_size``/``max_size`` come from
+    cluster-autoscaler's annotations (None: not set, the pool is not autoscaled).
+    ``selector`` is ``spec.selector.matchLabels``: a node carrying them all belongs to
+    the pool. ``capacity``: cluster-autoscaler's ``capacity.cluster-autoscaler.kubernetes.io/*``
+    annotations (canonical units), the node shape when the pool has no node to look at.
+    ``reason``/``message``: the status' ``Ready`` condition when it is not True
+    (``QuotaExceeded``: the cloud refuses more machines).
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str = ""
+    labels: dict[str, str] = {}
+    replicas: int = 0
+    status_replicas: int = 0
+    ready_replicas: int = 0
+    min_size: int | None = None
+    max_size: int | None = None
+    selector: dict[str, str] = {}
+    capacity: Resources = {}
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class CapacityBuffer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An upstream ``CapacityBuffer`` (``autoscaling.x-k8s.io/v1alpha1``): spare capacity
+    a user declares. Baton reads ``spec.replicas`` as whole nodes held warm, in the pool
+    its ``baton.io/pool`` label names (every GPU pool when it names none); the pod
+    template it may reference is not read (``pod_template`` is kept for people)."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str = ""
+    labels: dict[str, str] = {}
+    replicas: int = 0
+    pod_template: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 Op = Literal["upsert", "delete"]
 
 
@@ -232,10 +287,25 @@ class EndpointSliceEvent(ObjectEvent, frozen=True, tag="k8s.endpointslice.v1"):
     endpoint_slice: EndpointSlice
 
 
-K8sEvent = NodeEvent | PodEvent | PodGroupEvent | EndpointSliceEvent
+class MachineDeploymentEvent(ObjectEvent, frozen=True, tag="k8s.machinedeployment.v1"):
+    machine_deployment: MachineDeployment
 
 
-KubeObject = Node | Pod | PodGroup | EndpointSlice
+class CapacityBufferEvent(ObjectEvent, frozen=True, tag="k8s.capacitybuffer.v1"):
+    capacity_buffer: CapacityBuffer
+
+
+K8sEvent = (
+    NodeEvent
+    | PodEvent
+    | PodGroupEvent
+    | EndpointSliceEvent
+    | MachineDeploymentEvent
+    | CapacityBufferEvent
+)
+
+
+KubeObject = Node | Pod | PodGroup | EndpointSlice | MachineDeployment | CapacityBuffer
 
 
 def object_of(event: K8sEvent) -> KubeObject:
@@ -249,4 +319,8 @@ def object_of(event: K8sEvent) -> KubeObject:
             return event.pod_group
         case EndpointSliceEvent():
             return event.endpoint_slice
+        case MachineDeploymentEvent():
+            return event.machine_deployment
+        case CapacityBufferEvent():
+            return event.capacity_buffer
     raise TypeError(f"not an object event: {event!r}")

@@ -84,6 +84,7 @@ EGRESS_BANDWIDTH: Final = "kubernetes.io/egress-bandwidth"
 INGRESS_BANDWIDTH: Final = "kubernetes.io/ingress-bandwidth"
 SAFE_TO_EVICT: Final = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 DELETE_MACHINE: Final = "cluster.x-k8s.io/delete-machine"
+MACHINE: Final = "cluster.x-k8s.io/machine"  # on a Node: the Cluster API Machine behind it
 NODE_GROUP_MIN: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 NODE_GROUP_MAX: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 GPU: Final = "nvidia.com/gpu"

@@ -165,9 +165,31 @@ UPSTREAM_POD_GROUPS = Kind(
     slim=slimming.upstream_pod_group,
     event=lambda op, obj, at: k8s.PodGroupEvent(op=op, at=at, pod_group=obj),
 )
+# Cluster API node pools (the autoscaler resizes them); absent CRD: nothing to list.
+MACHINE_DEPLOYMENTS = Kind(
+    name="machinedeployment",
+    path="/apis/cluster.x-k8s.io/v1beta1/machinedeployments",
+    namespaced=True,
+    wire_type=wire.WireMachineDeployment,
+    slim=slimming.machine_deployment,
+    event=lambda op, obj, at: k8s.MachineDeploymentEvent(op=op, at=at, machine_deployment=obj),
+)
+# Upstream spare-capacity declarations, read by the balloon service.
+CAPACITY_BUFFERS = Kind(
+    name="capacitybuffer",
+    path="/apis/autoscaling.x-k8s.io/v1alpha1/capacitybuffers",
+    namespaced=True,
+    wire_type=wire.WireCapacityBuffer,
+    slim=slimming.capacity_buffer,
+    event=lambda op, obj, at: k8s.CapacityBufferEvent(op=op, at=at, capacity_buffer=obj),
+)
 KINDS: dict[str, Kind] = {
-    k.name: k for k in (NODES, PODS, ENDPOINT_SLICES, POD_GROUPS, UPSTREAM_POD_GROUPS)
-}
+    k.name: k
+    for k in (
+        NODES, PODS, ENDPOINT_SLICES, POD_GROUPS, UPSTREAM_POD_GROUPS, MACHINE_DEPLOYMENTS,
+        CAPACITY_BUFFERS,
+    )
+}  # fmt: skip
 
 
 obj_of = k8s.object_of  # the contract says which object an event carries

@@ -13,7 +13,8 @@ from libs.kube import wire
 from libs.kube.quantities import InvalidQuantity, canonical, canonical_resources
 from proto import k8s, keys
 
-_KEPT_ANNOTATIONS = frozenset({keys.EGRESS_BANDWIDTH, keys.INGRESS_BANDWIDTH})
+MIRROR = "kubernetes.io/config.mirror"  # a static pod's mirror
+_KEPT_ANNOTATIONS = frozenset({keys.EGRESS_BANDWIDTH, keys.INGRESS_BANDWIDTH, keys.MACHINE})
 _PHASES = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
 _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 _CONDITION_STATUSES = frozenset({"True", "False", "Unknown"})
@@ -21,7 +22,8 @@ _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 
 
 def kept_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
-    """Only ``*baton.io/*`` and the bandwidth annotations travel on the bus."""
+    """Only ``*baton.io/*``, the bandwidth annotations and a node's Cluster API Machine
+    travel on the bus."""
     if not annotations:
         return {}
     return {
@@ -116,6 +118,8 @@ def pod(raw: wire.WirePod) -> k8s.Pod:
         terminating=meta.deletion_timestamp is not None,
         created_at=_created(meta),
         group=gang_ref(meta.labels or {}, meta.annotations or {}, spec),
+        daemon=any(o.kind == "DaemonSet" for o in meta.owner_references or ())
+        or MIRROR in (meta.annotations or {}),
     )
 
 
@@ -235,6 +239,67 @@ def endpoint_slice(raw: wire.WireEndpointSlice) -> k8s.EndpointSlice:
         endpoints=tuple(_endpoint(e) for e in raw.endpoints or ()),
         ports=tuple(p.port for p in raw.ports or () if p.port is not None),
     )
+
+
+CAPACITY_PREFIX = "capacity.cluster-autoscaler.kubernetes.io/"
+_CAPACITY_NAMES = {"gpu-count": k8s.GPU, "cpu": "cpu", "memory": "memory", "maxPods": "pods"}
+
+
+def machine_deployment(raw: wire.WireMachineDeployment) -> k8s.MachineDeployment:
+    meta, status = raw.metadata, raw.status
+    notes = meta.annotations or {}
+    ready = next((c for c in status.conditions or () if c.type == "Ready"), None)
+    selector = raw.spec.selector.match_labels if raw.spec.selector is not None else None
+    return k8s.MachineDeployment(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        replicas=raw.spec.replicas if raw.spec.replicas is not None else 1,
+        status_replicas=status.replicas,
+        ready_replicas=status.ready_replicas,
+        min_size=_size(notes.get(keys.NODE_GROUP_MIN)),
+        max_size=_size(notes.get(keys.NODE_GROUP_MAX)),
+        selector=selector or {},
+        capacity=_capacity(notes),
+        reason=ready.reason if ready is not None and ready.status != "True" else "",
+        message=ready.message if ready is not None and ready.status != "True" else "",
+    )
+
+
+def capacity_buffer(raw: wire.WireCapacityBuffer) -> k8s.CapacityBuffer:
+    meta, spec = raw.metadata, raw.spec
+    return k8s.CapacityBuffer(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        replicas=max(0, spec.replicas or 0),
+        pod_template=spec.pod_template_ref.name if spec.pod_template_ref is not None else "",
+    )
+
+
+def _size(value: str | None) -> int | None:
+    """A pool bound from an annotation; None when missing or not a whole number >= 0."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
+
+
+def _capacity(notes: dict[str, str]) -> dict[str, int]:
+    """cluster-autoscaler's scale-from-zero annotations, canonical units; bad ones dropped."""
+    out: dict[str, int] = {}
+    for name, res in _CAPACITY_NAMES.items():
+        value = notes.get(CAPACITY_PREFIX + name)
+        if value is None:
+            continue
+        try:
+            out[res] = canonical(res, value)
+        except InvalidQuantity:
+            continue
+    return out
 
 
 def _endpoint(raw: wire.WireEndpoint) -> k8s.Endpoint:

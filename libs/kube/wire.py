@@ -22,6 +22,10 @@ class _Wire(msgspec.Struct, rename="camel", kw_only=True):
     pass
 
 
+class OwnerKind(_Wire):
+    kind: str = ""
+
+
 class ObjectMeta(_Wire):
     name: str = ""
     namespace: str = ""
@@ -31,6 +35,7 @@ class ObjectMeta(_Wire):
     annotations: dict[str, str] | None = None
     creation_timestamp: datetime | None = None
     deletion_timestamp: datetime | None = None
+    owner_references: list[OwnerKind] | None = None  # only the kind is read
 
 
 class ListMeta(_Wire):
@@ -218,6 +223,51 @@ class WireEndpointSlice(_Wire):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     endpoints: list[WireEndpoint] | None = None
     ports: list[EndpointPort] | None = None
+
+
+# --- Cluster API MachineDeployment ---------------------------------------------
+
+
+class LabelSelector(_Wire):
+    match_labels: dict[str, str] | None = None
+
+
+class MachineDeploymentSpec(_Wire):
+    replicas: int | None = None
+    selector: LabelSelector | None = None
+
+
+class MachineDeploymentCondition(_Wire):
+    type: str = ""
+    status: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+class MachineDeploymentStatus(_Wire):
+    replicas: int = 0
+    ready_replicas: int = 0
+    conditions: list[MachineDeploymentCondition] | None = None
+
+
+class WireMachineDeployment(_Wire):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: MachineDeploymentSpec = msgspec.field(default_factory=MachineDeploymentSpec)
+    status: MachineDeploymentStatus = msgspec.field(default_factory=MachineDeploymentStatus)
+
+
+class ObjectName(_Wire):
+    name: str = ""
+
+
+class CapacityBufferSpec(_Wire):
+    replicas: int | None = None
+    pod_template_ref: ObjectName | None = None
+
+
+class WireCapacityBuffer(_Wire):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: CapacityBufferSpec = msgspec.field(default_factory=CapacityBufferSpec)
 
 
 # --- envelopes ----------------------------------------------------------------

@@ -107,6 +107,9 @@ class View(Generic[G]):
     domains: list[dict[str, set[str]]] = field(default_factory=list)  # level -> path -> nodes
     dirty: set[str] = field(default_factory=set)  # nodes changed since the index last looked
     index: Index = field(default_factory=Index)  # eligible counts per shape, kept incrementally
+    # Placement's view: a balloon (``is_preemptible``) is listed on its node but uses
+    # nothing there, so its node counts as free; the placement evicts it when it binds.
+    balloons_free: bool = False
 
     def __post_init__(self) -> None:
         self.domains = [{} for _ in self.levels]
@@ -198,7 +201,8 @@ class View(Generic[G]):
         self.pods[pod.key] = pod
         gang = self._gang_of(pod) if pod.scheduler_name == SCHEDULER_NAME else None
         if holds_resources(pod):
-            self.account(pod.key, pod.node_name, pod.requests)
+            free = self.balloons_free and is_preemptible(pod)
+            self.account(pod.key, pod.node_name, {} if free else pod.requests)
         elif gang is None or pod.node_name or not gang.holds(pod.key):
             self.account(pod.key, None, {})
         if gang is None:

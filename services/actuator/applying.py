@@ -182,6 +182,14 @@ async def _annotate(s: Session, action: Annotate) -> Applied:
     ns, name, compute = action.namespace, action.name, _meta("annotations", action.annotations)
     if action.kind == "Node":
         return await _on_node(s, name, compute)
+    if action.kind == "Machine":
+        custom = s.api.custom
+        where = (*CAPI, ns, "machines", name)
+        return await _converge(
+            s, lambda: s.call("get", custom.get_namespaced_custom_object, *where), compute,
+            lambda b: s.call("patch", custom.patch_namespaced_custom_object, *where, b,
+                             _content_type=MERGE),
+        )  # fmt: skip
     if action.kind == "Pod":
         core = s.api.core
         return await _converge(

@@ -1,5 +1,7 @@
 """Binding a gang all-or-nothing, rolling back a partial one, and evicting gangs.
 
+0. delete the placeholders (balloons) the gang takes the place of, if any: one that
+   cannot be deleted fails the action before anything is bound;
 1. check every target node exists (a short cache; reads are not rate limited), so a
    gang aimed at a vanished node binds nothing at all;
 2. bind members concurrently (bounded) through ``pods/binding``; stop starting new
@@ -41,6 +43,11 @@ async def bounded(items: Sequence[T], fn: Callable[[T], Awaitable[U]], *, limit:
 
 
 async def bind_gang(s: Session, action: BindGang, *, concurrency: int) -> Applied:
+    if action.evict:  # balloons on the target nodes go first, or nothing is bound
+        errors = [e for e in await bounded(action.evict, lambda b: _drop(s, b), limit=concurrency)
+                  if e]  # fmt: skip
+        if errors:
+            return "failed", "placeholders not removed, nothing bound: " + "; ".join(errors)
     nodes = sorted({b.node for b in action.bindings})
     present = dict(
         zip(
@@ -69,6 +76,16 @@ async def bind_gang(s: Session, action: BindGang, *, concurrency: int) -> Applie
         return outcome, ""
     await roll_back(s, members, concurrency=concurrency)
     return outcome, gang_error(members)
+
+
+async def _drop(s: Session, b: Binding) -> str:
+    """Delete one placeholder; '' when gone, else why not. Never raises: a child that
+    raises in ``bounded``'s TaskGroup leaves this task marked cancelling on Python 3.11."""
+    try:
+        await _delete(s, b.namespace, b.pod, uid=b.uid)
+    except ApiError as exc:
+        return f"{b.namespace}/{b.pod}: {exc}"
+    return ""
 
 
 async def bind_one(s: Session, b: Binding) -> Member:

@@ -35,7 +35,18 @@ def from_template(t: PodTemplate) -> Obj:
     if t.requests:
         quantities = {k: (f"{v}m" if k == "cpu" else str(v)) for k, v in t.requests.items()}
         container["resources"] = {"requests": quantities, "limits": _limits(quantities)}
+    if t.restricted:
+        container["securityContext"] = {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
     spec: Obj = {"containers": [container]}
+    if t.restricted:
+        spec["securityContext"] = {
+            "runAsNonRoot": True,
+            "runAsUser": 65535,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
     optional: Obj = {
         "priorityClassName": t.priority_class_name,
         "priority": t.priority,

@@ -45,7 +45,7 @@ from libs.runtime import (
 )
 from libs.runtime.settings import Base
 from proto.admission import TeamsLoaded
-from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from proto.k8s import MachineDeploymentEvent, NodeEvent, PodEvent, PodGroupEvent
 from proto.teams import TeamConfig
 from services.admission import core, shell
 from services.admission.certificates import CertificateError, self_signed
@@ -99,6 +99,7 @@ SPEC = Spec(
     step=core.step,
     inputs=(
         Input("k8s.node.>", NodeEvent),
+        Input("k8s.machinedeployment.>", MachineDeploymentEvent),
         Input("k8s.podgroup.>", PodGroupEvent),
         Input("k8s.upstream-podgroup.>", PodGroupEvent),
         Input("k8s.pod.>", PodEvent),

@@ -71,6 +71,10 @@ def kind_of(event: k8s.K8sEvent) -> str:
             return "upstream-podgroup" if group.upstream else "podgroup"
         case k8s.EndpointSliceEvent():
             return "endpointslice"
+        case k8s.MachineDeploymentEvent():
+            return "machinedeployment"
+        case k8s.CapacityBufferEvent():
+            return "capacitybuffer"
     raise TypeError(f"not an object event: {event!r}")
 
 
@@ -124,8 +128,6 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
     return state, (Publish(subject=subject, event=event, msg_id=msg_id, ttl=ttl),)
 
 
-def seeds(
-    held: Iterable[k8s.K8sEvent], kind: str
-) -> list[k8s.Node | k8s.Pod | k8s.PodGroup | k8s.EndpointSlice]:
+def seeds(held: Iterable[k8s.K8sEvent], kind: str) -> list[k8s.KubeObject]:
     """Objects of one kind that consumers currently have (upserts; tombstones excluded)."""
     return [object_of(e) for e in held if e.op == "upsert" and kind_of(e) == kind]

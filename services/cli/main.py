@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bandwidth": ("services.bandwidth.main:run", "egress fair shares: per-pod limits per node"),
     "agent": ("services.agent.main:run", "node agent: telemetry; applies egress limits with tc"),
     "health": ("services.health.main:run", "GPU node health: quarantine, drain, preflight checks"),
+    "autoscaler": ("services.autoscaler.main:run", "grow pools by whole gangs, remove idle nodes"),
+    "balloon": ("services.balloon.main:run", "warm headroom: placeholder pods on GPU pools"),
     "replay": ("services.cli.replay:run", "replay recorded events into a core, offline"),
     "why": ("services.cli.why:run", "why a gang or pod is waiting, and what would unblock it"),
     "install-webhook": (

@@ -25,6 +25,11 @@ from services.cli.processes import (
 )
 
 SERVICES = ("bridge", "actuator", "admission", "gang", "reporter", "bandwidth", "health", "agent")
+# --autoscale: the two capacity services, and on simcluster pools that may grow to twice
+# their size and shrink to half, idle nodes going after 2 minutes (docs/autoscaler.md).
+AUTOSCALE = ("autoscaler", "balloon")
+SIM_AUTOSCALE = {"BATON_AUTOSCALER_UNNEEDED_S": "120", "BATON_AUTOSCALER_MARK_MACHINES": "0",
+                 "BATON_BALLOON_PRIORITY_CLASS": ""}  # fmt: skip
 # On simcluster, health runs with demo timings (docs/health.md has the defaults and why).
 SIM_HEALTH = {"BATON_HEALTH_DRAIN_GRACE_S": "60", "BATON_HEALTH_REMEDIATION_RECHECK_S": "30"}
 
@@ -83,6 +88,11 @@ def start_all(args: argparse.Namespace, stack: Stack) -> None:
         env["BATON_ADMISSION_TEAMS_FILE"] = str(args.teams)
         env["BATON_BANDWIDTH_TEAMS_FILE"] = str(args.teams)
     wanted = [s for s in args.services.split(",") if s]
+    if getattr(args, "autoscale", False):
+        wanted += [s for s in AUTOSCALE if s not in wanted]
+        if stack.sim:
+            env.update(SIM_AUTOSCALE)
+            asyncio.run(ensure_namespace(stack.kubeconfig, PREFLIGHT_NAMESPACE))
     for name in [s for s in wanted if not available(s)]:
         print(f"baton up: service {name!r} is not part of this build; skipping", file=sys.stderr)
     wanted = [s for s in wanted if available(s)]
@@ -138,6 +148,8 @@ def start_sim(args: argparse.Namespace, stack: Stack) -> Path:
     argv += ["--kubeconfig", str(kubeconfig)]
     if args.workload != "none":
         argv += ["--trace", args.workload, "--speed", str(args.speed)]
+    if getattr(args, "autoscale", False):
+        argv += ["--min-size", str(max(1, args.nodes // 2)), "--max-size", str(2 * args.nodes)]
     child = stack.start(Child("simcluster", argv, stack.logs / "simcluster.log"))
     wait_until(kubeconfig.exists, child=child, timeout=120)
     return kubeconfig

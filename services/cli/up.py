@@ -53,6 +53,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--store", type=Path, help="JetStream store directory (default: temporary)")
     p.add_argument("--teams", type=Path, help="team config for admission (default: one team)")
     p.add_argument("--services", default=",".join(SERVICES), help="which services to run")
+    p.add_argument(
+        "--autoscale", action="store_true",
+        help="also run the autoscaler and balloons (simcluster pools grow to 2x, shrink to 1/2)",
+    )  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="services decide; the actuator only logs")
     p.add_argument("--duration", type=float, help="stop by itself after this many seconds")
     p.add_argument(

@@ -22,6 +22,8 @@ from proto.k8s import (
     GPU,
     SCHEDULER_NAME,
     K8sEvent,
+    MachineDeployment,
+    MachineDeploymentEvent,
     Node,
     NodeEvent,
     Pod,
@@ -58,6 +60,7 @@ class View:
     nodes: dict[str, Node] = field(default_factory=dict)
     pods: dict[str, Pod] = field(default_factory=dict)
     groups: dict[str, PodGroup] = field(default_factory=dict)
+    pools: dict[str, MachineDeployment] = field(default_factory=dict)  # by name
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT))
     counts: Counter[str] = field(default_factory=Counter)  # bus messages by domain
     counted: Counter[str] = field(default_factory=Counter)  # counts at the last rate update
@@ -81,6 +84,8 @@ class View:
                 _put(self.pods, pod.key, pod, event.op)
             case PodGroupEvent(pod_group=group):
                 _put(self.groups, group.key, group, event.op)
+            case MachineDeploymentEvent(machine_deployment=md):
+                _put(self.pools, md.name, md, event.op)
         self.changed = True
 
     def record(self, event: Any) -> None:
@@ -217,7 +222,13 @@ def capacity_lines(view: View) -> tuple[str, ...]:
     for pool, nodes in sorted(pools.items()):
         gpus = sum(n.allocatable.get(GPU, 0) for n in nodes)
         busy = sum(used_on[n.name] for n in nodes)
-        lines.append(f"pool {pool}: {len(nodes)} nodes, {busy}/{gpus} gpus")
+        line = f"pool {pool}: {len(nodes)} nodes, {busy}/{gpus} gpus"
+        if (md := view.pools.get(pool)) is not None:
+            line += f"  (machines {md.ready_replicas} ready / {md.replicas} asked"
+            if md.max_size is not None:
+                line += f", size {md.min_size or 0}..{md.max_size}"
+            line += f"{', ' + md.reason if md.reason else ''})"
+        lines.append(line)
     return tuple(lines)
 
 

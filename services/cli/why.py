@@ -35,6 +35,7 @@ from libs.view import GangView, gang_key, quorum
 from proto import subjects
 from proto.actions import ActionResult
 from proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased
+from proto.autoscaler import ScaledUp, ScaleRefused, ScaleReverted
 from proto.k8s import Pod, PodEvent, PodGroup, PodGroupEvent
 from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
 from services.reporter import telling
@@ -42,6 +43,7 @@ from services.reporter import telling
 Story = (
     PodEvent | PodGroupEvent | GangPlaced | GangUnschedulable | GangRestarted | GangQueued
     | GangAdmitted | GangPreempted | GangReleased | ActionResult
+    | ScaledUp | ScaleRefused | ScaleReverted
 )  # fmt: skip
 _story = msgspec.json.Decoder(Story)
 SOURCES = {
@@ -196,6 +198,12 @@ def _line(
             return f"placed: {len(event.bindings)} members (attempt {event.attempt})"
         case GangRestarted(gang=gang) if gang == key:
             return f"restarted: node {event.node} failed ({event.reason})"
+        case ScaledUp(gang=gang) if gang == key:
+            return f"pool {event.pool} asked for {event.nodes} more nodes ({event.replicas} in all)"
+        case ScaleRefused(gang=gang) if gang == key:
+            return f"no nodes added for it: {event.reason}"
+        case ScaleReverted(gang=gang) if gang == key:
+            return f"the {event.nodes} nodes asked for were taken back: {event.reason}"
         case ActionResult() if event.action_id in binds:
             error = f": {event.error}" if event.error else ""
             return f"bind {event.outcome}{error}"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from libs.view import Shape, group_by_shape
+from libs.view import Shape, group_by_shape, is_preemptible
 from proto import ids, keys
 from proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
 from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
@@ -219,8 +219,14 @@ def _commit(
         Binding(namespace=cl.pods[k].namespace, pod=cl.pods[k].name, uid=cl.pods[k].uid, node=n)
         for k, n in sorted(plan.nodes.items())
     )
+    balloons = tuple(  # counted as free (``View.balloons_free``): they go in the same step
+        Binding(namespace=p.namespace, pod=p.name, uid=p.uid, node=n)
+        for n in sorted(set(plan.nodes.values()))
+        for p in cl.pods_on(n)
+        if is_preemptible(p)
+    )
     bind = BindGang(
-        id=action_id, by="gang", at=now, gang=gang.key, bindings=bindings,
+        id=action_id, by="gang", at=now, gang=gang.key, bindings=bindings, evict=balloons,
         expires=now + expires_after,  # by then this placement is forgotten and re-decided
     )  # fmt: skip
     placed = GangPlaced(

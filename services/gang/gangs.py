@@ -55,7 +55,7 @@ Cluster = View[Gang]
 
 
 def new_cluster(levels: tuple[str, ...]) -> Cluster:
-    return View(levels=levels, new_gang=Gang)
+    return View(levels=levels, new_gang=Gang, balloons_free=True)
 
 
 def delete_pod(cluster: Cluster, pod: Pod) -> None:

@@ -107,7 +107,8 @@ async def test_bridge_stopped_mid_list_exits_in_its_grace_and_loses_nothing(
 ) -> None:
     async with running_nats() as url, running_sim(nodes=16) as sim, bus_for(url) as bus:
         add_pods(sim, LIST_PODS)
-        objects = len(sim.store.list("pods", namespace=None)[0]) + 16  # + the nodes
+        pools = len(sim.store.list("machinedeployments", namespace=None)[0])
+        objects = len(sim.store.list("pods", namespace=None)[0]) + 16 + pools  # + nodes, pools
         first = child("bridge", url, sim, tmp_path, 1)
         first.start()
         try:
@@ -161,7 +162,7 @@ async def _placed(bus: Bus) -> bool:
     return any(getattr(a, "gang", "") == "default/job" for a in found)
 
 
-@pytest.mark.parametrize("service", ["gang", "admission"])
+@pytest.mark.parametrize("service", ["gang", "admission", "autoscaler", "balloon"])
 async def test_a_service_stopped_while_it_bootstraps_exits_in_its_grace(
     tmp_path: Path, service: str
 ) -> None:

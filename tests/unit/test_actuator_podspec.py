@@ -197,3 +197,16 @@ def test_settings_name_the_bad_key() -> None:
         Settings, PREFIX, env={"BATON_DRY_RUN": "1", "BATON_ACTUATOR_QPS": "50"}
     )
     assert settings.dry_run and settings.limits().qps == 50
+
+
+def test_a_restricted_template_meets_pod_security_restricted() -> None:
+    body = podspec.from_template(PodTemplate(namespace="baton-system", name="b", restricted=True))
+    pod, (container,) = body["spec"], body["spec"]["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    plain = podspec.from_template(PodTemplate(namespace="x", name="p"))
+    assert "securityContext" not in plain["spec"]

@@ -85,7 +85,8 @@ def test_every_service_runs_two_replicas_on_different_nodes_kept_through_drains(
     budgets = {tuple(sorted(b["spec"]["selector"]["matchLabels"].items())): b
                for b in of("PodDisruptionBudget").values()}  # fmt: skip
     for name in ("baton-bridge", "baton-actuator", "baton-gang", "baton-admission",
-                 "baton-reporter", "baton-health", "baton-bandwidth"):  # fmt: skip
+                 "baton-reporter", "baton-health", "baton-bandwidth", "baton-autoscaler",
+                 "baton-balloon"):  # fmt: skip
         spec = deployments[name]["spec"]
         labels = spec["template"]["metadata"]["labels"]
         assert spec["replicas"] == 2, name
@@ -159,7 +160,7 @@ def test_the_control_plane_meets_restricted_pod_security() -> None:
     control = {n: w for n, w in workloads().items() if w["metadata"]["namespace"] == CONTROL}
     assert set(control) == {"nats", "baton-bridge", "baton-actuator", "baton-gang",
                             "baton-admission", "baton-bandwidth", "baton-health",
-                            "baton-reporter"}  # fmt: skip
+                            "baton-reporter", "baton-autoscaler", "baton-balloon"}  # fmt: skip
     problems = [p for n, w in control.items()
                 for p in _pod_is_restricted(n, w["spec"]["template"]["spec"])]  # fmt: skip
     assert problems == []

@@ -120,3 +120,23 @@ def test_a_gang_that_is_gone_still_has_its_story() -> None:
     assert [line.split("  ", 2)[-1] for line in lines[1:]] == [
         "member pods created", "placed: 0 members (attempt 1)", "pod job-0 deleted",
     ]  # fmt: skip
+
+
+def test_the_autoscalers_decisions_are_part_of_the_story() -> None:
+    from proto.autoscaler import ScaledUp, ScaleRefused, ScaleReverted
+
+    members = [pod(f"job-{i}", namespace="ml", group="job", gpus=8) for i in range(4)]
+    history = [
+        ScaledUp(gang="ml/job", pool="default/h100", nodes=2, replicas=6, action_id="a", at=1),
+        ScaleReverted(gang="ml/job", pool="default/h100", nodes=2, replicas=4, action_id="b",
+                      reason="2 of 2 nodes not Ready after 900s", at=2),
+        ScaleRefused(gang="ml/job", nodes=2, reason="default/h100: backing off", at=3),
+        ScaleRefused(gang="ml/other", nodes=1, reason="not this gang", at=4),
+    ]  # fmt: skip
+    facts = why.Facts(key="ml/job", group=pod_group("job", namespace="ml", min_member=4),
+                      pods=members, history=history)  # fmt: skip
+    text = "\n".join(why.explain(facts))
+    assert "pool default/h100 asked for 2 more nodes (6 in all)" in text
+    assert "nodes asked for were taken back: 2 of 2 nodes not Ready after 900s" in text
+    assert "no nodes added for it: default/h100: backing off" in text
+    assert "not this gang" not in text

@@ -12,8 +12,10 @@ from proto import keys
 from proto.actions import AnyAction
 from proto.admission import AnyAdmissionEvent, GangQueued, GangReleased, TeamsLoaded
 from proto.k8s import (
+    GPU,
     SCHEDULER_NAME,
     EndpointSliceEvent,
+    MachineDeploymentEvent,
     NodeEvent,
     Pod,
     PodEvent,
@@ -22,13 +24,15 @@ from proto.k8s import (
 )
 from services.admission.core import nodes, queueing
 from services.admission.core.gangs import Gang, Member
-from services.admission.core.state import State
-from services.admission.teams import DEFAULT, TeamConfig
+from services.admission.core.state import State, recount_growth
+from services.admission.teams import DEFAULT, TeamConfig, is_default
 
 __all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step"]
 
 
-Input = NodeEvent | PodEvent | PodGroupEvent | EndpointSliceEvent | TeamsLoaded
+Input = (
+    NodeEvent | PodEvent | PodGroupEvent | EndpointSliceEvent | MachineDeploymentEvent | TeamsLoaded
+)
 Output = AnyAction | AnyAdmissionEvent
 
 
@@ -46,6 +50,10 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
     match event:
         case NodeEvent(op="upsert", node=node):
             outputs += nodes.upsert(state, node, now)
+            pool = node.labels.get(keys.POOL, "")
+            if pool and node.allocatable.get(GPU, 0) != state.pool_gpus.get(pool, 0):
+                state.pool_gpus[pool] = node.allocatable.get(GPU, 0)
+                _growth(state)
         case NodeEvent(op="delete", node=node):
             outputs += nodes.delete(state, node.name, now)
         case PodGroupEvent(op=op, pod_group=group):
@@ -54,10 +62,17 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             outputs += _pod(state, pod, now, deleted=op == "delete")
         case PodEvent(op=op, pod=pod):
             outputs += _lone(state, pod, now, deleted=op == "delete")
+        case MachineDeploymentEvent(op=op, machine_deployment=md):
+            if op == "delete":
+                state.pools.pop(md.name, None)
+            else:
+                state.pools[md.name] = md
+            _growth(state)
         case TeamsLoaded(config=config):
             _load(state, config)
             outputs += nodes.reassign_all(state, now)
             _rehome_gangs(state)
+            _growth(state)
     outputs += queueing.admit(state, now)
     return state, tuple(outputs)
 
@@ -65,7 +80,11 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
 def _relevant(event: Input) -> bool:
     if isinstance(event, PodEvent):
         return bool(event.pod.gang) or event.pod.scheduler_name == SCHEDULER_NAME
-    return isinstance(event, NodeEvent | PodGroupEvent | TeamsLoaded)
+    return isinstance(event, NodeEvent | PodGroupEvent | TeamsLoaded | MachineDeploymentEvent)
+
+
+def _growth(state: State) -> None:
+    recount_growth(state, state.config.teams[0].name if is_default(state.config) else None)
 
 
 def _load(state: State, config: TeamConfig) -> None:

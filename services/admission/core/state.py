@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from libs.view import GangView, NodeView, View
 from proto import keys
+from proto.k8s import MachineDeployment
 from services.admission.core.gangs import ACTIVE, Gang, Member, queue_key
 from services.admission.teams import DEFAULT, Team, TeamConfig, is_default
 
@@ -40,6 +41,11 @@ class State:
     queues: dict[str, list[tuple[tuple[int, float, str], str]]] = field(default_factory=dict)
     pending_pods: dict[str, dict[str, Member]] = field(default_factory=dict)  # gang key -> pods
     holders: dict[str, set[str]] = field(default_factory=dict)  # team -> gangs holding GPUs
+    # Autoscaled pools (Cluster API MachineDeployments with min/max size): the GPUs each
+    # team's pools can still add, counted as capacity (docs/admission.md, "Elastic pools")
+    pools: dict[str, MachineDeployment] = field(default_factory=dict)  # by name
+    pool_gpus: dict[str, int] = field(default_factory=dict)  # pool name -> GPUs a node
+    growth: dict[str, int] = field(default_factory=dict)  # team -> GPUs its pools may add
 
     @property
     def nodes(self) -> dict[str, NodeView]:
@@ -58,7 +64,7 @@ class State:
             return 0
         if spec.quota is not None:
             return spec.quota.gpus
-        return self.capacity.get(team, 0)
+        return self.capacity.get(team, 0) + self.growth.get(team, 0)
 
     def borrow_limit(self, team: str) -> int:
         spec = self.specs.get(team)
@@ -71,7 +77,7 @@ class State:
         return tuple(t.name for t in self.config.teams if t.lend and t.name != team)
 
     def total_capacity(self) -> int:
-        return sum(self.capacity.values())
+        return sum(self.capacity.values()) + sum(self.growth.values())
 
     def free(self) -> int:
         return self.total_capacity() - sum(self.used.values()) - sum(self.lent.values())
@@ -100,7 +106,9 @@ class State:
         taken = sum(
             on_team(self, g, team) for g in self.holding() if g.borrowed > 0 and g.team != team
         )
-        return self.capacity.get(team, 0) - self.used.get(team, 0) - taken
+        return (
+            self.capacity.get(team, 0) + self.growth.get(team, 0) - self.used.get(team, 0) - taken
+        )
 
     # -- queues ---------------------------------------------------------------
 
@@ -169,3 +177,19 @@ def on_team(state: State, gang: Gang, team: str) -> int:
 def node_gpus(node: NodeView) -> int:
     """GPUs a node contributes to capacity: schedulable and ready only."""
     return node.node.allocatable.get(keys.GPU, 0) if node.schedulable else 0
+
+
+def recount_growth(state: State, owner: str | None) -> None:
+    """What each team's autoscaled pools may still add: (max size - ready machines) x GPUs
+    a node, for the pool's owner (``owner``: the one team of the default config, else
+    the team owning the pool by name; a pool no team owns adds to nobody)."""
+    growth: dict[str, int] = {}
+    for name, md in state.pools.items():
+        if md.min_size is None or md.max_size is None:
+            continue  # not autoscaled: its nodes are all it will have
+        gpus = md.capacity.get(keys.GPU) or state.pool_gpus.get(name, 0)
+        team = owner if owner is not None else state.pool_team.get(name, "")
+        room = max(0, md.max_size - md.ready_replicas) * gpus
+        if team and room:
+            growth[team] = growth.get(team, 0) + room
+    state.growth = growth

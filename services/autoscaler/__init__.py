@@ -1,0 +1,1 @@
+"""``baton autoscaler``: whole-gang scale-ups and idle scale-downs of Cluster API pools."""

@@ -1,0 +1,1 @@
+"""``baton balloon``: placeholder pods that hold GPU nodes warm for the next large gang."""

@@ -1,0 +1,43 @@
+"""Admission counts what autoscaled pools can grow to: a gang larger than today's nodes
+but within what the pools may become is admitted (the autoscaler then grows the pool)."""
+
+from __future__ import annotations
+
+import pytest
+
+from proto.admission import GangAdmitted, GangQueued
+from proto.k8s import MachineDeployment, MachineDeploymentEvent
+from tests.unit.test_admission_core import TWO_TEAMS, cluster, feed, node, of, submit
+
+pytestmark = pytest.mark.unit
+
+
+def pool(name: str, *, ready: int, hi: int | None, lo: int | None = 0) -> MachineDeploymentEvent:
+    md = MachineDeployment(namespace="default", name=name, uid=f"u-{name}", replicas=ready,
+                           ready_replicas=ready, min_size=lo, max_size=hi)  # fmt: skip
+    return MachineDeploymentEvent(op="upsert", at=0.0, machine_deployment=md)
+
+
+def test_a_gang_larger_than_todays_nodes_is_admitted_within_the_pools_max_size() -> None:
+    state = cluster(None, [node("n1", "gpu"), node("n2", "gpu")])
+    out = feed(state, submit("ml", "big", 4, at=1.0))  # 32 GPUs on 16 today
+    assert not of(out, GangAdmitted) and "at most 16" in of(out, GangQueued)[-1].reason
+    out = feed(state, [pool("gpu", ready=2, hi=8)])  # may grow to 8 nodes: 64 GPUs
+    assert [a.gang for a in of(out, GangAdmitted)] == ["ml/big"]
+
+
+def test_pools_that_are_not_autoscaled_or_at_max_add_nothing() -> None:
+    state = cluster(None, [node("n1", "gpu"), node("n2", "gpu")])
+    feed(state, [pool("gpu", ready=2, hi=None, lo=None)])
+    assert state.quota("default") == 16
+    feed(state, [pool("gpu", ready=2, hi=2)])
+    assert state.quota("default") == 16
+    feed(state, [pool("gpu", ready=2, hi=5)])
+    assert state.quota("default") == 40  # 2 nodes today, 3 more to come
+
+
+def test_a_teams_own_pool_grows_only_that_teams_capacity() -> None:
+    state = cluster(TWO_TEAMS, [node("a1", "pa"), node("b1", "pb")])
+    feed(state, [pool("pa", ready=1, hi=4), pool("other", ready=0, hi=10)])
+    assert state.growth == {"a": 24}  # "other" is no team's pool
+    assert state.room("a") == 32 and state.room("b") == 8
