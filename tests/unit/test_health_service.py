@@ -68,7 +68,8 @@ def test_a_node_goes_silent_once_and_is_heard_when_it_beats_again() -> None:
 
 def test_the_manifest_runs_baton_health_with_settings_it_accepts() -> None:
     base = Path(__file__).resolve().parents[2] / "deploy" / "base"
-    (doc,) = [d for d in yaml.safe_load_all((base / "health.yaml").read_text()) if d]
+    docs = yaml.safe_load_all((base / "health.yaml").read_text())
+    doc = next(d for d in docs if d and d["kind"] == "Deployment")
     pod = doc["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["args"] == ["health"] and "health" in COMMANDS
