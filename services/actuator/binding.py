@@ -34,12 +34,17 @@ async def bounded(items: Sequence[T], fn: Callable[[T], Awaitable[U]], *, limit:
         async with gate:
             return await fn(item)
 
+    # Not a TaskGroup: on Python 3.11 a child's error makes the group cancel the awaiting
+    # task and never uncancel it, so the action's task would look cancelled from then on
+    # and its retries would give up without a result.
+    tasks = [asyncio.ensure_future(one(i)) for i in items]
     try:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(i)) for i in items]
-    except BaseExceptionGroup as failed:  # the others were cancelled; report the first
-        raise failed.exceptions[0] from None
-    return [t.result() for t in tasks]
+        return list(await asyncio.gather(*tasks))
+    except BaseException:  # the first failure (or our cancellation): stop the others
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 async def bind_gang(s: Session, action: BindGang, *, concurrency: int) -> Applied:
