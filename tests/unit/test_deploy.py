@@ -288,3 +288,13 @@ def test_the_pod_monitor_scrapes_every_service_as_baton_up_names_it() -> None:
         assert workload["metadata"]["namespace"] in namespaces
         ports = workload["spec"]["template"]["spec"]["containers"][0]["ports"]
         assert endpoint["port"] in {p["name"] for p in ports}
+
+
+def test_preflight_pods_go_where_pod_security_admits_them() -> None:
+    """DCGM's image runs as root: not in the restricted control-plane namespace."""
+    health = of("Deployment")["baton-health"]["spec"]["template"]["spec"]
+    (container,) = health["containers"]
+    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    where = env["BATON_HEALTH_PREFLIGHT_NAMESPACE"]
+    namespace = of("Namespace")[where]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"

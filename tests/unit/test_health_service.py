@@ -76,4 +76,4 @@ def test_the_manifest_runs_baton_health_with_settings_it_accepts() -> None:
     assert pod["serviceAccountName"] == "baton-service"  # no API rights: the actuator writes
     env = {e["name"]: e["value"] for e in container["env"]}
     settings = load_settings(Settings, PREFIX, env=env)  # raises naming a bad key
-    assert settings.preflight_namespace == "baton-system"
+    assert settings.preflight_namespace == "baton-preflight"  # where baseline admits DCGM
