@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterable, Sequence
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import msgspec
 import nats
@@ -29,6 +30,18 @@ from proto import subjects
 log = structlog.get_logger("baton.bus")
 
 
+def credentials(url: str) -> tuple[str, str]:
+    """(user name or "", the URL without its password, for logs) of a NATS URL."""
+    first = url.split(",")[0]
+    parsed = urlsplit(first if "://" in first else f"nats://{first}")
+    user = unquote(parsed.username or "")
+    if parsed.password is None:
+        return user, url
+    host = parsed.hostname or ""
+    shown = f"{parsed.scheme}://{user}:***@{host}" + (f":{parsed.port}" if parsed.port else "")
+    return user, shown
+
+
 class Bus:
     def __init__(self, nc: Client, *, cluster: str, name: str) -> None:
         self.nc = nc
@@ -42,13 +55,16 @@ class Bus:
     async def connect(cls, url: str, *, cluster: str, name: str) -> Bus:
         """Connect (waiting for NATS if it is not up yet) and reconnect forever."""
         subjects.check_cluster(cluster)
+        user, shown = credentials(url)
 
         async def disconnected() -> None:
             if not nc.is_closed:  # not our own close()
-                log.warning("nats disconnected", url=url)
+                log.warning("nats disconnected", url=shown)
 
         async def reconnected() -> None:
-            log.info("nats reconnected", url=nc.connected_url.netloc if nc.connected_url else url)
+            log.info(
+                "nats reconnected", url=nc.connected_url.hostname if nc.connected_url else shown
+            )
 
         async def error(exc: Exception) -> None:
             log.warning("nats error", error=repr(exc))
@@ -63,8 +79,10 @@ class Bus:
             disconnected_cb=disconnected,
             reconnected_cb=reconnected,
             error_cb=error,
+            # With auth on, a user may read replies only under its own prefix.
+            inbox_prefix=f"_INBOX_{user}" if user else "_INBOX",
         )
-        log.info("nats connected", url=url, cluster=cluster)
+        log.info("nats connected", url=shown, cluster=cluster, user=user or None)
         return cls(nc, cluster=cluster, name=name)
 
     async def ensure_streams(

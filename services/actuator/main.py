@@ -70,6 +70,7 @@ SPEC = Spec(
     initial=lambda limits: core.initial(limits, now=time.time()),
     step=core.step,
     routes=shell.ROUTES,
+    publishes=("result.>",),
     observe=shell.observe,
     gauges=shell.gauges,
     clock=True,

@@ -66,6 +66,7 @@ SPEC = Spec(
     initial=core.initial,
     step=core.step,
     routes=shell.ROUTES,
+    publishes=("k8s.>",),
     observe=shell.observe,
 )
 
