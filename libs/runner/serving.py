@@ -39,7 +39,9 @@ async def serve(
                             stop_grace=settings.stop_grace_s)  # fmt: skip
         if runner.lease is None:  # every service is a singleton: one leader, fenced
             runner.lease = Lease(bus, spec.name, ttl=settings.lease_ttl_s)
-        ops = await serve_ops(settings.ops_port, ready=lambda: runner.ready, service=spec.name)
+        # Not ready while NATS is away: nothing it decides can be published or read.
+        ready = lambda: runner.ready and bus.nc.is_connected  # noqa: E731
+        ops = await serve_ops(settings.ops_port, ready=ready, service=spec.name)
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(runner.run(), name=f"{spec.name}-runner")

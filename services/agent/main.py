@@ -189,7 +189,7 @@ async def serve(settings: Settings, *, node: str, fleet: bool) -> None:
     name = "agent-fleet" if fleet else f"agent-{node}"
     bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name=name)
     egress, shaping = egress_source(settings, bus=bus, node=node, fleet=fleet)
-    ready = lambda: agent.ready or shaping()  # noqa: E731
+    ready = lambda: (agent.ready or shaping()) and bus.nc.is_connected  # noqa: E731
     ops = await serve_ops(settings.ops_port, ready=ready, service="agent")
     log.info("agent starting", node=node or "(fleet)", backends=wiring.backends, ops_port=ops.port)
     try:

@@ -26,7 +26,7 @@ def test_baton_up_runs_the_synthetic_workload_to_completion(tmp_path: Path) -> N
     assert result.returncode == 0, output[-3000:]
 
     written = dict(line.split("=", 1) for line in endpoints.read_text().splitlines())
-    assert written["BATON_NATS_URL"].startswith("nats://127.0.0.1:")
+    assert re.match(r"nats://admin:[^@]+@127\.0\.0\.1:", written["BATON_NATS_URL"])  # auth on
     assert written["BATON_CLUSTER"] == "c1"
 
     last = output.rsplit("baton up ", 1)[-1]  # the final status block
