@@ -8,14 +8,10 @@ Deletions always pass (a tombstone must reach consumers whatever the object said
 
 from __future__ import annotations
 
-from typing import Final
-
 import msgspec
 
 from proto import k8s
-
-MAX_NODE_GPUS: Final = 64  # the largest GPU servers have 8 to 16; 64 leaves room
-MAX_MEMBERS: Final = 100_000  # pods in one gang: more than any cluster Baton runs
+from proto.k8s import MAX_MEMBERS, MAX_NODE_GPUS
 
 
 class Bounds(msgspec.Struct, frozen=True, kw_only=True):

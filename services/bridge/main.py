@@ -28,8 +28,9 @@ from libs.kube import KINDS, Kind, Options, api_client
 from libs.runner import Runner, Spec, serve
 from libs.runtime import OPS_PORTS, load_settings, run_service
 from libs.runtime.settings import Base
+from proto.k8s import MAX_NODE_GPUS
 from services.bridge import core, shell
-from services.bridge.bounds import MAX_NODE_GPUS, Bounds
+from services.bridge.bounds import Bounds
 
 
 class Settings(Base, frozen=True, kw_only=True):
