@@ -2,10 +2,20 @@
 
 Each service's permissions follow from its ``Spec`` (``libs.runner.access``): what it
 publishes, which lease key it holds, which inbox it reads. Node agents get one user
-per node (``--node``, repeated, or ``--nodes-file`` with one name a line). With
-``--credentials DIR`` each user's password is kept in ``DIR/<user>`` (mode 0600; an
-existing file is reused, so adding a node does not change the others) and
-``DIR/<user>.url`` holds the URL the service is given as ``BATON_NATS_URL``.
+per node (``--node``, repeated, or ``--nodes-file`` with one name a line).
+
+With ``--credentials DIR`` (files mode 0600):
+
+- ``DIR/passwords/<user>``: each password, reused when present (adding a node changes
+  no other user's password);
+- ``DIR/services/<service>``: the URL each service is given as ``BATON_NATS_URL`` (in
+  ``deploy/``: the ``baton-nats`` Secret, one key per service);
+- ``DIR/agents/<user>``: each node agent's URL (the ``baton-nats-agents`` Secret; an
+  agent reads its own with ``BATON_AGENT_NATS_CREDENTIALS_DIR``);
+- ``DIR/admin``: the operator's URL, for ``baton status``, ``tail`` and ``why``.
+
+``--auth-only`` writes just the ``authorization`` block, for a server config that
+includes it (``deploy/base/nats.yaml``: the ``nats-auth`` Secret).
 """
 
 from __future__ import annotations
@@ -38,32 +48,43 @@ def specs(names: Sequence[str] = RUNNERS) -> list[Spec[Any]]:
 
 
 def read_passwords(folder: Path) -> dict[str, str]:
-    if not folder.is_dir():
+    kept = folder / "passwords"
+    if not kept.is_dir():
         return {}
-    return {
-        p.name: p.read_text().strip()
-        for p in folder.iterdir()
-        if p.is_file() and "." not in p.name and p.read_text().strip()
-    }
+    found = {p.name: p.read_text().strip() for p in kept.iterdir() if p.is_file()}
+    return {name: password for name, password in found.items() if password}
 
 
 def write_credentials(folder: Path, found: Sequence[access.User], *, server: str) -> None:
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for sub in ("passwords", "services", "agents"):
+        (folder / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
     for user in found:
-        for path, text in (
-            (folder / user.name, user.password),
-            (folder / f"{user.name}.url", access.url_for(server, user)),
-        ):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(text + "\n")
+        _secret(folder / "passwords" / user.name, user.password)
+        if user.name == access.ADMIN:
+            where = folder / user.name
+        elif user.name.startswith("agent-"):
+            where = folder / "agents" / user.name
+        else:
+            where = folder / "services" / user.name
+        _secret(where, access.url_for(server, user))
+
+
+def _secret(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text + "\n")
 
 
 def write_config(path: Path, config: dict[str, Any]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(config, out, indent=2)
-        out.write("\n")
+    _secret(path, render(config))
+
+
+def render(config: dict[str, Any], *, auth_only: bool = False) -> str:
+    """The config as nats-server reads it (JSON is its syntax too); ``auth_only``: the
+    ``authorization`` block alone, for ``include``."""
+    if auth_only:
+        return "authorization: " + json.dumps(config["authorization"], indent=2)
+    return json.dumps(config, indent=2)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -78,6 +99,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=4222)
     p.add_argument("--store-dir", default="/data/jetstream", help="JetStream store directory")
     p.add_argument("--tls-dir", help="serve TLS with tls.crt, tls.key (and ca.crt) from here")
+    p.add_argument("--auth-only", action="store_true",
+                   help="only the authorization block, for a config that includes it")  # fmt: skip
     p.add_argument("--out", type=Path, help="write the config here (default: print it)")
     return p.parse_args(argv)
 
@@ -105,9 +128,9 @@ def run(argv: list[str]) -> int:
     config = access.server_config(found, port=args.port, store_dir=args.store_dir, tls=tls)
     if args.credentials:
         write_credentials(args.credentials, found, server=args.server)
+    text = render(config, auth_only=args.auth_only)
     if args.out:
-        write_config(args.out, config)
+        _secret(args.out, text)
     else:
-        json.dump(config, sys.stdout, indent=2)
-        print()
+        print(text)
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from libs.bus.connection import credentials
@@ -74,11 +76,30 @@ def test_baton_nats_config_keeps_passwords_and_refuses_a_bad_node(tmp_path, caps
     creds = tmp_path / "creds"
     out = tmp_path / "nats.conf"
     assert run(["--node", "gpu-1", "--credentials", str(creds), "--out", str(out)]) == 0
-    first = (creds / "gang").read_text()
-    assert run(["--node", "gpu-1", "--node", "gpu-2", "--credentials", str(creds),
-                "--out", str(out)]) == 0  # fmt: skip
-    assert (creds / "gang").read_text() == first
-    assert (creds / "agent-gpu-2.url").read_text().startswith("nats://agent-gpu-2:")
+    first = (creds / "services" / "gang").read_text()
+    assert run(["--node", "gpu-1", "--node", "gpu-2.rack-1", "--credentials", str(creds),
+                "--out", str(out), "--server", "nats://other:4222"]) == 0  # fmt: skip
+    assert (creds / "services" / "gang").read_text() != first  # another server ...
+    assert (creds / "passwords" / "gang").read_text().strip() in first  # ... same password
+    agent = (creds / "agents" / "agent-gpu-2_rack-1").read_text()
+    assert agent.startswith("nats://agent-gpu-2_rack-1:") and agent.strip().endswith("@other:4222")
+    assert (creds / "admin").read_text().startswith("nats://admin:")
     assert oct(out.stat().st_mode & 0o777) == "0o600"
+    assert json.loads(out.read_text())["authorization"]["users"]
+    assert run(["--auth-only", "--out", str(out)]) == 0
+    assert out.read_text().startswith("authorization: {")
     assert run(["--node", "Not_A_Node"]) == 2
     assert "Not_A_Node" in capsys.readouterr().err
+
+
+def test_an_agent_connects_with_its_own_nodes_url(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from libs.runtime import SettingsError
+    from services.agent.main import Settings, nats_url
+
+    (tmp_path / "agent-gpu-1_rack").write_text("nats://agent-gpu-1_rack:pw@nats:4222\n")
+    settings = Settings(nats_credentials_dir=str(tmp_path))
+    user = access.agent_user_name("gpu-1.rack")
+    assert nats_url(settings, user=user) == "nats://agent-gpu-1_rack:pw@nats:4222"
+    assert nats_url(Settings(), user=user) == Settings().nats_url
+    with pytest.raises(SettingsError, match=r"BATON_AGENT_NATS_CREDENTIALS_DIR.*agent-gpu-2"):
+        nats_url(settings, user=access.agent_user_name("gpu-2"))
