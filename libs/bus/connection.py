@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -52,8 +53,9 @@ class Bus:
         self._subscriptions: set[Subscription[Any]] = set()
 
     @classmethod
-    async def connect(cls, url: str, *, cluster: str, name: str) -> Bus:
-        """Connect (waiting for NATS if it is not up yet) and reconnect forever."""
+    async def connect(cls, url: str, *, cluster: str, name: str, ca_file: str = "") -> Bus:
+        """Connect (waiting for NATS if it is not up yet) and reconnect forever.
+        ``ca_file``: the CA of NATS's certificate, for TLS with a private CA."""
         subjects.check_cluster(cluster)
         user, shown = credentials(url)
 
@@ -69,8 +71,10 @@ class Bus:
         async def error(exc: Exception) -> None:
             log.warning("nats error", error=repr(exc))
 
+        tls = ssl.create_default_context(cafile=ca_file) if ca_file else None
         nc = await nats.connect(
             url,
+            tls=tls,
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,

@@ -28,7 +28,8 @@ async def serve(
     make: Callable[[Bus], Awaitable[Runner[Any]]] | None = None,
     beside: Callable[[Runner[Any]], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
-    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name=spec.name)
+    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name=spec.name,
+                            ca_file=settings.nats_ca_file)  # fmt: skip
     bus.replicas = settings.stream_replicas
     try:
         await bus.ensure_streams()

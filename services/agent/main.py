@@ -58,6 +58,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # With NATS auth: a folder of URLs, one per agent user (``baton nats-config``); the
     # agent connects with its node's (``agent-<node>``), which wins over nats_url.
     nats_credentials_dir: str = ""
+    nats_ca_file: str = ""  # CA of NATS's certificate, for a tls:// URL
     cluster: str = "c1"
     ops_port: int = OPS_PORTS["agent"]
     node: str = ""
@@ -193,7 +194,7 @@ async def serve(settings: Settings, *, node: str, fleet: bool) -> None:
     )
     name = "agent-fleet" if fleet else f"agent-{node}"
     url = nats_url(settings, user=AGENT_FLEET if fleet else agent_user_name(node))
-    bus = await Bus.connect(url, cluster=settings.cluster, name=name)
+    bus = await Bus.connect(url, cluster=settings.cluster, name=name, ca_file=settings.nats_ca_file)
     egress, shaping = egress_source(settings, bus=bus, node=node, fleet=fleet)
     ready = lambda: (agent.ready or shaping()) and bus.nc.is_connected  # noqa: E731
     ops = await serve_ops(settings.ops_port, ready=ready, service="agent")

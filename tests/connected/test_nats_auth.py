@@ -219,3 +219,27 @@ async def test_a_node_agent_reaches_only_its_own_nodes_subjects(tmp_path: Path) 
         await nc.close()
         await agent.close()
         await admin.close()
+
+
+async def test_services_connect_over_tls_with_their_credentials(tmp_path: Path) -> None:
+    from services.admission.certificates import self_signed
+
+    cert, key = self_signed(str(tmp_path / "tls"), hosts=("127.0.0.1",), days=1)
+    found = access.users(specs(), C)
+    config = access.server_config(found, host="127.0.0.1", store_dir=None,
+                                  tls={"cert_file": cert, "key_file": key})  # fmt: skip
+    path = tmp_path / "nats.conf"
+    path.write_text(json.dumps(config))
+    async with running_nats(config=path) as server:
+        tls_server = server.replace("nats://", "tls://")
+        urls = {u.name: access.url_for(tls_server, u) for u in found}
+        admin = await Bus.connect(urls["admin"], cluster=C, name="test", ca_file=cert)
+        await admin.ensure_streams()
+        bridge = await Bus.connect(urls["bridge"], cluster=C, name="bridge", ca_file=cert)
+        beat = Heartbeat(node=NODE, at=1.0, seq=1, started=1.0)
+        subject = subjects.subject(C, subjects.K8S, "node", NODE)
+        await bridge.js.publish(subject, encode(beat))  # stored: the bridge may publish objects
+        assert (await admin.js.stream_info(subjects.stream_name(C, "k8s"))).state.messages == 1
+        assert bridge.nc.connected_url is not None and bridge.nc.connected_url.scheme == "tls"
+        await bridge.close()
+        await admin.close()
