@@ -30,8 +30,11 @@ from proto.telemetry import Heartbeat
 from services.actuator import core as actuator_core
 from services.actuator import main as actuator
 from services.actuator.calling import Api
+from services.admission import main as admission
+from services.bandwidth import main as bandwidth
 from services.cli.natsconfig import specs
 from services.gang import main as gang
+from services.health import main as health
 from services.reporter import main as reporter
 from tests.pipeline import running, stop, until
 
@@ -171,8 +174,11 @@ async def collect_results(bus: Bus, *, want: int, within: float = 20.0) -> list[
     [
         (gang.SPEC, gang.Settings(cluster=C, cycle_interval=0.1)),
         (reporter.SPEC, reporter.Settings(cluster=C)),
+        (admission.SPEC, admission.Settings(cluster=C)),
+        (health.SPEC, health.Settings(cluster=C)),
+        (bandwidth.SPEC, bandwidth.Settings(cluster=C)),
     ],
-    ids=["gang", "reporter"],
+    ids=["gang", "reporter", "admission", "health", "bandwidth"],
 )
 async def test_a_service_with_its_generated_credentials_starts_leads_and_ticks(
     tmp_path: Path, spec: Any, settings: Any
