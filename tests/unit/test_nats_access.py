@@ -103,3 +103,16 @@ def test_an_agent_connects_with_its_own_nodes_url(tmp_path) -> None:  # type: ig
     assert nats_url(Settings(), user=user) == Settings().nats_url
     with pytest.raises(SettingsError, match=r"BATON_AGENT_NATS_CREDENTIALS_DIR.*agent-gpu-2"):
         nats_url(settings, user=access.agent_user_name("gpu-2"))
+
+
+def test_every_service_baton_up_runs_has_a_nats_user() -> None:
+    """A new service needs its user (services.cli.natsconfig.RUNNERS) and its decisions'
+    subjects in ``Spec.publishes``; without a user ``baton up`` would run it as admin."""
+    from services.cli.natsconfig import RUNNERS
+    from services.cli.stack import SERVICES, available
+
+    missing = [s for s in SERVICES if s != "agent" and available(s) and s not in RUNNERS]
+    assert missing == [], f"add {missing} to RUNNERS and declare their Spec.publishes"
+    for spec in specs():
+        if spec.decision_types():
+            assert spec.publishes, f"{spec.name}: decisions but no Spec.publishes"
