@@ -12,8 +12,9 @@ What a service's user may publish:
 - its own ticks and starts (``runner.*.<service>``), dead letters, and its own lease
   key (``$KV.<LEASES>.<service>``): a service cannot take another's lease;
 - the JetStream API, acks and flow control, except: deleting or purging streams and
-  messages; and, for all but the actuator, anything touching the actions stream's
-  consumers or acks, or changing its configuration.
+  messages; and, for all but the actuator, changing any stream's configuration (a
+  RePublish would turn a decision into an action) and anything touching the actions
+  stream's consumers or acks.
 
 It reads replies only on its own inbox prefix (``_INBOX_<user>``, which ``Bus.connect``
 takes from the URL's user name), so no user sees another's JetStream deliveries.
@@ -44,7 +45,13 @@ _NO_DELETES = (
     "$JS.API.STREAM.DELETE.>",
     "$JS.API.STREAM.PURGE.>",
     "$JS.API.STREAM.MSG.DELETE.>",
+    "$JS.API.STREAM.SNAPSHOT.>",
+    "$JS.API.STREAM.RESTORE.>",
 )
+# Changing a stream's configuration is the actuator's alone: a stream's RePublish (or a
+# subject transform) turns messages a service may publish (a decision) into messages on
+# a subject another stream captures (an action), past the service's own permissions.
+_NO_UPDATES = ("$JS.API.STREAM.UPDATE.>",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +129,7 @@ def service_permissions(spec: Spec[Any], cluster: str) -> Permissions:
     if name == ACTUATOR:
         publish.append(f"$KV.{subjects.stream_name(cluster, DONE)}.>")
     else:
-        deny += _actions_stream_denied(cluster)
+        deny += [*_actions_stream_denied(cluster), *_NO_UPDATES]
     subscribe = [inbox_prefix(name) + ".>", *(i.filter(cluster) for i in spec.inputs)]
     return Permissions(tuple(publish), tuple(subscribe), tuple(deny))
 
@@ -158,7 +165,7 @@ def fleet_permissions(cluster: str) -> Permissions:
             subjects.wildcard(cluster, subjects.BANDWIDTH, "limits", ">"),
             inbox_prefix(AGENT_FLEET) + ".>",
         ),
-        deny_publish=(*_NO_DELETES, *_actions_stream_denied(cluster)),
+        deny_publish=(*_NO_DELETES, *_NO_UPDATES, *_actions_stream_denied(cluster)),
     )
 
 

@@ -75,7 +75,8 @@ class Violations:
                                   inbox_prefix=access.inbox_prefix(user))  # fmt: skip
 
     def saw(self, subject: str) -> bool:
-        return any("permissions violation" in e.lower() and subject in e for e in self.errors)
+        found = [e.lower() for e in self.errors]  # nats-py lowercases the server's error
+        return any("permissions violation" in e and subject.lower() in e for e in found)
 
 
 def taint(id_: str, node: str, *, by: str) -> SetTaint:
@@ -248,4 +249,40 @@ async def test_services_connect_over_tls_with_their_credentials(tmp_path: Path) 
         assert (await admin.js.stream_info(subjects.stream_name(C, "k8s"))).state.messages == 1
         assert bridge.nc.connected_url is not None and bridge.nc.connected_url.scheme == "tls"
         await bridge.close()
+        await admin.close()
+
+
+async def test_only_the_actuator_may_change_a_streams_configuration(tmp_path: Path) -> None:
+    """A RePublish on EVENTS would turn gang's placement decisions into taint actions
+    (ACTIONS captures what is republished): only the actuator may change a stream."""
+    import dataclasses
+
+    from nats.js.api import RePublish
+
+    from libs.bus import streams
+
+    async with secured_nats(tmp_path) as nats_:
+        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        await admin.ensure_streams()
+        events = next(c for c in streams.stream_configs(C)
+                      if c.name == subjects.stream_name(C, "events"))  # fmt: skip
+        hostile = dataclasses.replace(
+            events, republish=RePublish(src="baton.c1.placement.>", dest="baton.c1.action.taint.>")
+        )
+        violations = Violations()
+        nc = await violations.connect(nats_.url("gang"), "gang")
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.jetstream(timeout=1.0).update_stream(hostile)
+        await until(lambda: violations.saw(f"$JS.API.STREAM.UPDATE.{events.name}"),
+                    what="the update refused")  # fmt: skip
+        await nc.close()
+        info = await admin.js.stream_info(events.name or "")
+        assert info.config.republish is None
+        # A service whose streams differ from what it would declare goes on, and says so.
+        gang_bus = await Bus.connect(nats_.url("gang"), cluster=C, name="gang")
+        await gang_bus.ensure_streams([hostile])  # refused: waits for the API's timeout
+        await gang_bus.close()
+        actuator_bus = await Bus.connect(nats_.url("actuator"), cluster=C, name="actuator")
+        await actuator_bus.js.update_stream(events)  # the actuator may
+        await actuator_bus.close()
         await admin.close()

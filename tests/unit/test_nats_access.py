@@ -47,8 +47,10 @@ def test_only_the_actuator_touches_the_actions_stream_consumer_and_its_own_lease
         assert not allowed(perms[name], ack) and not allowed(perms[name], nxt), name
         assert allowed(perms[name], f"$KV.BATON_C1_LEASES.{name}")
         assert not allowed(perms[name], "$KV.BATON_C1_LEASES.actuator")
-    for p in perms.values():
+    for name, p in perms.items():
         assert not allowed(p, "$JS.API.STREAM.DELETE.BATON_C1_ACTIONS")
+        # a RePublish on a stream would turn a decision into an action
+        assert allowed(p, "$JS.API.STREAM.UPDATE.BATON_C1_EVENTS") == (name == "actuator")
 
 
 def test_a_node_agent_publishes_only_its_nodes_telemetry() -> None:
