@@ -286,3 +286,40 @@ async def test_only_the_actuator_may_change_a_streams_configuration(tmp_path: Pa
         await actuator_bus.js.update_stream(events)  # the actuator may
         await actuator_bus.close()
         await admin.close()
+
+
+async def test_a_push_consumer_cannot_deliver_a_decision_into_the_actions_stream(
+    tmp_path: Path,
+) -> None:
+    """JetStream delivers a push consumer's messages to its deliver subject, and a stream
+    captures them there once someone listens: no service may listen on action subjects,
+    so gang's placements cannot become actions that way, until an admin tool listens
+    (docs/security.md, "Not enforced yet")."""
+    from nats.js.api import ConsumerConfig
+
+    async with secured_nats(tmp_path) as nats_:
+        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        await admin.ensure_streams()
+        forged = taint("via-push", "gpu-1", by="health")
+        target = action_subject(C, forged)
+        violations = Violations()
+        nc = await violations.connect(nats_.url("gang"), "gang")
+        js = nc.jetstream(timeout=2.0)
+        await js.publish(subjects.subject(C, subjects.PLACEMENT, "placed", "a", "g"),
+                         encode(forged))  # fmt: skip
+        push = ConsumerConfig(deliver_subject=target, ack_policy="none")
+        await js.add_consumer(subjects.stream_name(C, "events"), push)
+        await nc.subscribe(target)  # interest would make the server deliver: refused
+        await until(lambda: violations.saw(target), what="the subscription refused")
+        await asyncio.sleep(1.0)  # give a delivery the time it would take
+        actions = subjects.stream_name(C, "actions")
+        assert (await admin.js.stream_info(actions)).state.messages == 0
+        # The guard is that permission: with a listener, the delivery lands in ACTIONS.
+        await admin.nc.subscribe(target)
+
+        async def landed() -> bool:
+            return (await admin.js.stream_info(actions)).state.messages > 0
+
+        await until(landed, what="the delivery captured once someone listens")
+        await nc.close()
+        await admin.close()
