@@ -75,11 +75,17 @@ def test_the_agent_reads_its_nodes_credentials_from_a_secret() -> None:
     assert access.agent_user_name("gpu-1.example") == "agent-gpu-1_example"  # the file name
 
 
+def volumes_of(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+
+
 def test_nats_requires_the_generated_users() -> None:
     config = of("ConfigMap")["nats-config"]["data"]["nats.conf"]
-    assert "include ./auth/auth.conf" in config
     nats = of("StatefulSet")["nats"]
+    assert container(nats)["args"] == ["-c", "/etc/nats/config/nats.conf"]
+    assert "include ../auth/auth.conf" in config  # relative to the config's folder
     mounts = {m["mountPath"]: m["name"] for m in container(nats)["volumeMounts"]}
+    assert volumes_of(nats)[mounts["/etc/nats/config"]]["configMap"]["name"] == "nats-config"
     volumes = {v["name"]: v for v in nats["spec"]["template"]["spec"]["volumes"]}
     assert volumes[mounts["/etc/nats/auth"]]["secret"]["secretName"] == "nats-auth"
     assert all(d["metadata"].get("namespace") in (None, CONTROL, AGENTS) for d in render(BASE))
