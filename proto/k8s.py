@@ -14,6 +14,9 @@ import msgspec
 Resources = dict[str, int]
 
 GPU = "nvidia.com/gpu"
+# Bounds no real object exceeds: the bridge and the admission webhook refuse more.
+MAX_NODE_GPUS = 64  # GPUs one node (so one pod) can have; today's largest servers have 8-16
+MAX_MEMBERS = 100_000  # pods in one gang
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 SCHEDULER_NAME = "baton"
 

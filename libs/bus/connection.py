@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Iterable, Sequence
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import msgspec
 import nats
@@ -29,6 +31,18 @@ from proto import subjects
 log = structlog.get_logger("baton.bus")
 
 
+def credentials(url: str) -> tuple[str, str]:
+    """(user name or "", the URL without its password, for logs) of a NATS URL."""
+    first = url.split(",")[0]
+    parsed = urlsplit(first if "://" in first else f"nats://{first}")
+    user = unquote(parsed.username or "")
+    if parsed.password is None:
+        return user, url
+    host = parsed.hostname or ""
+    shown = f"{parsed.scheme}://{user}:***@{host}" + (f":{parsed.port}" if parsed.port else "")
+    return user, shown
+
+
 class Bus:
     def __init__(self, nc: Client, *, cluster: str, name: str) -> None:
         self.nc = nc
@@ -39,22 +53,28 @@ class Bus:
         self._subscriptions: set[Subscription[Any]] = set()
 
     @classmethod
-    async def connect(cls, url: str, *, cluster: str, name: str) -> Bus:
-        """Connect (waiting for NATS if it is not up yet) and reconnect forever."""
+    async def connect(cls, url: str, *, cluster: str, name: str, ca_file: str = "") -> Bus:
+        """Connect (waiting for NATS if it is not up yet) and reconnect forever.
+        ``ca_file``: the CA of NATS's certificate, for TLS with a private CA."""
         subjects.check_cluster(cluster)
+        user, shown = credentials(url)
 
         async def disconnected() -> None:
             if not nc.is_closed:  # not our own close()
-                log.warning("nats disconnected", url=url)
+                log.warning("nats disconnected", url=shown)
 
         async def reconnected() -> None:
-            log.info("nats reconnected", url=nc.connected_url.netloc if nc.connected_url else url)
+            log.info(
+                "nats reconnected", url=nc.connected_url.hostname if nc.connected_url else shown
+            )
 
         async def error(exc: Exception) -> None:
             log.warning("nats error", error=repr(exc))
 
+        tls = ssl.create_default_context(cafile=ca_file) if ca_file else None
         nc = await nats.connect(
             url,
+            tls=tls,
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
@@ -63,8 +83,10 @@ class Bus:
             disconnected_cb=disconnected,
             reconnected_cb=reconnected,
             error_cb=error,
+            # With auth on, a user may read replies only under its own prefix.
+            inbox_prefix=f"_INBOX_{user}" if user else "_INBOX",
         )
-        log.info("nats connected", url=url, cluster=cluster)
+        log.info("nats connected", url=shown, cluster=cluster, user=user or None)
         return cls(nc, cluster=cluster, name=name)
 
     async def ensure_streams(
@@ -83,10 +105,20 @@ class Bus:
             try:
                 await self.js.add_stream(config)
             except nats.js.errors.BadRequestError:
-                await self.js.update_stream(config)  # exists with another config
+                await self._update(config)  # exists with another config
         for config in configs:
             if config.sources and config.name:
                 await self._sources_active(config.name, within=sources_timeout)
+
+    async def _update(self, config: StreamConfig) -> None:
+        """With NATS auth only the actuator may change a stream's configuration (a
+        RePublish could turn a decision into an action): another service goes on with the
+        stream as it is, and says so."""
+        try:
+            await self.js.update_stream(config)
+        except (TimeoutError, nats.errors.TimeoutError):
+            why = "no permission, or NATS did not answer: the actuator updates it"
+            log.warning("stream configuration differs; not updated", stream=config.name, why=why)
 
     async def _sources_active(self, stream: str, *, within: float) -> None:
         deadline = asyncio.get_running_loop().time() + within

@@ -17,7 +17,7 @@ from prometheus_client import Counter
 
 from libs.bus.publishing import publish
 from proto import subjects
-from proto.deadletter import DeadLetter, ErrorClass
+from proto.deadletter import HEADERS_COPY, TEXT_COPY, DeadLetter, ErrorClass, copy_of, cut
 
 log = structlog.get_logger("baton.bus")
 
@@ -39,16 +39,23 @@ def dead_letter_subject(subject: str, *, cluster: str) -> str:
 
 
 def letter_for(raw: Msg, *, reason: str, error_class: ErrorClass) -> DeadLetter:
+    """The letter for ``raw``: always small enough to publish, however big ``raw`` was
+    (a truncated copy; the whole message stays at ``stream``/``seq``)."""
     meta = raw.metadata
-    headers = {k: str(v) for k, v in (raw.headers or {}).items()}
+    all_headers = list((raw.headers or {}).items())
+    headers = {cut(str(k), 256): cut(str(v)) for k, v in all_headers[:HEADERS_COPY]}
+    payload, truncated = copy_of(raw.data or b"")
+    truncated = truncated or len(all_headers) > HEADERS_COPY or len(reason) > TEXT_COPY
     return DeadLetter(
         subject=raw.subject,
         stream=meta.stream,
         seq=meta.sequence.stream,
-        reason=reason,
+        reason=cut(reason),
         error_class=error_class,
-        payload=raw.data.decode("utf-8", errors="backslashreplace"),
+        payload=payload,
         headers=headers,
+        size=len(raw.data or b""),
+        truncated=truncated,
         consumer=meta.consumer,
         deliveries=meta.num_delivered,
         at=time.time(),

@@ -28,7 +28,8 @@ async def serve(
     make: Callable[[Bus], Awaitable[Runner[Any]]] | None = None,
     beside: Callable[[Runner[Any]], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
-    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name=spec.name)
+    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name=spec.name,
+                            ca_file=settings.nats_ca_file)  # fmt: skip
     bus.replicas = settings.stream_replicas
     try:
         await bus.ensure_streams()
@@ -39,7 +40,9 @@ async def serve(
                             stop_grace=settings.stop_grace_s)  # fmt: skip
         if runner.lease is None:  # every service is a singleton: one leader, fenced
             runner.lease = Lease(bus, spec.name, ttl=settings.lease_ttl_s)
-        ops = await serve_ops(settings.ops_port, ready=lambda: runner.ready, service=spec.name)
+        # Not ready while NATS is away: nothing it decides can be published or read.
+        ready = lambda: runner.ready and bus.nc.is_connected  # noqa: E731
+        ops = await serve_ops(settings.ops_port, ready=ready, service=spec.name)
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(runner.run(), name=f"{spec.name}-runner")

@@ -101,6 +101,10 @@ class Spec(Generic[S]):
     # True: the core decides by the wall clock (the actuator's rate limits), not by the
     # time its inputs carry; such a service is not replayed.
     clock: bool = False
+    # Subjects (``<domain>.<kind>...`` under ``baton.<cluster>``) the service publishes
+    # besides its actions (their subjects follow from its action routes), ticks, starts
+    # and dead letters: what its NATS user may publish (``libs.runner.access``).
+    publishes: tuple[str, ...] = ()
     _by_type: dict[type[Any], Route] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -29,7 +29,8 @@ class Base(msgspec.Struct, frozen=True, kw_only=True):
     """The settings every service has; a service's own ``Settings`` adds its fields
     (and may redeclare a default, e.g. its ``ops_port``)."""
 
-    nats_url: str = "nats://127.0.0.1:4222"
+    nats_url: str = "nats://127.0.0.1:4222"  # with auth: nats://<user>:<password>@host:port
+    nats_ca_file: str = ""  # CA that signed NATS's certificate, for a tls:// URL (PEM)
     cluster: str = "c1"
     ops_port: int = 9090  # /metrics, /healthz, /readyz
     dry_run: bool = False  # decide and publish decisions; withhold actions

@@ -33,9 +33,15 @@ def nats_server_binary() -> str:
 
 @contextlib.asynccontextmanager
 async def running_nats(
-    *, store_dir: str | Path | None = None, port: int = -1, debug: bool = False
+    *,
+    store_dir: str | Path | None = None,
+    port: int = -1,
+    debug: bool = False,
+    config: str | Path | None = None,
 ) -> AsyncIterator[str]:
-    """Run nats-server with JetStream; yields its client URL (``nats://127.0.0.1:PORT``)."""
+    """Run nats-server with JetStream; yields its client URL (``nats://127.0.0.1:PORT``).
+    ``config``: a server config file (e.g. users from ``baton nats-config``); the address,
+    port and store given here win over the file's."""
     with tempfile.TemporaryDirectory(prefix="baton-nats-") as scratch:
         store = Path(store_dir) if store_dir is not None else Path(scratch) / "js"
         args = [
@@ -49,6 +55,8 @@ async def running_nats(
         ]  # fmt: skip
         if debug:
             args.append("--debug")
+        if config is not None:
+            args += ["--config", str(config)]
         proc = await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL
         )

@@ -49,6 +49,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     seen_limit: int = 100_000  # action ids remembered (LRU) ...
     seen_ttl: float = 3600.0  # ... for at most this long
     seed: int = 0
+    # Members (pods) one action may name: a bind of more is refused, not charged, so a
+    # forged or runaway 10,000-member action cannot take the rate budget of every other.
+    max_members: int = 4096
     events: EventLimits = EventLimits()  # Kubernetes Events: series and budgets
 
 
@@ -176,6 +179,15 @@ def cost_of(action: AnyAction) -> int:
     return 1
 
 
+def members_of(action: AnyAction) -> int:
+    """Pods one action names (0: an action about one object)."""
+    if isinstance(action, BindGang):
+        return len(action.bindings)
+    if isinstance(action, EvictGang | SetPodCondition):
+        return len(action.pods)
+    return 0
+
+
 def action_type(action: AnyAction) -> str:
     tag = type(action).__struct_config__.tag
     return str(tag)
@@ -226,6 +238,17 @@ def _admit(state: State, event: Arrived, now: float, outputs: list[Output]) -> N
             result=result(action, outcome="already", now=now, error=error), action=action
         )
         outputs.append(report)
+        outputs.append(Settle(tickets=(event.ticket,), verdict="ack"))
+        return
+    members = members_of(action)
+    if members > state.limits.max_members:
+        why = (
+            f"refused: {members} members in one {action_type(action)}, more than the "
+            f"{state.limits.max_members} one action may name (BATON_ACTUATOR_MAX_MEMBERS)"
+        )
+        _remember(state, action.id, outcome="failed", now=now)
+        outputs.append(Report(result=result(action, outcome="failed", now=now, error=why),
+                              action=action))  # fmt: skip
         outputs.append(Settle(tickets=(event.ticket,), verdict="ack"))
         return
     held = state.entries.get(action.id) or state.in_flight.get(action.id)

@@ -37,6 +37,7 @@ class Settings(Base, frozen=True, kw_only=True):
     ack_wait: float = 10.0  # held deliveries are kept alive; a lost one returns after this
     request_timeout: float = 30.0
     seed: int = 0  # for backoff jitter
+    max_members: int = 4096  # pods one action may name; more is refused with the reason
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -48,6 +49,7 @@ class Settings(Base, frozen=True, kw_only=True):
             "MAX_ATTEMPTS": self.max_attempts >= 1,
             "ACK_WAIT": self.ack_wait > 0,
             "REQUEST_TIMEOUT": self.request_timeout > 0,
+            "MAX_MEMBERS": self.max_members >= 1,
         }
         bad = [key for key, ok in checks.items() if not ok]
         if bad:
@@ -56,7 +58,7 @@ class Settings(Base, frozen=True, kw_only=True):
     def limits(self) -> core.Limits:
         return core.Limits(
             qps=self.qps, burst=self.burst, concurrency=self.concurrency,
-            max_attempts=self.max_attempts, seed=self.seed,
+            max_attempts=self.max_attempts, seed=self.seed, max_members=self.max_members,
         )  # fmt: skip
 
 
@@ -70,6 +72,7 @@ SPEC = Spec(
     initial=lambda limits: core.initial(limits, now=time.time()),
     step=core.step,
     routes=shell.ROUTES,
+    publishes=("result.>",),
     observe=shell.observe,
     gauges=shell.gauges,
     clock=True,

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from libs.kube.quantities import canonical
+from libs.kube.quantities import InvalidQuantity, canonical
 from proto import keys
+from proto.k8s import MAX_MEMBERS, MAX_NODE_GPUS
 from services.admission.core.state import State
 from services.admission.objects import KGroupPolicy, KPod
 from services.admission.teams import is_label_key
@@ -61,6 +62,10 @@ def membership_problem(pod: KPod) -> str | None:
     for claim in found:
         if claim.count is not None and not _positive(claim.count):
             return f'{claim.count_key}: {claim.count!r} is not a whole number of members (e.g. "4")'
+        if claim.count is not None and (
+            problem := members_problem(int(claim.count), what=claim.count_key)
+        ):
+            return problem
         if claim.count_key == keys.KUEUE_TOTAL and claim.count is None:
             return (
                 f"{claim.where} names gang {claim.name!r} but not its size: add annotation "
@@ -75,8 +80,14 @@ def count(claim: Named) -> int:
 
 
 def min_resources(raw: dict[str, str | int | float] | None) -> dict[str, int]:
-    """``spec.minResources`` in canonical units; raises InvalidQuantity naming a bad one."""
-    return {name: canonical(name, str(value)) for name, value in (raw or {}).items()}
+    """``spec.minResources`` in canonical units; raises InvalidQuantity naming a bad one
+    (a negative one too: a gang's minimum cannot be below nothing)."""
+    found: dict[str, int] = {}
+    for name, value in (raw or {}).items():
+        found[name] = canonical(name, str(value))
+        if found[name] < 0:
+            raise InvalidQuantity(f"spec.minResources {name}: {value!r} is negative")
+    return found
 
 
 def upstream_problem(policy: KGroupPolicy, *, what: str) -> str | None:
@@ -85,6 +96,10 @@ def upstream_problem(policy: KGroupPolicy, *, what: str) -> str | None:
     gang = policy.scheduling_policy.gang
     if gang is not None and gang.min_count < 1:
         return f"{what}schedulingPolicy.gang.minCount must be at least 1, got {gang.min_count}"
+    if gang is not None and (
+        problem := members_problem(gang.min_count, what=f"{what}schedulingPolicy.gang.minCount")
+    ):
+        return problem
     constraints = policy.scheduling_constraints
     topology = constraints.topology or [] if constraints is not None else []
     if len(topology) > 1:
@@ -95,6 +110,30 @@ def upstream_problem(policy: KGroupPolicy, *, what: str) -> str | None:
                 f"{what}schedulingConstraints.topology[0].key: {constraint.key!r} is not a "
                 "node label key (e.g. topology.kubernetes.io/zone)"
             )
+    return None
+
+
+def gpus_problem(per_pod: int) -> str | None:
+    """A pod's GPU request no node could ever satisfy (or that is not a request at all)."""
+    if per_pod < 0:
+        return (
+            f"it requests {per_pod} {keys.GPU}; a request cannot be negative: set "
+            f"resources.limits {keys.GPU} to the GPUs each pod needs (0 for none)"
+        )
+    if per_pod > MAX_NODE_GPUS:
+        return (
+            f"it requests {per_pod} {keys.GPU} but no node has more than {MAX_NODE_GPUS}; "
+            "a pod runs on one node: split the work into more pods (a gang)"
+        )
+    return None
+
+
+def members_problem(count: int, *, what: str) -> str | None:
+    if count > MAX_MEMBERS:
+        return (
+            f"{what} {count} is more than the {MAX_MEMBERS} members a gang may have; "
+            f"set {what} to the number of pods the job runs"
+        )
     return None
 
 

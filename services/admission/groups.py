@@ -47,6 +47,8 @@ def _plugins_problem(state: State, group: KPodGroup, team: str) -> str | None:
     spec = group.spec
     if spec.min_member < 1:
         return f"spec.minMember must be at least 1, got {spec.min_member}"
+    if problem := formats.members_problem(spec.min_member, what="spec.minMember"):
+        return problem
     if spec.schedule_timeout_seconds is not None and spec.schedule_timeout_seconds < 1:
         return (
             f"spec.scheduleTimeoutSeconds must be at least 1, got {spec.schedule_timeout_seconds}"

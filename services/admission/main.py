@@ -106,6 +106,7 @@ SPEC = Spec(
         Input("admission.teams", TeamsLoaded),
     ),
     routes=shell.ROUTES,
+    publishes=("admission.>",),
     observe=shell.observe,
     gauges=shell.gauges,
 )

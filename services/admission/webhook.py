@@ -81,6 +81,10 @@ def review(
 ) -> Verdict:
     """Answer one AdmissionReview; ``state`` None means the bus state is not loaded yet."""
     try:
+        body.decode("utf-8")  # JSON is UTF-8; msgspec would raise on a raw object later
+    except UnicodeDecodeError as exc:
+        raise BadReview(f"body is not UTF-8 JSON: {exc.reason} at byte {exc.start}") from None
+    try:
         request = _review.decode(body).request
         if request is None:
             raise BadReview("AdmissionReview has no request")
@@ -88,6 +92,8 @@ def review(
         obj: KObject = decoder.decode(request.object)
     except msgspec.DecodeError as exc:  # ValidationError included
         raise BadReview(f"not an AdmissionReview v1 for a Pod or PodGroup: {exc}") from None
+    except RecursionError:
+        raise BadReview("not an AdmissionReview v1: JSON nested too deeply") from None
     namespace = request.namespace or obj.metadata.namespace
     name = request.name or obj.metadata.name or obj.metadata.generate_name
     if request.operation != "CREATE":
@@ -261,6 +267,8 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
     if not managed(pod):
         return None
     if problem := formats.membership_problem(pod):
+        return f"{where}: {problem}"
+    if problem := formats.gpus_problem(pod.gpus(keys.GPU)):
         return f"{where}: {problem}"
     claim = formats.gang_of(pod)
     if claim is None or not team:

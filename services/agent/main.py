@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
@@ -28,6 +29,7 @@ import structlog
 
 from libs.bus import Bus
 from libs.kube.quantities import InvalidQuantity, parse_quantity
+from libs.runner.access import AGENT_FLEET, agent_user_name
 from libs.runtime import (
     OPS_PORTS,
     SettingsError,
@@ -53,6 +55,10 @@ log = structlog.get_logger("baton.agent")
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     nats_url: str = "nats://127.0.0.1:4222"
+    # With NATS auth: a folder of URLs, one per agent user (``baton nats-config``); the
+    # agent connects with its node's (``agent-<node>``), which wins over nats_url.
+    nats_credentials_dir: str = ""
+    nats_ca_file: str = ""  # CA of NATS's certificate, for a tls:// URL
     cluster: str = "c1"
     ops_port: int = OPS_PORTS["agent"]
     node: str = ""
@@ -187,9 +193,10 @@ async def serve(settings: Settings, *, node: str, fleet: bool) -> None:
         nodes=() if fleet else (node,),
     )
     name = "agent-fleet" if fleet else f"agent-{node}"
-    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name=name)
+    url = nats_url(settings, user=AGENT_FLEET if fleet else agent_user_name(node))
+    bus = await Bus.connect(url, cluster=settings.cluster, name=name, ca_file=settings.nats_ca_file)
     egress, shaping = egress_source(settings, bus=bus, node=node, fleet=fleet)
-    ready = lambda: agent.ready or shaping()  # noqa: E731
+    ready = lambda: (agent.ready or shaping()) and bus.nc.is_connected  # noqa: E731
     ops = await serve_ops(settings.ops_port, ready=ready, service="agent")
     log.info("agent starting", node=node or "(fleet)", backends=wiring.backends, ops_port=ops.port)
     try:
@@ -197,6 +204,20 @@ async def serve(settings: Settings, *, node: str, fleet: bool) -> None:
     finally:
         await ops.close()
         await bus.close()
+
+
+def nats_url(settings: Settings, *, user: str) -> str:
+    """The URL in ``nats_credentials_dir/<user>`` when that is set, else ``nats_url``."""
+    if not settings.nats_credentials_dir:
+        return settings.nats_url
+    path = Path(settings.nats_credentials_dir) / user
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise SettingsError(
+            f"BATON_AGENT_NATS_CREDENTIALS_DIR: no credentials for NATS user {user!r} at "
+            f"{path} ({exc.strerror}); generate them with baton nats-config --node"
+        ) from exc
 
 
 def egress_source(

@@ -87,6 +87,7 @@ SPEC = Spec(
         Input("result.scale.>", ActionResult),
     ),
     routes=shell.ROUTES,
+    publishes=("autoscaler.>",),
     timer=Timer(every=lambda settings: settings.tick_s, wants=core.wants_tick),
     observe=shell.observe,
     gauges=shell.gauges,

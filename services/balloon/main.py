@@ -78,6 +78,7 @@ SPEC = Spec(
         Input("result.create-pod.>", ActionResult),
     ),
     routes=shell.ROUTES,
+    publishes=("balloon.>",),
     timer=Timer(every=lambda settings: settings.tick_s, wants=core.wants_tick),
     observe=shell.observe,
     gauges=shell.gauges,

@@ -100,6 +100,7 @@ SPEC = Spec(
         Input("bandwidth.capacity", Capacity),
     ),
     routes=shell.ROUTES,
+    publishes=("bandwidth.limits.>", "bandwidth.allocation"),
     timer=Timer(every=lambda settings: settings.interval_s, wants=core.wants_tick),
     observe=shell.observe,
     gauges=shell.gauges,

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 import msgspec
 
 from proto import k8s, subjects
+from services.bridge.bounds import Bounds, impossible
 
 DEFAULT_TOMBSTONE_TTL = "1h"
 
@@ -30,7 +31,8 @@ class Publish(msgspec.Struct, frozen=True, kw_only=True, tag="bridge.publish.v1"
 
 
 class Rejected(msgspec.Struct, frozen=True, kw_only=True, tag="bridge.rejected.v1"):
-    """An object whose name cannot be carried in a subject (bad input, logged and skipped)."""
+    """An object whose name cannot be carried in a subject, or with values no real object
+    has (``bounds``): bad input, dead-lettered with the reason and skipped."""
 
     kind: str
     key: str
@@ -47,6 +49,7 @@ class Held(msgspec.Struct, frozen=True, kw_only=True, tag="bridge.held.v1"):
 class Policy(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str
     tombstone_ttl: str = DEFAULT_TOMBSTONE_TTL
+    bounds: Bounds = Bounds()
 
 
 Output = Publish | Rejected
@@ -58,6 +61,7 @@ class State(msgspec.Struct, kw_only=True):
     cluster: str
     tombstone_ttl: str = DEFAULT_TOMBSTONE_TTL
     held: dict[str, str] = {}  # subject -> msg id of what the K8S stream holds there
+    bounds: Bounds = Bounds()
 
 
 def kind_of(event: k8s.K8sEvent) -> str:
@@ -96,7 +100,8 @@ def msg_id_of(event: k8s.K8sEvent) -> str:
 
 
 def initial(policy: Policy) -> State:
-    return State(cluster=subjects.check_cluster(policy.cluster), tombstone_ttl=policy.tombstone_ttl)
+    return State(cluster=subjects.check_cluster(policy.cluster), tombstone_ttl=policy.tombstone_ttl,
+                 bounds=policy.bounds)  # fmt: skip
 
 
 def hold(state: State, held: Iterable[k8s.K8sEvent]) -> None:
@@ -114,12 +119,15 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
     if isinstance(event, Held):
         hold(state, event.events)
         return state, ()
+    obj = object_of(event)
+    key = obj.name if isinstance(obj, k8s.Node) else f"{obj.namespace}/{obj.name}"
     try:
         subject = subject_of(state.cluster, event)
     except subjects.InvalidName as exc:
-        obj = object_of(event)
-        key = obj.name if isinstance(obj, k8s.Node) else f"{obj.namespace}/{obj.name}"
         return state, (Rejected(kind=kind_of(event), key=key, reason=str(exc)),)
+    why = impossible(event, state.bounds)
+    if why:
+        return state, (Rejected(kind=kind_of(event), key=key, reason=why),)
     msg_id = msg_id_of(event)
     if state.held.get(subject) == msg_id:
         return state, ()

@@ -28,7 +28,9 @@ from libs.kube import KINDS, Kind, Options, api_client
 from libs.runner import Runner, Spec, serve
 from libs.runtime import OPS_PORTS, load_settings, run_service
 from libs.runtime.settings import Base
+from proto.k8s import MAX_NODE_GPUS
 from services.bridge import core, shell
+from services.bridge.bounds import Bounds
 
 
 class Settings(Base, frozen=True, kw_only=True):
@@ -38,6 +40,7 @@ class Settings(Base, frozen=True, kw_only=True):
     watch_timeout_s: int = 300
     tombstone_ttl: str = "1h"
     batch: int = 4096
+    max_node_gpus: int = MAX_NODE_GPUS  # a node claiming more is refused (dead-lettered)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -45,6 +48,8 @@ class Settings(Base, frozen=True, kw_only=True):
             raise ValueError("BATON_BRIDGE_PAGE_SIZE must be at least 1")
         if self.watch_timeout_s < 1:
             raise ValueError("BATON_BRIDGE_WATCH_TIMEOUT_S must be at least 1")
+        if self.max_node_gpus < 1:
+            raise ValueError("BATON_BRIDGE_MAX_NODE_GPUS must be at least 1")
         if self.batch < 1:
             raise ValueError("BATON_BRIDGE_BATCH must be at least 1")
         if not re.fullmatch(r"[0-9]+[smhd]?", self.tombstone_ttl):
@@ -61,11 +66,16 @@ SPEC = Spec(
     description="Watch the API server once per kind and fan the slim objects out on "
     "baton.<cluster>.k8s.>.",
     settings=Settings,
-    policy=lambda s: core.Policy(cluster=s.cluster, tombstone_ttl=s.tombstone_ttl),
+    policy=lambda s: core.Policy(
+        cluster=s.cluster,
+        tombstone_ttl=s.tombstone_ttl,
+        bounds=Bounds(max_node_gpus=s.max_node_gpus),
+    ),
     policy_type=core.Policy,
     initial=core.initial,
     step=core.step,
     routes=shell.ROUTES,
+    publishes=("k8s.>",),
     observe=shell.observe,
 )
 

@@ -123,7 +123,7 @@ def observe(state: core.State, outputs: Sequence[core.Output]) -> None:
     for output in outputs:
         if isinstance(output, core.Rejected):
             metrics.REJECTED.labels(kind=output.kind).inc()
-            log.warning("object name cannot be a subject", kind=output.kind, key=output.key,
+            log.warning("object refused: dead-lettered", kind=output.kind, key=output.key,
                         reason=output.reason)  # fmt: skip
             continue
         counts[core.kind_of(output.event), output.event.op] += 1

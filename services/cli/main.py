@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "balloon": ("services.balloon.main:run", "warm headroom: placeholder pods on GPU pools"),
     "replay": ("services.cli.replay:run", "replay recorded events into a core, offline"),
     "why": ("services.cli.why:run", "why a gang or pod is waiting, and what would unblock it"),
+    "nats-config": (
+        "services.cli.natsconfig:run",
+        "the nats-server config: one user per service and node agent, least privilege",
+    ),
     "install-webhook": (
         "services.cli.installing:run",
         "register admission's webhook with a simulated cluster (as baton up does)",

@@ -13,8 +13,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from libs.runner import access
 from services.cli.installing import PREFLIGHT_NAMESPACE, ensure_namespace
 from services.cli.monitoring import start_prometheus
+from services.cli.natsconfig import specs, write_config
 from services.cli.processes import (
     Child,
     baton,
@@ -50,6 +52,11 @@ class Stack:
     ops: dict[str, int] = field(default_factory=dict)  # service -> ops port
     webhook: tuple[int, Path] | None = None  # admission's port and TLS dir, when we register it
     prometheus: str = ""  # its URL, with --prometheus
+    users: dict[str, str] = field(default_factory=dict)  # NATS user -> its URL, with auth on
+
+    def nats_url_for(self, user: str) -> str:
+        """The URL a child connects with: its own user's when NATS runs with auth."""
+        return self.users.get(user, self.nats_url)
 
     def start(self, child: Child) -> Child:
         child.start()
@@ -108,6 +115,8 @@ def start_all(args: argparse.Namespace, stack: Stack) -> None:
             child_name = name if replica == 1 else f"{name}-{replica}"
             stack.ops[child_name] = free_port()
             child_env = {**env, "BATON_OPS_PORT": str(stack.ops[child_name])}
+            user = "agent-fleet" if name == "agent" else name
+            child_env["BATON_NATS_URL"] = stack.nats_url_for(user)
             if name == "admission" and args.kubeconfig is None:  # simcluster calls a webhook
                 tls = stack.run_dir / "admission-tls"
                 port = free_port()
@@ -136,9 +145,22 @@ def start_nats(args: argparse.Namespace, stack: Stack) -> str:
     port = free_port()
     store = args.store or stack.run_dir / "jetstream"
     argv = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
+    url = f"nats://127.0.0.1:{port}"
+    if not getattr(args, "no_auth", False):
+        argv += ["-c", str(write_nats_auth(args, stack, server=url))]
     child = stack.start(Child("nats", argv, stack.logs / "nats.log"))
     wait_until(lambda: port_open(port), child=child, timeout=20)
-    return f"nats://127.0.0.1:{port}"
+    return stack.users.get("admin", url)
+
+
+def write_nats_auth(args: argparse.Namespace, stack: Stack, *, server: str) -> Path:
+    """One NATS user per service, the fleet agent's and admin's (``baton nats-config``);
+    the command line's address, port and store win over the file's."""
+    found = access.users(specs(), args.cluster, fleet=True)
+    stack.users = {user.name: access.url_for(server, user) for user in found}
+    path = stack.run_dir / "nats.conf"
+    write_config(path, access.server_config(found, host="127.0.0.1", store_dir=None))
+    return path
 
 
 def start_sim(args: argparse.Namespace, stack: Stack) -> Path:

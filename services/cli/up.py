@@ -66,6 +66,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--prometheus", action="store_true", help="also run Prometheus scraping every service"
     )
+    p.add_argument(
+        "--no-auth", action="store_true",
+        help="run NATS without authentication (default: one user per service, least privilege)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if args.nodes < 1:
         p.error("--nodes must be at least 1")

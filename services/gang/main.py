@@ -76,6 +76,7 @@ SPEC = Spec(
         Input("result.bind-gang.>", ActionResult),
     ),
     routes=shell.ROUTES,
+    publishes=("placement.>",),
     timer=Timer(every=lambda settings: settings.cycle_interval, wants=core.wants_tick),
     observe=shell.observe,
     gauges=shell.gauges,

@@ -125,6 +125,7 @@ SPEC = Spec(
         Input("result.create-pod.>", ActionResult),
     ),
     routes=shell.ROUTES,
+    publishes=("health.>",),
     timer=Timer(every=lambda settings: settings.tick_s, wants=core.wants_tick),
     observe=shell.observe,
     gauges=shell.gauges,

@@ -405,3 +405,21 @@ async def test_baton_install_webhook_registers_it_with_a_simulated_cluster(
             assert created.metadata.labels["baton.io/team"] == "a"
         finally:
             await api.close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 100_000 + b"]" * 100_000, b'{"request": ' * 50_000 + b"1" + b"}" * 50_000,
+     json.dumps(review(pod("w-0"))).encode().replace(b'"w-0"', b'"w-\xff\xfe"'),
+     b"\xff" * 262_144],
+    ids=["deep-list", "deep-object", "not-utf8-name", "binary"],
+)  # fmt: skip
+async def test_nested_or_undecodable_bodies_are_a_400_never_a_500(
+    webhook: Served, body: bytes
+) -> None:
+    context = ssl.create_default_context(cadata=webhook.ca)
+    async with aiohttp.ClientSession() as http:
+        for path in ("/mutate", "/validate"):
+            async with http.post(webhook.url + path, data=body, ssl=context) as reply:
+                assert reply.status == 400, (path, reply.status, await reply.text())
+                assert (await reply.text()).strip()  # says what is wrong

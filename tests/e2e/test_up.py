@@ -26,8 +26,13 @@ def test_baton_up_runs_the_synthetic_workload_to_completion(tmp_path: Path) -> N
     assert result.returncode == 0, output[-3000:]
 
     written = dict(line.split("=", 1) for line in endpoints.read_text().splitlines())
-    assert written["BATON_NATS_URL"].startswith("nats://127.0.0.1:")
+    assert re.match(r"nats://admin:[^@]+@127\.0\.0\.1:", written["BATON_NATS_URL"])  # auth on
     assert written["BATON_CLUSTER"] == "c1"
+    logs = re.search(r"logs in (\S+)", output)
+    assert logs is not None, output[-3000:]
+    refused = [line for line in (Path(logs[1]) / "nats.log").read_text().splitlines()
+               if "Violation" in line]  # fmt: skip
+    assert refused == []  # every service did its work within its generated NATS rights
 
     last = output.rsplit("baton up ", 1)[-1]  # the final status block
     assert re.search(r"nodes\s+16 \(16 ready", last), last

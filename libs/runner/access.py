@@ -1,0 +1,226 @@
+"""Who may publish and read what on NATS, derived from each service's ``Spec``.
+
+One NATS user per service (its replicas share it), one per node agent and one for
+the operator (``admin``: the ``baton`` tools). ``server_config`` renders them as a
+nats-server configuration (its format accepts JSON); ``baton nats-config`` writes it
+and ``baton up`` runs NATS with it.
+
+What a service's user may publish:
+
+- the subjects of its actions (``action.<kind>.>`` for each action type its routes
+  send) and the subjects its ``Spec.publishes`` names (its decisions);
+- its own ticks and starts (``runner.*.<service>``), dead letters, and its own lease
+  key (``$KV.<LEASES>.<service>``): a service cannot take another's lease;
+- the JetStream API, acks and flow control, except: deleting or purging streams and
+  messages; and, for all but the actuator, changing any stream's configuration (a
+  RePublish would turn a decision into an action) and anything touching the actions
+  stream's consumers or acks.
+
+It reads replies only on its own inbox prefix (``_INBOX_<user>``, which ``Bus.connect``
+takes from the URL's user name), so no user sees another's JetStream deliveries.
+
+A node agent may publish only ``telemetry.*.<its node>`` and read only its node's
+limits (a core subscription and one direct get). It has no other JetStream API.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from libs.runner.leasing import LEASES
+from libs.runner.spec import Spec
+from proto import subjects
+from proto.actions import ACTION_SUBJECTS
+
+ACTUATOR = "actuator"
+ADMIN = "admin"
+AGENT_FLEET = "agent-fleet"  # the one process that plays every simulated node's agent
+DONE = "done"  # the actuator's KV bucket of actions applied (services.actuator.shell.DONE)
+MAX_PAYLOAD = 1024 * 1024  # nats-server's default, stated so dead letters can count on it
+
+_NO_DELETES = (
+    "$JS.API.STREAM.DELETE.>",
+    "$JS.API.STREAM.PURGE.>",
+    "$JS.API.STREAM.MSG.DELETE.>",
+    "$JS.API.STREAM.SNAPSHOT.>",
+    "$JS.API.STREAM.RESTORE.>",
+)
+# Changing a stream's configuration is the actuator's alone: a stream's RePublish (or a
+# subject transform) turns messages a service may publish (a decision) into messages on
+# a subject another stream captures (an action), past the service's own permissions.
+_NO_UPDATES = ("$JS.API.STREAM.UPDATE.>",)
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """NATS subject permissions of one user: allow lists, and what is denied within them."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    deny_publish: tuple[str, ...] = ()
+
+    def to_config(self) -> dict[str, Any]:
+        publish: dict[str, list[str]] = {"allow": list(self.publish)}
+        if self.deny_publish:
+            publish["deny"] = list(self.deny_publish)
+        return {"publish": publish, "subscribe": {"allow": list(self.subscribe)}}
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    name: str
+    password: str
+    permissions: Permissions
+
+    def to_config(self) -> dict[str, Any]:
+        return {
+            "user": self.name,
+            "password": self.password,
+            "permissions": self.permissions.to_config(),
+        }
+
+
+def inbox_prefix(user: str) -> str:
+    """The reply subject prefix a user's client uses (and the only one it may read)."""
+    return f"_INBOX_{user}"
+
+
+def action_subjects(spec: Spec[Any], cluster: str) -> list[str]:
+    """``baton.<c>.action.<kind>`` and ``.<kind>.>`` for every action type ``spec`` routes."""
+    found: list[str] = []
+    for type_ in spec.action_types():
+        kind, _ = ACTION_SUBJECTS[type_]
+        base = subjects.wildcard(cluster, subjects.ACTION, kind)
+        found += [s for s in (base, f"{base}.>") if s not in found]
+    return found
+
+
+def _actions_stream_denied(cluster: str) -> tuple[str, ...]:
+    """The actions stream's consumers, acks and configuration: the actuator's alone."""
+    actions = subjects.stream_name(cluster, "actions")
+    return (
+        f"$JS.ACK.{actions}.>",
+        f"$JS.API.CONSUMER.*.{actions}",
+        f"$JS.API.CONSUMER.*.{actions}.>",
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{actions}.>",
+        f"$JS.API.CONSUMER.MSG.NEXT.{actions}.>",
+        f"$JS.API.STREAM.UPDATE.{actions}",
+    )
+
+
+def service_permissions(spec: Spec[Any], cluster: str) -> Permissions:
+    """What the service ``spec`` describes may publish and read in ``cluster``."""
+    name = spec.name
+    own = [subjects.wildcard(cluster, p) for p in spec.publishes]
+    publish = [
+        *action_subjects(spec, cluster),
+        *own,
+        subjects.runner(cluster, "*", name),
+        subjects.wildcard(cluster, subjects.DEADLETTER, ">"),
+        f"$KV.{subjects.stream_name(cluster, LEASES)}.{name}",
+        "$JS.API.>",
+        "$JS.ACK.>",
+        "$JS.FC.>",
+    ]
+    deny = list(_NO_DELETES)
+    if name == ACTUATOR:
+        publish.append(f"$KV.{subjects.stream_name(cluster, DONE)}.>")
+    else:
+        deny += [*_actions_stream_denied(cluster), *_NO_UPDATES]
+    subscribe = [inbox_prefix(name) + ".>", *(i.filter(cluster) for i in spec.inputs)]
+    return Permissions(tuple(publish), tuple(subscribe), tuple(deny))
+
+
+def agent_user_name(node: str) -> str:
+    return f"agent-{subjects.encode_name(node)}"
+
+
+def agent_permissions(cluster: str, node: str) -> Permissions:
+    """A node's agent: its own telemetry out, its own egress limits in; nothing else."""
+    token = subjects.encode_name(node)
+    limits = subjects.node_limits(cluster, node)
+    stream = subjects.stream_name(cluster, "limits")
+    return Permissions(
+        publish=(
+            subjects.wildcard(cluster, subjects.TELEMETRY, "*", token),
+            f"$JS.API.DIRECT.GET.{stream}.{limits}",
+        ),
+        subscribe=(limits, inbox_prefix(agent_user_name(node)) + ".>"),
+    )
+
+
+def fleet_permissions(cluster: str) -> Permissions:
+    """The simulated fleet's one agent process: every node's telemetry and limits (it
+    follows the limits with an ordered consumer, so it needs the JetStream API)."""
+    return Permissions(
+        publish=(
+            subjects.wildcard(cluster, subjects.TELEMETRY, ">"),
+            "$JS.API.>",
+            "$JS.FC.>",
+        ),
+        subscribe=(
+            subjects.wildcard(cluster, subjects.BANDWIDTH, "limits", ">"),
+            inbox_prefix(AGENT_FLEET) + ".>",
+        ),
+        deny_publish=(*_NO_DELETES, *_NO_UPDATES, *_actions_stream_denied(cluster)),
+    )
+
+
+ADMIN_PERMISSIONS = Permissions(publish=(">",), subscribe=(">",))
+
+
+def password() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def users(
+    specs: Iterable[Spec[Any]],
+    cluster: str,
+    *,
+    nodes: Sequence[str] = (),
+    fleet: bool = False,
+    passwords: Mapping[str, str] | None = None,
+) -> list[User]:
+    """The users of one cluster: admin, one per service, one per node (and the fleet's).
+    ``passwords`` keeps known users' passwords; the others get new random ones."""
+    known = dict(passwords or {})
+    wanted: list[tuple[str, Permissions]] = [(ADMIN, ADMIN_PERMISSIONS)]
+    wanted += [(spec.name, service_permissions(spec, cluster)) for spec in specs]
+    wanted += [(agent_user_name(node), agent_permissions(cluster, node)) for node in nodes]
+    if fleet:
+        wanted.append((AGENT_FLEET, fleet_permissions(cluster)))
+    return [User(name, known.get(name) or password(), perms) for name, perms in wanted]
+
+
+def server_config(
+    found: Sequence[User],
+    *,
+    host: str = "0.0.0.0",
+    port: int = 4222,
+    store_dir: str | None = "/data/jetstream",
+    tls: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A nats-server configuration (JSON is valid nats-server syntax). ``store_dir``: None
+    when the command line gives it (nats-server refuses it twice). ``tls``: e.g.
+    ``{"cert_file": ..., "key_file": ..., "ca_file": ...}`` for the client port."""
+    config: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "max_payload": MAX_PAYLOAD,
+        "jetstream": {"store_dir": store_dir} if store_dir else {},
+        "authorization": {"users": [u.to_config() for u in found]},
+    }
+    if tls:
+        config["tls"] = dict(tls)
+    return config
+
+
+def url_for(server: str, user: User) -> str:
+    """``nats://user:password@host:port`` from ``nats://host:port``."""
+    scheme, sep, rest = server.partition("://")
+    if not sep:
+        scheme, rest = "nats", server
+    return f"{scheme}://{user.name}:{user.password}@{rest}"

@@ -1,0 +1,137 @@
+"""``baton nats-config``: the nats-server configuration with one user per service.
+
+Each service's permissions follow from its ``Spec`` (``libs.runner.access``): what it
+publishes, which lease key it holds, which inbox it reads. Node agents get one user
+per node (``--node``, repeated, or ``--nodes-file`` with one name a line).
+
+With ``--credentials DIR`` (files mode 0600):
+
+- ``DIR/passwords/<user>``: each password, reused when present (adding a node changes
+  no other user's password);
+- ``DIR/services/<service>``: the URL each service is given as ``BATON_NATS_URL`` (in
+  ``deploy/``: the ``baton-nats`` Secret, one key per service);
+- ``DIR/agents/<user>``: each node agent's URL (the ``baton-nats-agents`` Secret; an
+  agent reads its own with ``BATON_AGENT_NATS_CREDENTIALS_DIR``);
+- ``DIR/admin``: the operator's URL, for ``baton status``, ``tail`` and ``why``.
+
+``--auth-only`` writes just the ``authorization`` block, for a server config that
+includes it (``deploy/base/nats.yaml``: the ``nats-auth`` Secret).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from libs.runner import access
+from libs.runner.spec import Spec
+
+RUNNERS = ("bridge", "actuator", "admission", "gang", "reporter", "bandwidth", "health",
+           "balloon", "autoscaler")  # fmt: skip
+
+
+def specs(names: Sequence[str] = RUNNERS) -> list[Spec[Any]]:
+    """The ``SPEC`` of each named service that is part of this build."""
+    found = []
+    for name in names:
+        try:
+            module = importlib.import_module(f"services.{name}.main")
+        except ModuleNotFoundError:
+            continue
+        found.append(module.SPEC)
+    return found
+
+
+def read_passwords(folder: Path) -> dict[str, str]:
+    kept = folder / "passwords"
+    if not kept.is_dir():
+        return {}
+    found = {p.name: p.read_text().strip() for p in kept.iterdir() if p.is_file()}
+    return {name: password for name, password in found.items() if password}
+
+
+def write_credentials(folder: Path, found: Sequence[access.User], *, server: str) -> None:
+    for sub in ("passwords", "services", "agents"):
+        (folder / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+    for user in found:
+        _secret(folder / "passwords" / user.name, user.password)
+        if user.name == access.ADMIN:
+            where = folder / user.name
+        elif user.name.startswith("agent-"):
+            where = folder / "agents" / user.name
+        else:
+            where = folder / "services" / user.name
+        _secret(where, access.url_for(server, user))
+
+
+def _secret(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text + "\n")
+
+
+def write_config(path: Path, config: dict[str, Any]) -> None:
+    _secret(path, render(config))
+
+
+def render(config: dict[str, Any], *, auth_only: bool = False) -> str:
+    """The config as nats-server reads it (JSON is its syntax too); ``auth_only``: the
+    ``authorization`` block alone, for ``include``."""
+    if auth_only:
+        return "authorization: " + json.dumps(config["authorization"], indent=2)
+    return json.dumps(config, indent=2)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="baton nats-config", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--cluster", default="c1", help="cluster token in subjects (default c1)")
+    p.add_argument("--node", action="append", default=[], help="a node agent's user (repeat)")
+    p.add_argument("--nodes-file", type=Path, help="node names, one a line")
+    p.add_argument("--fleet", action="store_true", help="add the simulated fleet agent's user")
+    p.add_argument("--credentials", type=Path, help="keep passwords and URLs in this folder")
+    p.add_argument("--server", default="nats://nats:4222", help="URL services connect to")
+    p.add_argument("--port", type=int, default=4222)
+    p.add_argument("--store-dir", default="/data/jetstream", help="JetStream store directory")
+    p.add_argument("--tls-dir", help="serve TLS with tls.crt, tls.key (and ca.crt) from here")
+    p.add_argument("--auth-only", action="store_true",
+                   help="only the authorization block, for a config that includes it")  # fmt: skip
+    p.add_argument("--out", type=Path, help="write the config here (default: print it)")
+    return p.parse_args(argv)
+
+
+def run(argv: list[str]) -> int:
+    args = parse_args(argv)
+    nodes = list(args.node)
+    if args.nodes_file:
+        try:
+            nodes += [n.strip() for n in args.nodes_file.read_text().splitlines() if n.strip()]
+        except OSError as exc:
+            print(f"baton nats-config: --nodes-file: {exc.strerror}", file=sys.stderr)
+            return 2
+    known = read_passwords(args.credentials) if args.credentials else {}
+    try:
+        found = access.users(specs(), args.cluster, nodes=nodes, fleet=args.fleet,
+                             passwords=known)  # fmt: skip
+    except ValueError as exc:  # a node name that cannot be a subject token
+        print(f"baton nats-config: {exc}", file=sys.stderr)
+        return 2
+    tls = None
+    if args.tls_dir:
+        tls = {"cert_file": f"{args.tls_dir}/tls.crt", "key_file": f"{args.tls_dir}/tls.key",
+               "ca_file": f"{args.tls_dir}/ca.crt"}  # fmt: skip
+    config = access.server_config(found, port=args.port, store_dir=args.store_dir, tls=tls)
+    if args.credentials:
+        write_credentials(args.credentials, found, server=args.server)
+    text = render(config, auth_only=args.auth_only)
+    if args.out:
+        _secret(args.out, text)
+    else:
+        print(text)
+    return 0

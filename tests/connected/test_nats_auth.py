@@ -1,0 +1,325 @@
+"""NATS with the users ``baton nats-config`` generates: a client without the right cannot
+publish an action and the actuator never sees one; services with their own credentials
+still work; a node agent reaches only its own node's subjects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+import nats.errors
+import pytest
+from kubernetes_asyncio.client import CoreV1Api
+
+from libs.bus import Bus
+from libs.runner import access
+from libs.testing.nats import running_nats
+from libs.testing.sim import running_sim
+from proto import subjects
+from proto.actions import ActionResult, SetTaint, action_subject
+from proto.codec import encode
+from proto.k8s import Taint
+from proto.telemetry import Heartbeat
+from services.actuator import core as actuator_core
+from services.actuator import main as actuator
+from services.actuator.calling import Api
+from services.admission import main as admission
+from services.bandwidth import main as bandwidth
+from services.cli.natsconfig import specs
+from services.gang import main as gang
+from services.health import main as health
+from services.reporter import main as reporter
+from tests.pipeline import running, stop, until
+
+pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
+C = "c1"
+NODE = "gpu-0"
+
+
+@dataclass
+class Secured:
+    server: str  # nats://127.0.0.1:PORT, no credentials
+    urls: dict[str, str]  # user -> URL with its password
+
+    def url(self, user: str) -> str:
+        return self.urls[user]
+
+
+@contextlib.asynccontextmanager
+async def secured_nats(tmp_path: Path) -> AsyncIterator[Secured]:
+    found = access.users(specs(), C, nodes=[NODE, "gpu-1"], fleet=True)
+    config = tmp_path / "nats.conf"
+    config.write_text(json.dumps(access.server_config(found, host="127.0.0.1", store_dir=None)))
+    async with running_nats(config=config) as server:
+        yield Secured(server, {u.name: access.url_for(server, u) for u in found})
+
+
+class Violations:
+    """A plain client that records the server's permission errors."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    async def connect(self, url: str, user: str) -> nats.NATS:
+        async def on_error(exc: Exception) -> None:
+            self.errors.append(str(exc))
+
+        return await nats.connect(url, error_cb=on_error, allow_reconnect=False,
+                                  inbox_prefix=access.inbox_prefix(user))  # fmt: skip
+
+    def saw(self, subject: str) -> bool:
+        found = [e.lower() for e in self.errors]  # nats-py lowercases the server's error
+        return any("permissions violation" in e and subject.lower() in e for e in found)
+
+
+def taint(id_: str, node: str, *, by: str) -> SetTaint:
+    return SetTaint(id=id_, by=by, at=0.0, node=node, priority="health",
+                    taint=Taint(key=f"test/{id_}", value="x", effect="NoSchedule"))  # fmt: skip
+
+
+async def test_a_client_without_credentials_is_refused(tmp_path: Path) -> None:
+    async with secured_nats(tmp_path) as nats_:
+        for creds in ({}, {"user": "actuator", "pass": "not-the-password"}):
+            assert "authorization violation" in (await hello(nats_.server, creds)).lower()
+        good = {"user": "actuator", "pass": nats_.url("actuator").split(":")[2].split("@")[0]}
+        assert (await hello(nats_.server, good)).startswith("PONG")
+
+
+async def hello(server: str, creds: dict[str, str]) -> str:
+    """The server's answer to CONNECT (with ``creds``) and PING, over a plain socket."""
+    host, port = server.removeprefix("nats://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        await reader.readline()  # INFO
+        connect = {"verbose": False, "pedantic": False, "protocol": 1, **creds}
+        writer.write(f"CONNECT {json.dumps(connect)}\r\nPING\r\n".encode())
+        await writer.drain()
+        async with asyncio.timeout(5):
+            return (await reader.readline()).decode()
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def test_only_a_service_allowed_to_publish_an_action_gets_it_applied(tmp_path: Path) -> None:
+    async with secured_nats(tmp_path) as nats_, running_sim() as sim:
+        client = await sim.api_client()
+        core_api = CoreV1Api(client)
+        for node in (NODE, "gpu-1"):
+            await core_api.create_node({"metadata": {"name": node}})
+        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        await admin.ensure_streams()
+        bus = await Bus.connect(nats_.url("actuator"), cluster=C, name="actuator")
+        limits = actuator_core.Limits(qps=0, backoff_base=0.05)
+        runner = actuator.runner(bus, actuator.Settings(cluster=C, qps=0),
+                                 api=Api(client, tries=2, base=0.01), limits=limits)  # fmt: skip
+        task = asyncio.create_task(runner.run(), name="actuator")
+        violations = Violations()
+        try:
+            # Forged: the gang may bind and evict gangs, health mark nodes, never taint; an
+            # agent may publish only telemetry; the bridge only Kubernetes objects.
+            forged = [("gang", "forged-gang"), ("health", "forged-health"),
+                      ("agent-gpu-0", "forged-agent"), ("bridge", "forged-bridge"),
+                      ("agent-fleet", "forged-fleet")]  # fmt: skip
+            for user, id_ in forged:
+                nc = await violations.connect(nats_.url(user), user)
+                action = taint(id_, "gpu-1", by="health")
+                subject = action_subject(C, action)
+                with pytest.raises(nats.errors.TimeoutError):  # the server drops it: no ack
+                    await nc.jetstream().publish(subject, encode(action), timeout=1.0)
+                await until(lambda s=subject: violations.saw(s),  # type: ignore[misc]
+                            what=f"a permission violation for {user}")  # fmt: skip
+                await nc.close()
+            # Allowed: admission taints nodes (team pools); the actuator applies it.
+            admission = await Bus.connect(nats_.url("admission"), cluster=C, name="admission")
+            allowed = taint("allowed", "gpu-1", by="admission")
+            await admission.publish(action_subject(C, allowed), allowed, msg_id=allowed.id)
+            await admission.close()
+            results: list[ActionResult] = await collect_results(admin, want=1)
+            assert [r.action_id for r in results] == ["allowed"], results
+            node = client.sanitize_for_serialization(await core_api.read_node("gpu-1"))
+            keys = [t["key"] for t in node["spec"].get("taints") or []]
+            assert keys == ["test/allowed"], keys
+            # Nothing forged reached the actions stream at all.
+            info = await admin.js.stream_info(subjects.stream_name(C, "actions"))
+            assert info.state.messages == 1, info.state
+        finally:
+            await stop(task, within=15.0, what="actuator")
+            await bus.close()
+            await admin.close()
+            await client.close()
+
+
+async def collect_results(bus: Bus, *, want: int, within: float = 20.0) -> list[ActionResult]:
+    got: list[ActionResult] = []
+    async with bus.consume(subjects.wildcard(C, subjects.RESULT, ">"), type_=ActionResult) as sub:
+        async with asyncio.timeout(within):
+            async for msg in sub:
+                await msg.ack()
+                got.append(msg.event)
+                if len(got) >= want:
+                    break
+    return got
+
+
+@pytest.mark.parametrize(
+    ("spec", "settings"),
+    [
+        (gang.SPEC, gang.Settings(cluster=C, cycle_interval=0.1)),
+        (reporter.SPEC, reporter.Settings(cluster=C)),
+        (admission.SPEC, admission.Settings(cluster=C)),
+        (health.SPEC, health.Settings(cluster=C)),
+        (bandwidth.SPEC, bandwidth.Settings(cluster=C)),
+    ],
+    ids=["gang", "reporter", "admission", "health", "bandwidth"],
+)
+async def test_a_service_with_its_generated_credentials_starts_leads_and_ticks(
+    tmp_path: Path, spec: Any, settings: Any
+) -> None:
+    async with secured_nats(tmp_path) as nats_:
+        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        await admin.ensure_streams()
+        url = nats_.url(spec.name)
+        async with running(spec, url, settings, cluster=C) as runner:
+            await until(lambda: runner.ready and runner.leader, what=f"{spec.name} ready, leading")
+            started = await until(
+                lambda: admin.snapshot(subjects.runner(C, "started", spec.name), msgspec.Raw),
+                what=f"{spec.name}'s start record",
+            )
+            assert started
+        await admin.close()
+
+
+async def test_a_node_agent_reaches_only_its_own_nodes_subjects(tmp_path: Path) -> None:
+    async with secured_nats(tmp_path) as nats_:
+        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        await admin.ensure_streams()
+        agent = await Bus.connect(nats_.url("agent-gpu-0"), cluster=C, name="agent-gpu-0")
+        beat = Heartbeat(node=NODE, at=1.0, seq=1, started=1.0)
+        await agent.publish(subjects.telemetry(C, "heartbeat", NODE), beat)  # its own: stored
+        own = subjects.node_limits(C, NODE)
+        await admin.js.publish(own, b'{"limits": "for gpu-0"}')
+        got = await agent.js.get_last_msg(subjects.stream_name(C, "limits"), own, direct=True)
+        assert got.data == b'{"limits": "for gpu-0"}'  # its own limits: readable
+        violations = Violations()
+        nc = await violations.connect(nats_.url("agent-gpu-0"), "agent-gpu-0")
+        other = subjects.telemetry(C, "heartbeat", "gpu-1")
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.jetstream().publish(other, encode(beat), timeout=1.0)
+        # It may not read another node's limits, nor create consumers.
+        await nc.subscribe(subjects.node_limits(C, "gpu-1"))
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.jetstream(timeout=1.0).stream_info(subjects.stream_name(C, "actions"))
+        await until(lambda: violations.saw(other), what="the other node's telemetry refused")
+        await until(lambda: violations.saw(subjects.node_limits(C, "gpu-1")),
+                    what="the other node's limits refused")  # fmt: skip
+        stored = await admin.snapshot(subjects.wildcard(C, subjects.TELEMETRY, ">"), Heartbeat)
+        assert [b.node for b in stored] == [NODE]
+        await nc.close()
+        await agent.close()
+        await admin.close()
+
+
+async def test_services_connect_over_tls_with_their_credentials(tmp_path: Path) -> None:
+    from services.admission.certificates import self_signed
+
+    cert, key = self_signed(str(tmp_path / "tls"), hosts=("127.0.0.1",), days=1)
+    found = access.users(specs(), C)
+    config = access.server_config(found, host="127.0.0.1", store_dir=None,
+                                  tls={"cert_file": cert, "key_file": key})  # fmt: skip
+    path = tmp_path / "nats.conf"
+    path.write_text(json.dumps(config))
+    async with running_nats(config=path) as server:
+        tls_server = server.replace("nats://", "tls://")
+        urls = {u.name: access.url_for(tls_server, u) for u in found}
+        admin = await Bus.connect(urls["admin"], cluster=C, name="test", ca_file=cert)
+        await admin.ensure_streams()
+        bridge = await Bus.connect(urls["bridge"], cluster=C, name="bridge", ca_file=cert)
+        beat = Heartbeat(node=NODE, at=1.0, seq=1, started=1.0)
+        subject = subjects.subject(C, subjects.K8S, "node", NODE)
+        await bridge.js.publish(subject, encode(beat))  # stored: the bridge may publish objects
+        assert (await admin.js.stream_info(subjects.stream_name(C, "k8s"))).state.messages == 1
+        assert bridge.nc.connected_url is not None and bridge.nc.connected_url.scheme == "tls"
+        await bridge.close()
+        await admin.close()
+
+
+async def test_only_the_actuator_may_change_a_streams_configuration(tmp_path: Path) -> None:
+    """A RePublish on EVENTS would turn gang's placement decisions into taint actions
+    (ACTIONS captures what is republished): only the actuator may change a stream."""
+    import dataclasses
+
+    from nats.js.api import RePublish
+
+    from libs.bus import streams
+
+    async with secured_nats(tmp_path) as nats_:
+        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        await admin.ensure_streams()
+        events = next(c for c in streams.stream_configs(C)
+                      if c.name == subjects.stream_name(C, "events"))  # fmt: skip
+        hostile = dataclasses.replace(
+            events, republish=RePublish(src="baton.c1.placement.>", dest="baton.c1.action.taint.>")
+        )
+        violations = Violations()
+        nc = await violations.connect(nats_.url("gang"), "gang")
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.jetstream(timeout=1.0).update_stream(hostile)
+        await until(lambda: violations.saw(f"$JS.API.STREAM.UPDATE.{events.name}"),
+                    what="the update refused")  # fmt: skip
+        await nc.close()
+        info = await admin.js.stream_info(events.name or "")
+        assert info.config.republish is None
+        # A service whose streams differ from what it would declare goes on, and says so.
+        gang_bus = await Bus.connect(nats_.url("gang"), cluster=C, name="gang")
+        await gang_bus.ensure_streams([hostile])  # refused: waits for the API's timeout
+        await gang_bus.close()
+        actuator_bus = await Bus.connect(nats_.url("actuator"), cluster=C, name="actuator")
+        await actuator_bus.js.update_stream(events)  # the actuator may
+        await actuator_bus.close()
+        await admin.close()
+
+
+async def test_a_push_consumer_cannot_deliver_a_decision_into_the_actions_stream(
+    tmp_path: Path,
+) -> None:
+    """JetStream delivers a push consumer's messages to its deliver subject, and a stream
+    captures them there once someone listens: no service may listen on action subjects,
+    so gang's placements cannot become actions that way, until an admin tool listens
+    (docs/security.md, "Not enforced yet")."""
+    from nats.js.api import ConsumerConfig
+
+    async with secured_nats(tmp_path) as nats_:
+        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        await admin.ensure_streams()
+        forged = taint("via-push", "gpu-1", by="health")
+        target = action_subject(C, forged)
+        violations = Violations()
+        nc = await violations.connect(nats_.url("gang"), "gang")
+        js = nc.jetstream(timeout=2.0)
+        await js.publish(subjects.subject(C, subjects.PLACEMENT, "placed", "a", "g"),
+                         encode(forged))  # fmt: skip
+        push = ConsumerConfig(deliver_subject=target, ack_policy="none")
+        await js.add_consumer(subjects.stream_name(C, "events"), push)
+        await nc.subscribe(target)  # interest would make the server deliver: refused
+        await until(lambda: violations.saw(target), what="the subscription refused")
+        await asyncio.sleep(1.0)  # give a delivery the time it would take
+        actions = subjects.stream_name(C, "actions")
+        assert (await admin.js.stream_info(actions)).state.messages == 0
+        # The guard is that permission: with a listener, the delivery lands in ACTIONS.
+        await admin.nc.subscribe(target)
+
+        async def landed() -> bool:
+            return (await admin.js.stream_info(actions)).state.messages > 0
+
+        await until(landed, what="the delivery captured once someone listens")
+        await nc.close()
+        await admin.close()

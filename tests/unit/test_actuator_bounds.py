@@ -1,0 +1,50 @@
+"""The actuator's bounds: members per action capped (refused with the reason, nothing
+charged), and the rate bucket charged for the API writes an action really made."""
+
+from __future__ import annotations
+
+import pytest
+
+from proto.actions import BindGang, Binding, Cordon, EvictGang
+from services.actuator import core
+from services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle
+
+pytestmark = pytest.mark.unit
+
+
+def bind(id_: str, size: int) -> BindGang:
+    bindings = tuple(Binding(namespace="a", pod=f"p{i}", node=f"n{i}") for i in range(size))
+    return BindGang(id=id_, by="gang", at=0.0, gang="a/g", bindings=bindings)
+
+
+def test_a_bind_naming_more_members_than_the_cap_is_refused_with_the_reason() -> None:
+    state = core.initial(Limits(qps=100, burst=100, max_members=64), now=0.0)
+    state, out = core.step(state, Arrived(action=bind("forged", 10_000), ticket=1), 0.0)
+    assert not [o for o in out if isinstance(o, Apply)]
+    (report,) = [o for o in out if isinstance(o, Report)]
+    assert report.result.outcome == "failed"
+    assert "10000 members" in report.result.error and "64" in report.result.error
+    assert "BATON_ACTUATOR_MAX_MEMBERS" in report.result.error
+    assert [o.verdict for o in out if isinstance(o, Settle)] == ["ack"]
+    assert state.bucket.tokens == 100  # nothing charged: other actions go on at once
+    state, out = core.step(state, Arrived(action=bind("next", 64), ticket=2), 0.0)
+    assert [o.action.id for o in out if isinstance(o, Apply)] == ["next"]  # at the cap: fine
+    state, out = core.step(state, Arrived(action=bind("forged", 10_000), ticket=3), 0.0)
+    (again,) = [o for o in out if isinstance(o, Report)]
+    assert again.result.outcome == "already"  # a redelivery is answered, not re-judged
+
+
+def test_an_evict_gang_is_capped_too() -> None:
+    state = core.initial(Limits(max_members=8), now=0.0)
+    action = EvictGang(id="e", by="gang", at=0.0, gang="a/g", pods=bind("b", 9).bindings)
+    state, out = core.step(state, Arrived(action=action, ticket=1), 0.0)
+    assert [o.result.outcome for o in out if isinstance(o, Report)] == ["failed"]
+
+
+def test_the_bucket_is_charged_for_the_writes_an_action_made_beyond_its_estimate() -> None:
+    state = core.initial(Limits(qps=1, burst=10), now=0.0)
+    cordon = Cordon(id="c", by="health", at=0.0, node="n1", priority="health")
+    state, _ = core.step(state, Arrived(action=cordon, ticket=1), 0.0)
+    assert state.bucket.tokens == 9  # estimated: one write
+    state, _ = core.step(state, Finished(action_id="c", outcome="applied", calls=4), 0.0)
+    assert state.bucket.tokens == 6  # it made four: three more charged
