@@ -294,7 +294,7 @@ def test_preflight_pods_go_where_pod_security_admits_them() -> None:
     """DCGM's image runs as root: not in the restricted control-plane namespace."""
     health = of("Deployment")["baton-health"]["spec"]["template"]["spec"]
     (container,) = health["containers"]
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
     where = env["BATON_HEALTH_PREFLIGHT_NAMESPACE"]
     namespace = of("Namespace")[where]
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
