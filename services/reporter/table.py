@@ -67,6 +67,8 @@ def _admitted(d: GangAdmitted) -> str:
 
 
 def _queued(d: GangQueued) -> str:
+    if d.set_aside:
+        return f"not admitted, {d.reason}"
     return f"waiting for admission: {d.reason}"
 
 

@@ -20,15 +20,18 @@ from proto.k8s import (
     PodGroup,
     PodGroupEvent,
 )
+from proto.runner import Tick
 from services.admission.core import nodes, queueing
 from services.admission.core.gangs import Gang, Member
 from services.admission.core.state import State
 from services.admission.teams import DEFAULT, TeamConfig
 
-__all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step"]
+__all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step", "wants_tick"]
+
+wants_tick = queueing.wants_tick
 
 
-Input = NodeEvent | PodEvent | PodGroupEvent | EndpointSliceEvent | TeamsLoaded
+Input = NodeEvent | PodEvent | PodGroupEvent | EndpointSliceEvent | TeamsLoaded | Tick
 Output = AnyAction | AnyAdmissionEvent
 
 
@@ -58,6 +61,8 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             _load(state, config)
             outputs += nodes.reassign_all(state, now)
             _rehome_gangs(state)
+        case Tick():
+            pass  # time passed: a starving gang may reserve, a memberless one is set aside
     outputs += queueing.admit(state, now)
     return state, tuple(outputs)
 
@@ -65,7 +70,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
 def _relevant(event: Input) -> bool:
     if isinstance(event, PodEvent):
         return bool(event.pod.gang) or event.pod.scheduler_name == SCHEDULER_NAME
-    return isinstance(event, NodeEvent | PodGroupEvent | TeamsLoaded)
+    return isinstance(event, NodeEvent | PodGroupEvent | TeamsLoaded | Tick)
 
 
 def _load(state: State, config: TeamConfig) -> None:
@@ -84,6 +89,7 @@ def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> l
     if known is not None:
         known.min_member, known.gpus_per_pod, known.min_gpus = min_member, per_pod, min_gpus
         known.api, known.carrier = group.api, ""  # the group object carries the marks now
+        known.schedule_timeout = _timeout(group)
         return _changed(state, known, now)
     gang = Gang(
         key=group.key,
@@ -94,6 +100,7 @@ def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> l
         members=state.pending_pods.pop(group.key, {}),
         min_gpus=min_gpus,
         api=group.api,
+        schedule_timeout=_timeout(group),
     )
     return _new_gang(state, gang, group.annotations, now)
 
@@ -266,6 +273,11 @@ def _rehome_gangs(state: State) -> None:
             gang.team, gang.reason = team, ""
             if team and not gang.finished:
                 state.enqueue(gang)
+
+
+def _timeout(group: PodGroup) -> float | None:
+    seconds = group.schedule_timeout_seconds
+    return float(seconds) if seconds is not None and seconds > 0 else None
 
 
 def _int_annotation(value: str | None) -> int | None:

@@ -1,8 +1,11 @@
 """Gang admission: quota, borrowing, reclaim, and each team's queue in order.
 
-One cycle (``admit``), per team in order of team priority:
+One cycle (``admit``), one gang at a time, teams in order of team priority, then
+weighted fair share (``team_order``):
 
-1. snapshot: the head of the team's queue and what the team uses;
+1. snapshot: the team's queue in order (StrictFIFO: its head only; BestEffortFIFO:
+   past gangs that cannot go now, less what a starving gang reserves; gangs that can
+   never go, or whose pods did not come, are set aside) and what the team uses;
 2. decide: in quota (room on the team's own nodes, reclaiming other teams' borrowing
    gangs there if short), or borrowing, whole, within the team's limit and what
    lenders have idle (it then runs on lenders' nodes only), or wait with a reason;
@@ -16,35 +19,115 @@ lowest gang priority, then newest.
 
 from __future__ import annotations
 
+import msgspec
+
 from proto import ids, keys
 from proto.actions import Annotate, AnyAction, Binding, EvictGang
 from proto.admission import GangAdmitted, GangPreempted, GangQueued
 from services.admission.core.gangs import ACTIVE, Gang, queue_key
 from services.admission.core.state import State, on_team
 
-__all__ = ["admit", "preempt", "queue_key", "queued", "reclaim_plan", "remark"]
+__all__ = [
+    "admit", "preempt", "queue_key", "queued", "reclaim_plan", "remark", "team_order", "wants_tick",
+]  # fmt: skip
 
 Output = AnyAction | GangAdmitted | GangQueued | GangPreempted
 
 
 def admit(state: State, now: float) -> list[Output]:
-    """Admit every queue head that fits, team by team, until nothing changes."""
+    """Admit gangs until none more can go: one gang at a time, from the team served
+    first (``team_order``), so shares are re-weighed after every admission."""
     outputs: list[Output] = []
-    teams = sorted(state.config.teams, key=lambda t: (-t.priority, t.name))
-    changed = True
-    while changed:
-        changed = False
-        for team in teams:
-            while state.queues.get(team.name):
-                key = state.queues[team.name][0][1]
-                outputs.extend(_try(state, state.gangs[key], now))
-                if not state.gangs[key].admitted:
-                    break
-                changed = True
+    while any(_serve(state, team, now, outputs) for team in team_order(state)):
+        pass
     return outputs
 
 
-def _try(state: State, gang: Gang, now: float) -> list[Output]:
+def team_order(state: State) -> list[str]:
+    """Teams by priority (high first), then weighted fair share: the GPUs a team holds
+    (in quota and borrowed) over its weight, lowest first; then name."""
+    return [
+        t.name
+        for t in sorted(
+            state.config.teams,
+            key=lambda t: (-t.priority, share(state, t.name) / t.weight, t.name),
+        )
+    ]
+
+
+def share(state: State, team: str) -> float:
+    """What the team holds, relative to its quota (its GPUs if it has no quota)."""
+    held = state.used.get(team, 0) + state.lent.get(team, 0)
+    return held / max(state.quota(team), 1)
+
+
+def _serve(state: State, team: str, now: float, outputs: list[Output]) -> bool:
+    """Admit the first gang of the team's queue that may go (True), in the team's
+    queueing strategy: StrictFIFO stops at the head; BestEffortFIFO goes on past gangs
+    that cannot go now, less what a starving gang (waited ``starvation_s``) reserves."""
+    queueing = state.config.queueing
+    strict = queueing.strategy == "StrictFIFO"
+    reserve: Gang | None = None
+    tried: dict[int, str] = {}  # need -> why it waits: the same need fares the same
+    for _, key in list(state.queues.get(team, ())):
+        gang = state.gangs[key]
+        aside = _aside(state, gang, now)
+        if aside:
+            outputs.extend(_wait(state, gang, now, reason=aside, aside=True))
+            continue
+        gang.aside = ""
+        held = reserve.gpus if reserve is not None else 0
+        if gang.known and gang.gpus in tried:
+            outputs.extend(_wait(state, gang, now, reason=tried[gang.gpus]))
+            continue
+        outputs.extend(_try(state, gang, now, reserve=held, behind=reserve))
+        if gang.admitted:
+            return True
+        if strict:
+            return False
+        if gang.known:
+            tried[gang.gpus] = gang.reason
+            if reserve is None and now - gang.created_at >= queueing.starvation_s:
+                reserve, tried = gang, {}  # those behind must leave it room
+    return False
+
+
+def _aside(state: State, gang: Gang, now: float) -> str:
+    """Why a gang is set aside rather than waiting its turn ('' if it is not): it could
+    never be admitted, or its member pods did not come."""
+    if gang.known and gang.gpus > state.ceiling(gang.team):
+        team = gang.team
+        return (
+            f"set aside: needs {gang.gpus} GPUs but a gang of team {team!r} runs either "
+            f"within its quota ({state.quota(team)}) or wholly on borrowed GPUs (at most "
+            f"{state.borrow_limit(team)}), so at most {state.ceiling(team)}; lower its "
+            "size or ask for a larger quota"
+        )
+    if gang.lone or gang.carrier:
+        return ""
+    active = sum(1 for m in gang.members.values() if m.phase in ACTIVE)
+    limit = gang.schedule_timeout or state.config.queueing.members_timeout_s
+    if active < gang.min_member and now - gang.created_at >= limit:
+        which = "scheduleTimeoutSeconds" if gang.schedule_timeout else "members_timeout_s"
+        return (
+            f"set aside: {active} of {gang.min_member} member pods after {limit:g} s "
+            f"({which}); check the pods' pod-group label and the namespace's Events for "
+            "pods the webhook refused"
+        )
+    return ""
+
+
+def wants_tick(state: State, now: float) -> bool:
+    """A queued PodGroup still short of members will be set aside when its time comes."""
+    return any(
+        not g.aside and not g.lone and not g.carrier and g.qkey is not None
+        for g in state.gangs.values()
+    )
+
+
+def _try(
+    state: State, gang: Gang, now: float, *, reserve: int = 0, behind: Gang | None = None
+) -> list[Output]:
     if not gang.known:
         return _wait(
             state,
@@ -57,27 +140,17 @@ def _try(state: State, gang: Gang, now: float) -> list[Output]:
         )
     need, team = gang.gpus, gang.team
     used, quota, limit = state.used.get(team, 0), state.quota(team), state.borrow_limit(team)
-    if need > state.ceiling(team):
-        return _wait(
-            state,
-            gang,
-            now,
-            reason=(
-                f"needs {need} GPUs but a gang of team {team!r} runs either within its quota "
-                f"({quota}) or wholly on borrowed GPUs (at most {limit}), so at most "
-                f"{state.ceiling(team)}"
-            ),
-        )
-    if used + need <= quota:
-        return _in_quota(state, gang, now)
+    kept = f" and {reserve} reserved for {behind.key}, which has waited longest" if behind else ""
+    if used + reserve + need <= quota:
+        return _in_quota(state, gang, now, reserve=reserve, kept=kept)
     if limit == 0:
         return _wait(
             state,
             gang,
             now,
             reason=(
-                f"team {team!r} uses {used} of its {quota} GPU quota; the gang needs {need} "
-                "and the team may not borrow"
+                f"team {team!r} uses {used} of its {quota} GPU quota{kept}; the gang needs "
+                f"{need} and the team may not borrow"
             ),
         )
     borrowed = state.borrowed(team)
@@ -91,24 +164,25 @@ def _try(state: State, gang: Gang, now: float) -> list[Output]:
                 f"the gang needs {need}, which would borrow {borrowed + need} of at most {limit}"
             ),
         )
-    lendable = min(state.lendable(team), state.free())
+    lendable = min(state.lendable(team), state.free()) - reserve
     if need > lendable:
         return _wait(
             state,
             gang,
             now,
             reason=(
-                f"team {team!r} is at quota ({used}/{quota} GPUs) and other teams lend only "
-                f"{lendable} idle GPUs; the gang needs {need}"
+                f"team {team!r} is at quota ({used}/{quota} GPUs{kept}) and other teams lend "
+                f"only {max(lendable, 0)} idle GPUs; the gang needs {need}"
             ),
         )
     return _commit(state, gang, now, borrowing=True)
 
 
-def _in_quota(state: State, gang: Gang, now: float) -> list[Output]:
-    """Within quota: on the team's own nodes, reclaiming borrowed GPUs if they are short."""
+def _in_quota(state: State, gang: Gang, now: float, *, reserve: int, kept: str) -> list[Output]:
+    """Within quota: on the team's own nodes, reclaiming borrowed GPUs if they are short
+    (less what a starving gang ahead reserves)."""
     need, team = gang.gpus, gang.team
-    room, free = state.room(team), state.free()
+    room, free = state.room(team) - reserve, state.free() - reserve
     outputs: list[Output] = []
     if need > room or need > free:
         victims = reclaim_plan(state, team=team, short_own=need - room, short=need - free)
@@ -119,7 +193,7 @@ def _in_quota(state: State, gang: Gang, now: float) -> list[Output]:
                 now,
                 reason=(
                     f"within team {team!r} quota, waiting for capacity: needs {need} GPUs, "
-                    f"{max(0, min(room, free))} free on the team's nodes"
+                    f"{max(0, min(room, free))} free on the team's nodes{kept}"
                 ),
             )
         for victim in victims:
@@ -245,13 +319,17 @@ def remark(gang: Gang, now: float) -> Annotate:
     )
 
 
-def _wait(state: State, gang: Gang, now: float, *, reason: str) -> list[Output]:
+def _wait(
+    state: State, gang: Gang, now: float, *, reason: str, aside: bool = False
+) -> list[Output]:
+    gang.aside = reason if aside else ""
     if reason == gang.reason:
         return []
     gang.reason = reason
-    return [
-        GangQueued(at=now, gang=gang.key, team=gang.team, reason=reason, position=0, gpus=gang.gpus)
-    ]
+    event = GangQueued(
+        at=now, gang=gang.key, team=gang.team, reason=reason, position=0, gpus=gang.gpus
+    )
+    return [msgspec.structs.replace(event, set_aside=True) if aside else event]
 
 
 def queued(state: State, gang: Gang, now: float) -> GangQueued:
