@@ -96,3 +96,4 @@ class GangPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     assume_timeout_s: float = 30.0  # forget a placement whose pods never showed up bound
     verdict_refresh_s: float = 10.0  # recompute a cheaply rejected gang's verdict this often
     reserve_after_s: float = 0.0  # the head reserves nodes once it has waited this long
+    strict_fifo: bool = False  # nothing behind the first gang that does not fit is placed

@@ -15,7 +15,7 @@ from libs.view import Shape, group_by_shape
 from proto import ids, keys
 from proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
 from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
-from proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable
+from proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from proto.runner import Tick
 from services.gang import ordering, restarting
 from services.gang.gangs import Assumption, Cluster, Gang, delete_pod, new_cluster
@@ -45,7 +45,8 @@ def wants_tick(state: State, now: float) -> bool:
     """A cycle can change something: a gang waits to be placed, or a placement in flight
     may expire. An idle cluster gets no ticks (and no tick records)."""
     return bool(state.inflight) or any(
-        g.pending and not g.bound for g in state.cluster.gangs.values()
+        (g.pending and not g.bound) or ordering.short(state.cluster, g)
+        for g in state.cluster.gangs.values()
     )
 
 
@@ -84,8 +85,10 @@ def cycle(state: State, now: float) -> list[Output]:
     queue = ordering.queue(cl, now=now, require_admission=policy.require_admission)
     free = cl.free_totals()
     head, reserved, young = "", frozenset[str](), False
-    outputs: list[Output] = []
+    outputs: list[Output] = list(_set_aside(state, now))
     for gang in queue:
+        if head and policy.strict_fifo:
+            break  # strict FIFO: nothing passes the head
         members = group_by_shape(ordering.members(cl, gang))
         required, preferred = _levels(gang)
         if required and required not in cl.levels:  # a level the search cannot honour
@@ -102,6 +105,8 @@ def cycle(state: State, now: float) -> list[Output]:
                 young = bool(nodes) and not _waited(state, gang, now)
                 if nodes and not young:  # it reserves once it has waited reserve_after_s
                     head, reserved = gang.key, nodes
+                elif nodes and policy.strict_fifo:
+                    head = gang.key
             outputs += _unschedulable(
                 state, gang, members, found, head=head, reserved=reserved, now=now
             )
@@ -113,6 +118,31 @@ def cycle(state: State, now: float) -> list[Output]:
         outputs += _commit(
             cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s
         )
+    return outputs
+
+
+def _set_aside(state: State, now: float) -> list[Output]:
+    """PodGroups still short of member pods past their ``scheduleTimeoutSeconds``: never
+    a head, told why once (a typo in the pod-group label, pods the webhook refused)."""
+    cl, outputs = state.cluster, list[Output]()
+    for gang in cl.gangs.values():
+        if not ordering.short(cl, gang) or not _timed_out(cl, gang, now):
+            continue
+        group = gang.group
+        assert group is not None
+        have, need = len(gang.pending) + len(gang.bound), ordering.min_member(cl, gang)
+        event = GangUnschedulable(
+            gang=gang.key,
+            at=now,
+            reason=(
+                f"set aside: {have} of {need} member pods after "
+                f"{group.schedule_timeout_seconds} s (scheduleTimeoutSeconds); check the "
+                "pods' pod-group label and the namespace's Events for pods refused"
+            ),
+            need=Need(nodes=0),
+            members=need,
+        )
+        outputs += _published(gang, event)
     return outputs
 
 

@@ -32,6 +32,7 @@ class Settings(Base, frozen=True, kw_only=True):
     assume_timeout_s: float = 30.0
     verdict_refresh_s: float = 10.0
     reserve_after_s: float = 0.0
+    strict_fifo: bool = False  # nothing behind the first gang that does not fit is placed
     config: str = ""  # BATON_GANG_CONFIG: a settings file (read before the others)
 
     def __post_init__(self) -> None:
@@ -56,6 +57,7 @@ class Settings(Base, frozen=True, kw_only=True):
             recreate_bare_pods=self.recreate_bare_pods, backoff_s=self.backoff_s,
             backoff_max_s=self.backoff_max_s, assume_timeout_s=self.assume_timeout_s,
             verdict_refresh_s=self.verdict_refresh_s, reserve_after_s=self.reserve_after_s,
+            strict_fifo=self.strict_fifo,
         )  # fmt: skip
 
 

@@ -83,6 +83,14 @@ def is_ready(cluster: Cluster, gang: Gang, *, now: float, require_admission: boo
     return not require_admission or is_admitted(cluster, gang)
 
 
+def short(cluster: Cluster, gang: Gang) -> bool:
+    """A PodGroup with a timeout, not running, with fewer member pods than it needs."""
+    group = gang.group
+    if group is None or group.schedule_timeout_seconds is None or gang.bound:
+        return False
+    return len(gang.pending) < min_member(cluster, gang)
+
+
 def priority(cluster: Cluster, gang: Gang) -> int:
     return max((cluster.pods[k].priority for k in gang.pending if k in cluster.pods), default=0)
 
