@@ -17,7 +17,7 @@ from proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePo
 from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from proto.runner import Tick
-from services.gang import ordering, restarting
+from services.gang import ordering, preempting, restarting
 from services.gang.gangs import Assumption, Cluster, Gang, delete_pod, new_cluster
 from services.gang.needs import identity, shortfall, unknown_level, verdict
 from services.gang.topology import Plan, Search, reserve, search
@@ -34,6 +34,9 @@ class State:
     policy: Policy
     cluster: Cluster  # the shared view (``libs.view``) with the gang core's gangs
     inflight: dict[str, str] = field(default_factory=dict)  # action id -> gang key
+    # gang key -> (nodes it will take once the gangs preempted for it are gone, since)
+    nominated: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict)
+    moved: tuple[float, ...] = ()  # when gangs were moved to defragment (the last hour)
 
 
 def initial(policy: Policy | None = None) -> State:
@@ -84,11 +87,12 @@ def cycle(state: State, now: float) -> list[Output]:
     # 1. snapshot: the gangs ready to place, highest priority then oldest first.
     queue = ordering.queue(cl, now=now, require_admission=policy.require_admission)
     free = cl.free_totals()
-    head, reserved, young = "", frozenset[str](), False
+    head, reserved, young, tried = "", frozenset[str](), False, False
     outputs: list[Output] = list(_set_aside(state, now))
     for gang in queue:
         if head and policy.strict_fifo:
             break  # strict FIFO: nothing passes the head
+        held = _held(state, gang, reserved)
         members = group_by_shape(ordering.members(cl, gang))
         required, preferred = _levels(gang)
         if required and required not in cl.levels:  # a level the search cannot honour
@@ -97,8 +101,17 @@ def cycle(state: State, now: float) -> list[Output]:
         # 2. decide: all members in the narrowest, best-fitting domain, or none.
         found = None
         if not shortfall(members, free, floor=_floor(gang)):
-            found = search(cl, members, required=required, preferred=preferred, excluded=reserved)
+            found = search(cl, members, required=required, preferred=preferred, excluded=held)
         if found is None or found.plan is None:
+            if not tried and _may_make_room(state, gang, now):
+                tried = True  # one try a cycle: each costs searches
+                room = preempting.make_room(
+                    cl, gang, members, required=required, preferred=preferred, excluded=held,
+                    limits=_limits(state), now=now,
+                )  # fmt: skip
+                gang.room_after = now + policy.verdict_refresh_s
+                if room is not None:
+                    outputs += _take_off(state, gang, room, now)
             if not head and not young and not _timed_out(cl, gang, now):
                 # the first gang that does not fit (and has not timed out) is the head
                 nodes = reserve(cl, members, required=required, preferred=preferred)
@@ -113,11 +126,55 @@ def cycle(state: State, now: float) -> list[Output]:
             continue
         # 3. assume: members count against their nodes from now on.
         action_id = assume(state, gang, found.plan, members, now)
+        state.nominated.pop(gang.key, None)
         _take(free, members)
         # 4. commit: one idempotent all-or-nothing bind for the actuator.
         outputs += _commit(
             cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s
         )
+    return outputs
+
+
+def _held(state: State, gang: Gang, reserved: frozenset[str]) -> frozenset[str]:
+    """Nodes ``gang`` may not use: the head's reservation, nodes nominated for others."""
+    if not state.nominated:
+        return reserved
+    others = [nodes for key, (nodes, _) in state.nominated.items() if key != gang.key]
+    return reserved.union(*others)
+
+
+def _may_make_room(state: State, gang: Gang, now: float) -> bool:
+    """Not while gangs taken off for it are still leaving, not within its timeout's
+    end, and not more often than ``verdict_refresh_s``."""
+    return (
+        gang.key not in state.nominated
+        and now >= gang.room_after
+        and not _timed_out(state.cluster, gang, now)
+    )
+
+
+def _limits(state: State) -> preempting.Limits:
+    policy = state.policy
+    return preempting.Limits(
+        preemption=policy.preemption, min_run_s=policy.preempt_min_run_s,
+        moves_per_hour=policy.defrag_moves_per_hour, moved=state.moved,
+    )  # fmt: skip
+
+
+def _take_off(state: State, gang: Gang, room: preempting.Room, now: float) -> list[Output]:
+    """Evict the victims whole (their pods' grace: ``preempt_grace_s``) and nominate the
+    nodes the waiting gang will take."""
+    cl, policy = state.cluster, state.policy
+    outputs: list[Output] = []
+    for victim in room.victims:
+        outputs += restarting.restart(
+            cl, victim, node="", reason=room.why, recreate=policy.recreate_bare_pods, now=now,
+            grace=policy.preempt_grace_s,
+        )  # fmt: skip
+    if room.why.startswith("moved"):
+        recent = (t for t in state.moved if now - t < preempting.HOUR)
+        state.moved = (*recent, *(now for _ in room.victims))
+    state.nominated[gang.key] = (room.nodes, now)
     return outputs
 
 
@@ -203,6 +260,7 @@ def assume(
     uids = sorted(cl.pods[k].uid for k in plan.nodes)
     action_id = ids.make("bind", uid, gang.attempt, *uids)
     gang.assumed = Assumption(action_id=action_id, nodes=dict(plan.nodes), at=now)
+    gang.started = now
     for key, node in plan.nodes.items():
         cl.account(key, node, cl.pods[key].requests)
     state.inflight[action_id] = gang.key
@@ -235,8 +293,14 @@ def on_result(state: State, result: ActionResult, now: float) -> None:
 
 
 def expire(state: State, now: float) -> None:
-    """Forget placements whose pods never showed up bound (actuator down, dry run)."""
+    """Forget placements whose pods never showed up bound (actuator down, dry run), and
+    nominations whose gang no longer waits or whose victims never left."""
     timeout = state.policy.assume_timeout_s
+    keep = timeout + state.policy.preempt_grace_s
+    for key, (_, since) in list(state.nominated.items()):
+        gang = state.cluster.gangs.get(key)
+        if gang is None or not gang.pending or now - since >= keep:
+            del state.nominated[key]
     for gang in list(state.cluster.gangs.values()):
         if gang.assumed is not None and now - gang.assumed.at >= timeout:
             forget(state, gang, now)

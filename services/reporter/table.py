@@ -48,6 +48,11 @@ def _placed(d: GangPlaced) -> str:
 
 
 def _restarted(d: GangRestarted) -> str:
+    if not d.node:  # taken off to make room (preempted, or moved to defragment)
+        return (
+            f"{d.reason}: the whole gang is taken off and waits to be placed again; "
+            f"{d.evicted} members evicted, {d.recreated} recreated"
+        )
     return (
         f"node {d.node} failed ({d.reason}): the whole gang restarts; {d.evicted} members "
         f"evicted, {d.recreated} recreated (restart {d.restarts})"
