@@ -52,6 +52,10 @@ class Queueing(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
     starvation_s: Annotated[float, msgspec.Meta(ge=0)] = 1800.0
     members_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    # a gang over its team's quota preempts lower-priority gangs of its team (whole,
+    # least GPU-time lost first) that have run at least preempt_min_run_s
+    preempt_within_team: bool = True
+    preempt_min_run_s: Annotated[float, msgspec.Meta(ge=0)] = 300.0
 
 
 class Team(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

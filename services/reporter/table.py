@@ -60,6 +60,11 @@ def _restarted(d: GangRestarted) -> str:
 
 
 def _preempted(d: GangPreempted) -> str:
+    if d.for_team == d.team:
+        return (
+            f"preempted whole for the higher-priority gang {d.for_gang} of the same team "
+            f"({d.gpus} GPUs); the gang waits in its team's queue again"
+        )
     return (
         f"preempted whole: team {d.for_team!r} takes back its {d.gpus} lent GPUs for gang "
         f"{d.for_gang}; the gang waits in its team's queue again"

@@ -8,7 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from proto.admission import GangAdmitted, GangQueued
+from proto.actions import EvictGang
+from proto.admission import GangAdmitted, GangPreempted, GangQueued
 from proto.runner import Tick
 from services.admission.core import queueing
 from tests.unit.test_admission_core import cluster, feed, group, node, of, pods, submit
@@ -121,3 +122,28 @@ def test_teams_are_served_by_weighted_share_of_what_they_hold(weight: int, to_y:
     lent = admitted(out)
     assert len(lent) == 3
     assert sum(1 for g in lent if g.startswith("y/")) == to_y, lent
+
+
+# -- priority preemption within a team ---------------------------------------------------
+
+
+def test_a_higher_priority_gang_over_quota_preempts_lower_ones_of_its_team_whole() -> None:
+    state = cluster(ONE, NODES3)
+    feed(state, submit("a", "old", 1, at=0.0), now=0.0)
+    feed(state, submit("a", "new", 1, at=100.0), now=100.0)  # 16 of 16 used
+    early = feed(state, submit("a", "urgent", 1, at=200.0, priority=10), now=200.0)
+    assert admitted(early) == []  # neither has run preempt_min_run_s (300 s)
+    out = feed(state, [Tick(at=400.0)], now=400.0)
+    assert [p.gang for p in of(out, GangPreempted)] == ["a/new"]  # least GPU-time lost
+    (evict,) = of(out, EvictGang)
+    assert evict.gang == "a/new" and [p.pod for p in evict.pods] == ["new-0"]
+    assert admitted(out) == ["a/urgent"]
+    assert not state.gangs["a/new"].admitted and state.gangs["a/new"].qkey is not None
+
+
+def test_equal_priority_or_preemption_off_preempts_nobody() -> None:
+    for config, priority in ((ONE, 0), (with_queueing(preempt_within_team=False), 10)):
+        state = cluster(config, NODES3)
+        feed(state, submit("a", "one", 2, at=0.0), now=0.0)
+        out = feed(state, submit("a", "two", 1, at=500.0, priority=priority), now=500.0)
+        assert of(out, GangPreempted) == [] and admitted(out) == []

@@ -40,6 +40,7 @@ class Gang:
     carrier: str = ""  # a gang without a group object (Kueue, Volcano): the pod marked
     schedule_timeout: float | None = None  # the PodGroup's scheduleTimeoutSeconds
     aside: str = ""  # why the gang is set aside (never fits, members missing); '' if not
+    admitted_at: float = 0.0  # when it was last admitted (0: before a restart)
 
     @property
     def gpus(self) -> int:

@@ -118,11 +118,9 @@ def _aside(state: State, gang: Gang, now: float) -> str:
 
 
 def wants_tick(state: State, now: float) -> bool:
-    """A queued PodGroup still short of members will be set aside when its time comes."""
-    return any(
-        not g.aside and not g.lone and not g.carrier and g.qkey is not None
-        for g in state.gangs.values()
-    )
+    """Time alone changes decisions while gangs wait: a gang starts to starve, a PodGroup
+    short of members is set aside, a running gang passes its minimum run time."""
+    return any(state.queues.values())
 
 
 def _try(
@@ -143,39 +141,31 @@ def _try(
     kept = f" and {reserve} reserved for {behind.key}, which has waited longest" if behind else ""
     if used + reserve + need <= quota:
         return _in_quota(state, gang, now, reserve=reserve, kept=kept)
-    if limit == 0:
-        return _wait(
-            state,
-            gang,
-            now,
-            reason=(
-                f"team {team!r} uses {used} of its {quota} GPU quota{kept}; the gang needs "
-                f"{need} and the team may not borrow"
-            ),
-        )
     borrowed = state.borrowed(team)
-    if borrowed + need > limit:
-        return _wait(
-            state,
-            gang,
-            now,
-            reason=(
-                f"team {team!r} uses {used} of its {quota} GPU quota and borrows {borrowed}; "
-                f"the gang needs {need}, which would borrow {borrowed + need} of at most {limit}"
-            ),
-        )
     lendable = min(state.lendable(team), state.free()) - reserve
-    if need > lendable:
-        return _wait(
-            state,
-            gang,
-            now,
-            reason=(
-                f"team {team!r} is at quota ({used}/{quota} GPUs{kept}) and other teams lend "
-                f"only {max(lendable, 0)} idle GPUs; the gang needs {need}"
-            ),
+    if limit and borrowed + need <= limit and need <= lendable:
+        return _commit(state, gang, now, borrowing=True)
+    if behind is None and (victims := _lower(state, gang, now)):  # nothing ahead reserves
+        outputs: list[Output] = []
+        for victim in victims:
+            outputs.extend(preempt(state, victim, now, for_gang=gang))
+        return outputs + _in_quota(state, gang, now, reserve=0, kept="")
+    if limit == 0:
+        reason = (
+            f"team {team!r} uses {used} of its {quota} GPU quota{kept}; the gang needs "
+            f"{need} and the team may not borrow"
         )
-    return _commit(state, gang, now, borrowing=True)
+    elif borrowed + need > limit:
+        reason = (
+            f"team {team!r} uses {used} of its {quota} GPU quota and borrows {borrowed}; "
+            f"the gang needs {need}, which would borrow {borrowed + need} of at most {limit}"
+        )
+    else:
+        reason = (
+            f"team {team!r} is at quota ({used}/{quota} GPUs{kept}) and other teams lend "
+            f"only {max(lendable, 0)} idle GPUs; the gang needs {need}"
+        )
+    return _wait(state, gang, now, reason=reason)
 
 
 def _in_quota(state: State, gang: Gang, now: float, *, reserve: int, kept: str) -> list[Output]:
@@ -185,7 +175,7 @@ def _in_quota(state: State, gang: Gang, now: float, *, reserve: int, kept: str) 
     room, free = state.room(team) - reserve, state.free() - reserve
     outputs: list[Output] = []
     if need > room or need > free:
-        victims = reclaim_plan(state, team=team, short_own=need - room, short=need - free)
+        victims = reclaim_plan(state, team=team, short_own=need - room, short=need - free, now=now)
         if not victims:
             return _wait(
                 state,
@@ -201,16 +191,51 @@ def _in_quota(state: State, gang: Gang, now: float, *, reserve: int, kept: str) 
     return outputs + _commit(state, gang, now, borrowing=False)
 
 
-def reclaim_plan(state: State, *, team: str, short_own: int, short: int) -> list[Gang]:
+def _lower(state: State, gang: Gang, now: float) -> list[Gang]:
+    """In-quota gangs of the gang's team to preempt so that it fits its quota ([]: none
+    will do): lower priority only, run at least ``preempt_min_run_s``, lowest priority
+    then least GPU-time lost first."""
+    queueing = state.config.queueing
+    if not queueing.preempt_within_team or gang.borrowed:
+        return []
+    team, mine = gang.team, gang.priority
+    candidates = sorted(
+        (
+            g
+            for g in state.holding(team)
+            if g.admitted
+            and not g.borrowed
+            and g.priority < mine
+            and now - g.admitted_at >= queueing.preempt_min_run_s
+        ),
+        key=lambda g: (g.priority, g.held * (now - g.admitted_at), g.key),
+    )
+    short = state.used.get(team, 0) + gang.gpus - state.quota(team)
+    victims: list[Gang] = []
+    for victim in candidates:
+        if short <= 0:
+            break
+        victims.append(victim)
+        short -= victim.held
+    return victims if short <= 0 else []
+
+
+def reclaim_plan(
+    state: State, *, team: str, short_own: int, short: int, now: float = 0.0
+) -> list[Gang]:
     """Borrowing gangs of other teams to preempt whole ([]: not enough): first those
     bound to ``team``'s nodes until ``short_own`` GPUs are back there, then any until
     ``short`` GPUs are free in the cluster; lowest team priority, then lowest gang
-    priority, then newest first."""
+    priority, then least GPU-time lost (newest admitted), then newest first. Borrowed
+    GPUs are taken back at once: no minimum run time (the quota is its owner's)."""
     priority = {t.name: t.priority for t in state.config.teams}
     candidates = sorted(
         (g for g in state.holding() if g.admitted and g.borrowed > 0 and g.team != team),
-        key=lambda g: (priority.get(g.team, 0), g.priority, -g.created_at, g.key),
-    )
+        key=lambda g: (
+            priority.get(g.team, 0), g.priority, g.held * (now - g.admitted_at), -g.created_at,
+            g.key,
+        ),
+    )  # fmt: skip
     victims: list[Gang] = []
     back = freed = 0
     for gang in candidates:
@@ -240,7 +265,10 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
     state.hold(gang, 0, borrowing=False)
     gang.admitted, gang.reason = False, ""
     state.enqueue(gang)
-    reason = f"reclaimed by team {for_gang.team!r} for {for_gang.key}"
+    if for_gang.team == gang.team:
+        reason = f"preempted for {for_gang.key} (priority {for_gang.priority})"
+    else:
+        reason = f"reclaimed by team {for_gang.team!r} for {for_gang.key}"
     when = f"{now:.6f}"  # a gang is preempted at most once at one time
     return [
         Annotate(
@@ -277,7 +305,7 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
 
 def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Output]:
     state.dequeue(gang)
-    gang.admitted, gang.reason = True, ""
+    gang.admitted, gang.reason, gang.admitted_at = True, "", now
     state.hold(gang, gang.gpus, borrowing=borrowing)
     borrowed = gang.borrowed
     annotations: dict[str, str | None] = {
