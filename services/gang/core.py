@@ -14,7 +14,7 @@ import msgspec
 from libs.view import Shape, group_by_shape
 from proto import ids, keys
 from proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
-from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from proto.k8s import GPU, NodeEvent, PodEvent, PodGroupEvent
 from proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from proto.runner import Tick
 from services.gang import ordering, preempting, restarting
@@ -92,6 +92,8 @@ def cycle(state: State, now: float) -> list[Output]:
     for gang in queue:
         if head and policy.strict_fifo:
             break  # strict FIFO: nothing passes the head
+        if head and free.get(GPU, 0) <= 0 and _settled(state, gang, now, tried=tried):
+            continue  # no GPU is free: it cannot fit, and it has nothing new to say
         held = _held(state, gang, reserved)
         members = group_by_shape(ordering.members(cl, gang))
         required, preferred = _levels(gang)
@@ -133,6 +135,17 @@ def cycle(state: State, now: float) -> list[Output]:
             cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s
         )
     return outputs
+
+
+def _settled(state: State, gang: Gang, now: float, *, tried: bool) -> bool:
+    """A GPU gang whose verdict stands and for whom no room is to be made this cycle:
+    with no GPU free it is skipped before its members are grouped (a long queue)."""
+    if gang.verdict is None or now - gang.checked_at >= state.policy.verdict_refresh_s:
+        return False
+    if not tried and _may_make_room(state, gang, now):
+        return False
+    pods = state.cluster.pods
+    return any(pods[k].requests.get(GPU, 0) > 0 for k in gang.pending if k in pods)
 
 
 def _held(state: State, gang: Gang, reserved: frozenset[str]) -> frozenset[str]:
