@@ -115,9 +115,9 @@ def llm_mix(seed: int = 7, hours: float = 72.0) -> list[Job]:
             at = rng.uniform(0, window * 0.9)
             jobs.append(Job(f"{kind}{i}", at, rng.choice(sizes), duration, **kw))  # type: ignore[arg-type]
 
-    add("eval", 1800, (1, 1, 2, 4, 8, 8), 15 * 60, preemptible=True)
-    add("tune", 120, (16, 32, 64, 128), 2 * 3600)
-    add("pretrain", 16, (256, 512, 512, 1024), 10 * 3600, priority=10)
+    add("eval", 2000, (1, 1, 2, 4, 8, 8), 15 * 60, preemptible=True)
+    add("tune", 160, (16, 32, 64, 128), 2 * 3600)
+    add("pretrain", 20, (256, 512, 512, 1024), 10 * 3600, priority=10)
     return sorted(jobs, key=lambda j: (j.submit, j.name))
 
 
@@ -381,10 +381,12 @@ def decision_time(queued: int = 10_000) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    p50, best, worst = decision_time()
-    print("### Decision time: a 1,024-pod gang, 7,500 nodes, 10,000 gangs queued\n")
-    print("| p50 ms | min ms | max ms | goal |\n|---:|---:|---:|---|")
-    print(f"| {p50:.1f} | {best:.1f} | {worst:.1f} | < 50 ms |\n", flush=True)
+    print("### Decision time: a 1,024-pod gang, 7,500 nodes (40% busy), gangs queued\n")
+    print("| gangs queued | p50 ms | min ms | max ms | goal |\n|---:|---:|---:|---:|---|")
+    for queued in (0, 10_000):  # 0: the baseline, same run
+        p50, best, worst = decision_time(queued)
+        print(f"| {queued:,} | {p50:.1f} | {best:.1f} | {worst:.1f} | < 50 ms |", flush=True)
+    print()
 
     jobs, note = philly()
     nodes = racks(zones=1, blocks=1, racks=5, nodes=8)
