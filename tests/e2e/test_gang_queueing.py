@@ -118,6 +118,8 @@ async def test_a_head_over_quota_and_an_empty_podgroup_block_nobody(tmp_path: Pa
             told = await until(ghost_event, what="an Event setting the empty PodGroup aside",
                                within=45)  # fmt: skip
             assert any("0 of 2 member pods" in m for m in told), told
-            assert admission.state.gangs["team-a/ghost"].aside
+            # both the gang service (its verdict) and admission (GangQueued) say so
+            await until(lambda: admission.state.gangs["team-a/ghost"].aside,
+                        what="admission setting the empty PodGroup aside", within=30)  # fmt: skip
         await bus.close()
         await api.close()

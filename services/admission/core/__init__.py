@@ -63,7 +63,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             _rehome_gangs(state)
         case Tick():
             pass  # time passed: a starving gang may reserve, a memberless one is set aside
-    outputs += queueing.admit(state, now)
+    outputs += queueing.admit(state, now, every=isinstance(event, Tick | TeamsLoaded))
     return state, tuple(outputs)
 
 
@@ -239,6 +239,8 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
         return []
     if gang.team and not gang.finished and gang.qkey != queueing.queue_key(gang):
         state.enqueue(gang)  # its priority changed: move it
+    elif gang.qkey is not None and gang.gpus != gang.told_gpus:
+        state.untold.add(gang.key)  # its demand changed: it is looked at again
     return []
 
 

@@ -41,6 +41,7 @@ class Gang:
     schedule_timeout: float | None = None  # the PodGroup's scheduleTimeoutSeconds
     aside: str = ""  # why the gang is set aside (never fits, members missing); '' if not
     admitted_at: float = 0.0  # when it was last admitted (0: before a restart)
+    told_gpus: int = -1  # its demand when it was last told why it waits
 
     @property
     def gpus(self) -> int:

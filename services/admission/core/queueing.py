@@ -34,13 +34,34 @@ __all__ = [
 Output = AnyAction | GangAdmitted | GangQueued | GangPreempted
 
 
-def admit(state: State, now: float) -> list[Output]:
+def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
     """Admit gangs until none more can go: one gang at a time, from the team served
-    first (``team_order``), so shares are re-weighed after every admission."""
+    first (``team_order``), so shares are re-weighed after every admission. Unless
+    ``every`` (a tick, a new config), a team with no room of any kind is passed over
+    without looking at its queue: with many gangs queued, most events change nothing."""
     outputs: list[Output] = []
-    while any(_serve(state, team, now, outputs) for team in team_order(state)):
-        pass
+    teams = [t for t in team_order(state) if every or not _stuck(state, t)]
+    while any(_serve(state, team, now, outputs) for team in teams):
+        teams = team_order(state)
     return outputs
+
+
+def _stuck(state: State, team: str) -> bool:
+    """Nothing of the team's could be admitted, whatever its size: no quota left,
+    nothing to borrow, and no gang of its own in quota to preempt; and no new gang
+    waits to be told why."""
+    if any(state.gangs[k].team == team for k in state.untold if k in state.gangs):
+        return False
+    if state.quota(team) - state.used.get(team, 0) > 0:
+        return False  # room in quota (what blocks it, borrowers, may be reclaimed)
+    borrow = state.borrow_limit(team) - state.borrowed(team)
+    if borrow > 0 and min(state.lendable(team), state.free()) > 0:
+        return False
+    queue = state.queues.get(team)
+    if not queue or not state.config.queueing.preempt_within_team:
+        return True
+    top = state.gangs[queue[0][1]].priority  # the queue is by priority, highest first
+    return not any(g.priority < top and not g.borrowed for g in state.holding(team))
 
 
 def team_order(state: State) -> list[str]:
@@ -350,7 +371,8 @@ def remark(gang: Gang, now: float) -> Annotate:
 def _wait(
     state: State, gang: Gang, now: float, *, reason: str, aside: bool = False
 ) -> list[Output]:
-    gang.aside = reason if aside else ""
+    gang.aside, gang.told_gpus = (reason if aside else ""), gang.gpus
+    state.untold.discard(gang.key)
     if reason == gang.reason:
         return []
     gang.reason = reason

@@ -40,6 +40,7 @@ class State:
     queues: dict[str, list[tuple[tuple[int, float, str], str]]] = field(default_factory=dict)
     pending_pods: dict[str, dict[str, Member]] = field(default_factory=dict)  # gang key -> pods
     holders: dict[str, set[str]] = field(default_factory=dict)  # team -> gangs holding GPUs
+    untold: set[str] = field(default_factory=set)  # queued, not yet told why they wait
 
     @property
     def nodes(self) -> dict[str, NodeView]:
@@ -109,6 +110,7 @@ class State:
         if gang.qkey is not None:
             self.dequeue(gang)
         queue = self.queues.setdefault(gang.team, [])
+        self.untold.add(gang.key)
         gang.qkey = queue_key(gang)
         entry = (gang.qkey, gang.key)
         position = bisect.bisect_left(queue, entry)
@@ -116,6 +118,7 @@ class State:
         return position
 
     def dequeue(self, gang: Gang) -> None:
+        self.untold.discard(gang.key)
         if gang.qkey is None:
             return
         queue = self.queues.setdefault(gang.team, [])
