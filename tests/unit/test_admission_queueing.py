@@ -40,6 +40,7 @@ def test_best_effort_a_head_over_the_remaining_quota_does_not_block_smaller_gang
         state, submit("a", "big", 2, at=2.0) + submit("a", "small", 1, at=3.0), now=3.0
     )  # big needs 16 with 8 left
     assert admitted(out) == ["a/small"]
+    feed(state, [Tick(at=4.0)], now=4.0)  # why it waits is brought up to date on ticks
     assert "uses 16 of its 16 GPU quota" in state.gangs["a/big"].reason
 
 

@@ -38,20 +38,36 @@ def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
     """Admit gangs until none more can go: one gang at a time, from the team served
     first (``team_order``), so shares are re-weighed after every admission. Unless
     ``every`` (a tick, a new config), a team with no room of any kind is passed over
-    without looking at its queue: with many gangs queued, most events change nothing."""
+    without going through its queue (with many gangs queued, most events change
+    nothing); only its gangs not yet told why they wait are looked at."""
     outputs: list[Output] = []
-    teams = [t for t in team_order(state) if every or not _stuck(state, t)]
+    teams = [
+        t
+        for t in team_order(state)
+        if every or not _stuck(state, t) or not _tell(state, t, now, outputs)
+    ]
     while any(_serve(state, team, now, outputs) for team in teams):
-        teams = team_order(state)
+        teams = [t for t in team_order(state) if every or not _stuck(state, t)]
     return outputs
 
 
+def _tell(state: State, team: str, now: float, outputs: list[Output]) -> bool:
+    """Tell a stuck team's new gangs why they wait (False: one might be admitted after
+    all, a gang that needs no GPU: go through the queue)."""
+    for key in sorted(k for k in state.untold if state.gangs[k].team == team):
+        gang = state.gangs[key]
+        if gang.known and gang.gpus == 0:
+            return False
+        aside = _aside(state, gang, now)
+        outputs.extend(
+            _wait(state, gang, now, reason=aside, aside=True) if aside else _try(state, gang, now)
+        )
+    return True
+
+
 def _stuck(state: State, team: str) -> bool:
-    """Nothing of the team's could be admitted, whatever its size: no quota left,
-    nothing to borrow, and no gang of its own in quota to preempt; and no new gang
-    waits to be told why."""
-    if any(state.gangs[k].team == team for k in state.untold if k in state.gangs):
-        return False
+    """Nothing of the team's that needs GPUs could be admitted, whatever its size: no
+    quota left, nothing to borrow, and no gang of its own in quota to preempt."""
     if state.quota(team) - state.used.get(team, 0) > 0:
         return False  # room in quota (what blocks it, borrowers, may be reclaimed)
     borrow = state.borrow_limit(team) - state.borrowed(team)
@@ -90,24 +106,30 @@ def _serve(state: State, team: str, now: float, outputs: list[Output]) -> bool:
     strict = queueing.strategy == "StrictFIFO"
     reserve: Gang | None = None
     tried: dict[int, str] = {}  # need -> why it waits: the same need fares the same
+    ceiling = state.ceiling(team)
     for _, key in list(state.queues.get(team, ())):
         gang = state.gangs[key]
+        need, known = gang.gpus, gang.known
+        if known and need in tried and need <= ceiling and len(gang.members) >= gang.min_member:
+            if tried[need] != gang.reason:  # the common case, cheaply: nothing new to say
+                outputs.extend(_wait(state, gang, now, reason=tried[need]))
+            continue
         aside = _aside(state, gang, now)
         if aside:
             outputs.extend(_wait(state, gang, now, reason=aside, aside=True))
             continue
         gang.aside = ""
         held = reserve.gpus if reserve is not None else 0
-        if gang.known and gang.gpus in tried:
-            outputs.extend(_wait(state, gang, now, reason=tried[gang.gpus]))
+        if known and need in tried:
+            outputs.extend(_wait(state, gang, now, reason=tried[need]))
             continue
         outputs.extend(_try(state, gang, now, reserve=held, behind=reserve))
         if gang.admitted:
             return True
         if strict:
             return False
-        if gang.known:
-            tried[gang.gpus] = gang.reason
+        if known:
+            tried[need] = gang.reason
             if reserve is None and now - gang.created_at >= queueing.starvation_s:
                 reserve, tried = gang, {}  # those behind must leave it room
     return False
