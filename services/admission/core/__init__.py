@@ -241,6 +241,8 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
         state.enqueue(gang)  # its priority changed: move it
     elif gang.qkey is not None and gang.gpus != gang.told_gpus:
         state.untold.add(gang.key)  # its demand changed: it is looked at again
+        if gang.team in state.least and gang.known:  # a least too low only skips less
+            state.least[gang.team] = min(state.least[gang.team], gang.gpus)
     return []
 
 

@@ -66,12 +66,14 @@ def _tell(state: State, team: str, now: float, outputs: list[Output]) -> bool:
 
 
 def _stuck(state: State, team: str) -> bool:
-    """Nothing of the team's that needs GPUs could be admitted, whatever its size: no
-    quota left, nothing to borrow, and no gang of its own in quota to preempt."""
-    if state.quota(team) - state.used.get(team, 0) > 0:
+    """No gang of the team that needs GPUs could be admitted: not even its smallest fits
+    what is left of its quota, nor what it could borrow, and it has no gang in quota to
+    preempt."""
+    least = max(state.least_need(team), 1)
+    if state.quota(team) - state.used.get(team, 0) >= least:
         return False  # room in quota (what blocks it, borrowers, may be reclaimed)
     borrow = state.borrow_limit(team) - state.borrowed(team)
-    if borrow > 0 and min(state.lendable(team), state.free()) > 0:
+    if borrow >= least and min(state.lendable(team), state.free()) >= least:
         return False
     queue = state.queues.get(team)
     if not queue or not state.config.queueing.preempt_within_team:

@@ -41,6 +41,7 @@ class State:
     pending_pods: dict[str, dict[str, Member]] = field(default_factory=dict)  # gang key -> pods
     holders: dict[str, set[str]] = field(default_factory=dict)  # team -> gangs holding GPUs
     untold: set[str] = field(default_factory=set)  # queued, not yet told why they wait
+    least: dict[str, int] = field(default_factory=dict)  # team -> least known queued need
 
     @property
     def nodes(self) -> dict[str, NodeView]:
@@ -111,6 +112,8 @@ class State:
             self.dequeue(gang)
         queue = self.queues.setdefault(gang.team, [])
         self.untold.add(gang.key)
+        if gang.team in self.least and gang.known:
+            self.least[gang.team] = min(self.least[gang.team], gang.gpus)
         gang.qkey = queue_key(gang)
         entry = (gang.qkey, gang.key)
         position = bisect.bisect_left(queue, entry)
@@ -119,6 +122,8 @@ class State:
 
     def dequeue(self, gang: Gang) -> None:
         self.untold.discard(gang.key)
+        if self.least.get(gang.team) == gang.gpus:
+            del self.least[gang.team]  # it may have been the least
         if gang.qkey is None:
             return
         queue = self.queues.setdefault(gang.team, [])
@@ -127,6 +132,14 @@ class State:
         if i < len(queue) and queue[i] == entry:
             del queue[i]
         gang.qkey = None
+
+    def least_need(self, team: str) -> int:
+        """The least GPUs a known gang in the team's queue needs (kept until the queue or
+        a queued gang's demand changes); a very large number when there is none."""
+        if team not in self.least:
+            queued = (self.gangs[k] for _, k in self.queues.get(team, ()))
+            self.least[team] = min((g.gpus for g in queued if g.known), default=1 << 62)
+        return self.least[team]
 
     def position(self, gang: Gang) -> int:
         queue = self.queues.get(gang.team, [])
