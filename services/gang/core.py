@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from libs.view import Shape, group_by_shape
+from libs.view import Shape, gang_key, group_by_shape
 from proto import ids, keys
 from proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
-from proto.k8s import GPU, NodeEvent, PodEvent, PodGroupEvent
+from proto.k8s import GPU, NodeEvent, Pod, PodEvent, PodGroupEvent
 from proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from proto.runner import Tick
 from services.gang import ordering, preempting, restarting
@@ -66,9 +66,12 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             cl.upsert_node(node)
             outputs += restarting.check_node(cl, node.name, recreate=recreate, now=now)
         case PodEvent(op="delete", pod=pod):
+            _changed(cl, cl.pods.get(pod.key, pod))
             delete_pod(cl, pod)
         case PodEvent(pod=pod):
+            _changed(cl, cl.pods.get(pod.key, pod))  # the gang it was in, if another
             cl.upsert_pod(pod)
+            _changed(cl, pod)
             if pod.node_name and pod.node_name in cl.nodes:
                 outputs += restarting.check_node(cl, pod.node_name, recreate=recreate, now=now)
         case PodGroupEvent(op="delete", pod_group=group):
@@ -78,6 +81,13 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
         case ActionResult():
             on_result(state, event, now)
     return state, tuple(outputs)
+
+
+def _changed(cl: Cluster, pod: Pod) -> None:
+    """A pod of the gang changed: its queue priority is computed again when asked."""
+    gang = cl.gangs.get(gang_key(pod))
+    if gang is not None:
+        gang.rank = gang.asks_gpus = None
 
 
 def cycle(state: State, now: float) -> list[Output]:
@@ -144,8 +154,10 @@ def _settled(state: State, gang: Gang, now: float, *, tried: bool) -> bool:
         return False
     if not tried and _may_make_room(state, gang, now):
         return False
-    pods = state.cluster.pods
-    return any(pods[k].requests.get(GPU, 0) > 0 for k in gang.pending if k in pods)
+    if gang.asks_gpus is None:
+        pods = state.cluster.pods
+        gang.asks_gpus = any(pods[k].requests.get(GPU, 0) > 0 for k in gang.pending if k in pods)
+    return gang.asks_gpus
 
 
 def _held(state: State, gang: Gang, reserved: frozenset[str]) -> frozenset[str]:

@@ -92,7 +92,12 @@ def short(cluster: Cluster, gang: Gang) -> bool:
 
 
 def priority(cluster: Cluster, gang: Gang) -> int:
-    return max((cluster.pods[k].priority for k in gang.pending if k in cluster.pods), default=0)
+    """The highest priority of its pending members (kept on the gang: the core forgets
+    it whenever one of the gang's pods changes)."""
+    if gang.rank is None:
+        pods = cluster.pods
+        gang.rank = max((pods[k].priority for k in gang.pending if k in pods), default=0)
+    return gang.rank
 
 
 def created(cluster: Cluster, gang: Gang) -> float:
@@ -108,4 +113,6 @@ def queue(cluster: Cluster, *, now: float, require_admission: bool) -> list[Gang
         for g in cluster.gangs.values()
         if is_ready(cluster, g, now=now, require_admission=require_admission)
     ]
-    return sorted(ready, key=lambda g: (-priority(cluster, g), created(cluster, g), g.key))
+    keyed = [((-priority(cluster, g), created(cluster, g), g.key), g) for g in ready]
+    keyed.sort(key=lambda entry: entry[0])  # keys are unique: the gang's key breaks ties
+    return [g for _, g in keyed]
