@@ -72,6 +72,7 @@ class EvictGang(Action, frozen=True, tag="action.evict-gang.v1"):
 
     gang: str
     pods: tuple[Binding, ...]  # node is informational
+    grace_seconds: int | None = None  # the pods' termination grace (None: their own)
 
 
 class SetTaint(Action, frozen=True, tag="action.taint.v1"):

@@ -37,6 +37,7 @@ class GangQueued(AdmissionEvent, frozen=True, tag="admission.queued.v1"):
     reason: str
     position: int
     gpus: int = 0
+    set_aside: bool = False  # never admitted as it is (too large, members missing): no head
 
 
 class GangPreempted(AdmissionEvent, frozen=True, tag="admission.preempted.v1"):

@@ -60,6 +60,7 @@ GPUS_PER_POD: Final = "baton.io/gpus-per-pod"
 TOPOLOGY_REQUIRED: Final = "baton.io/topology-required"
 TOPOLOGY_PREFERRED: Final = "baton.io/topology-preferred"
 RECREATE: Final = "baton.io/recreate"
+PREEMPTIBLE: Final = "baton.io/preemptible"  # "true": may be moved to defragment
 RECREATED_FROM: Final = "baton.io/recreated-from"  # on a RecreatePod copy: the uid it replaced
 BALLOON: Final = "baton.io/balloon"
 EGRESS_LIMIT: Final = "baton.io/egress-limit"  # what bandwidth last wrote as the pod's limit

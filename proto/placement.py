@@ -96,3 +96,8 @@ class GangPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     assume_timeout_s: float = 30.0  # forget a placement whose pods never showed up bound
     verdict_refresh_s: float = 10.0  # recompute a cheaply rejected gang's verdict this often
     reserve_after_s: float = 0.0  # the head reserves nodes once it has waited this long
+    strict_fifo: bool = False  # nothing behind the first gang that does not fit is placed
+    preemption: bool = True  # a waiting gang takes lower-priority running gangs off, whole
+    preempt_min_run_s: float = 300.0  # a gang runs at least this long before it is taken off
+    preempt_grace_s: int = 30  # its pods' termination grace when taken off (checkpoint)
+    defrag_moves_per_hour: int = 4  # preemptible gangs moved to free whole nodes, per hour

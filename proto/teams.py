@@ -5,7 +5,7 @@ policy, so the contract lives here."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -37,6 +37,27 @@ class Egress(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     minimum: Annotated[str, msgspec.Meta(pattern=_QUANTITY)] = ""  # e.g. 1G (bits per second)
 
 
+class Queueing(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How each team's queue is served (Kueue's ``queueingStrategy``).
+
+    ``BestEffortFIFO``: a gang that cannot be admitted now (its team's quota, capacity)
+    does not block smaller ones behind it; but once a gang has waited
+    ``starvation_s`` it holds a reservation: those behind it are admitted only where
+    they leave room for it. ``StrictFIFO``: nothing behind the head is admitted.
+    ``members_timeout_s``: a gang with fewer member pods than it needs after that long
+    (or after its PodGroup's ``scheduleTimeoutSeconds``) is set aside, as is one larger
+    than its team could ever hold; neither blocks nor reserves.
+    """
+
+    strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
+    starvation_s: Annotated[float, msgspec.Meta(ge=0)] = 1800.0
+    members_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    # a gang over its team's quota preempts lower-priority gangs of its team (whole,
+    # least GPU-time lost first) that have run at least preempt_min_run_s
+    preempt_within_team: bool = True
+    preempt_min_run_s: Annotated[float, msgspec.Meta(ge=0)] = 300.0
+
+
 class Team(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: Name
     namespaces: tuple[Name, ...] = ()
@@ -48,10 +69,12 @@ class Team(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     priority: int = 0
     taint: bool = True  # label AND taint owned nodes (False: label only)
     egress: Egress = Egress()
+    weight: Annotated[float, msgspec.Meta(gt=0)] = 1.0  # fair share: teams served by share
 
 
 class TeamConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     teams: tuple[Team, ...] = ()
+    queueing: Queueing = Queueing()
 
     @property
     def by_name(self) -> dict[str, Team]:
@@ -65,4 +88,5 @@ DEFAULT = TeamConfig(
 
 
 def is_default(config: TeamConfig) -> bool:
-    return config is DEFAULT or config == DEFAULT
+    """The one-team default (whatever its queueing)."""
+    return config is DEFAULT or config.teams == DEFAULT.teams

@@ -91,9 +91,13 @@ def pod_requests(spec: wire.PodSpec) -> dict[str, int]:
 
 
 def _container_requests(container: wire.Container) -> dict[str, int]:
-    if container.resources is None or not container.resources.requests:
+    """A resource with only a limit is requested at that limit, as the API server
+    defaults it (NVIDIA's examples give ``nvidia.com/gpu`` in limits only)."""
+    resources = container.resources
+    if resources is None:
         return {}
-    return {n: canonical(n, str(v)) for n, v in container.resources.requests.items()}
+    stated = {**(resources.limits or {}), **(resources.requests or {})}
+    return {n: canonical(n, str(v)) for n, v in stated.items()}
 
 
 def pod(raw: wire.WirePod) -> k8s.Pod:

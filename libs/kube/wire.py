@@ -81,6 +81,7 @@ class WireNode(_Wire):
 
 class ResourceRequirements(_Wire):
     requests: Quantities | None = None
+    limits: Quantities | None = None
 
 
 class Container(_Wire):

@@ -48,7 +48,9 @@ async def apply(
             return await binding.bind_gang(s, action, concurrency=bind_concurrency)
         case EvictGang():
             pods = [(p.namespace, p.pod, p.uid) for p in action.pods]
-            return await binding.evict_all(s, pods, concurrency=bind_concurrency)
+            return await binding.evict_all(
+                s, pods, concurrency=bind_concurrency, grace_seconds=action.grace_seconds
+            )
         case Evict():
             return await binding.evict_all(s, [(action.namespace, action.pod, action.uid)])
         case SetTaint():

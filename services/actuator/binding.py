@@ -175,16 +175,26 @@ async def _delete(s: Session, namespace: str, pod: str, *, uid: str) -> None:
 
 
 async def evict_all(
-    s: Session, pods: Sequence[tuple[str, str, str]], *, concurrency: int = 64
+    s: Session,
+    pods: Sequence[tuple[str, str, str]],
+    *,
+    concurrency: int = 64,
+    grace_seconds: int | None = None,
 ) -> Applied:
-    """Evict each (namespace, pod, uid) through ``pods/eviction``; a pod already gone is fine."""
+    """Evict each (namespace, pod, uid) through ``pods/eviction``; a pod already gone is
+    fine. ``grace_seconds``: the pods' termination grace (None: their own)."""
 
     async def one(target: tuple[str, str, str]) -> bool:
         namespace, pod, uid = target
         body: Obj = {"apiVersion": "policy/v1", "kind": "Eviction",
                      "metadata": {"name": pod, "namespace": namespace}}  # fmt: skip
+        options: Obj = {}
         if uid:
-            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+            options["preconditions"] = {"uid": uid}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        if options:
+            body["deleteOptions"] = options
         try:
             await s.call("create", s.api.core.create_namespaced_pod_eviction, pod, namespace, body)
         except ApiError as exc:

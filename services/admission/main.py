@@ -35,7 +35,7 @@ from typing import Any, Literal
 import structlog
 
 from libs.bus import Bus
-from libs.runner import Input, Runner, Spec, serve
+from libs.runner import Input, Runner, Spec, Timer, serve
 from libs.runtime import (
     OPS_PORTS,
     SettingsError,
@@ -69,6 +69,7 @@ class Settings(Base, frozen=True, kw_only=True):
     not_ready: Literal["baton-closed", "closed", "open"] = "baton-closed"
     borrow_priority_class: str = ""
     reload_s: float = 5.0
+    cycle_interval: float = 5.0  # seconds between ticks while a PodGroup waits for members
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -82,6 +83,8 @@ class Settings(Base, frozen=True, kw_only=True):
             raise ValueError(f"webhook_port {self.webhook_port}: expected 0..65535")
         if self.reload_s <= 0:
             raise ValueError("reload_s must be positive")
+        if self.cycle_interval <= 0:
+            raise ValueError("cycle_interval must be positive")
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -107,6 +110,7 @@ SPEC = Spec(
     ),
     routes=shell.ROUTES,
     publishes=("admission.>",),
+    timer=Timer(every=lambda settings: settings.cycle_interval, wants=core.wants_tick),
     observe=shell.observe,
     gauges=shell.gauges,
 )

@@ -45,6 +45,7 @@ class KSchedulingGroup(msgspec.Struct, frozen=True, kw_only=True, rename="camel"
 
 class KPodSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     scheduler_name: str = ""
+    node_name: str = ""
     scheduling_group: KSchedulingGroup | None = None
     priority_class_name: str = ""
     tolerations: list[KToleration] | None = None

@@ -54,6 +54,8 @@ def parse(data: Any) -> TeamConfig:
         config = msgspec.convert(data, TeamConfig)
     except msgspec.ValidationError as exc:
         raise TeamConfigError(_explain(str(exc))) from None
+    if not config.teams:  # only queueing settings: the default team, queued that way
+        return msgspec.structs.replace(DEFAULT, queueing=config.queueing)
     _check_semantics(config)
     return config
 

@@ -264,6 +264,8 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
         return f"{where}: {problem}"
     if problem := _toleration_problem(state, pod.spec.tolerations or [], team, namespace):
         return f"{where}: {problem}"
+    if problem := _node_name_problem(state, pod, team):
+        return f"{where}: {problem}"
     if not managed(pod):
         return None
     if problem := formats.membership_problem(pod):
@@ -271,6 +273,11 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
     if problem := formats.gpus_problem(pod.gpus(keys.GPU)):
         return f"{where}: {problem}"
     claim = formats.gang_of(pod)
+    if claim is None and team:  # a lone Baton pod is a gang of one
+        problem = formats.too_big(
+            state, team=team, need=pod.gpus(keys.GPU), how="one pod", fix="ask for fewer GPUs"
+        )
+        return f"{where}: {problem}" if problem else None
     if claim is None or not team:
         return None
     gang, per_pod = state.gangs.get(f"{namespace}/{claim.name}"), pod.gpus(keys.GPU)
@@ -289,6 +296,27 @@ def validate(state: State, obj: KObject, namespace: str) -> str | None:
     if isinstance(obj, KPod):
         return validate_pod(state, obj, namespace)
     return groups.validate(state, obj, namespace)
+
+
+def _node_name_problem(state: State, pod: KPod, team: str) -> str | None:
+    """A preset ``spec.nodeName`` skips every scheduler, taints and quota included: Baton's
+    pods and GPU pods may not set it, nor may any pod name another team's node."""
+    node = pod.spec.node_name
+    if not node:
+        return None
+    if managed(pod) or pod.gpus(keys.GPU) > 0:
+        what = "a Baton gang member" if managed(pod) else "a GPU pod"
+        return (
+            f"it sets spec.nodeName {node!r}, but {what} is placed by Baton so that it counts "
+            "against its team's quota and stays on the team's nodes; remove spec.nodeName"
+        )
+    owner = state.node_team.get(node, "")
+    if is_default(state.config) or not owner or owner in (team, *state.lenders(team)):
+        return None
+    return (
+        f"it sets spec.nodeName {node!r}, a node of team {owner!r}, but its namespace belongs "
+        f"to {f'team {team!r}' if team else 'no team'}; remove spec.nodeName"
+    )
 
 
 def _toleration_problem(

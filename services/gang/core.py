@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from libs.view import Shape, group_by_shape, is_preemptible
+from libs.view import Shape, gang_key, group_by_shape, is_preemptible
 from proto import ids, keys
 from proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
-from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
-from proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable
+from proto.k8s import GPU, NodeEvent, Pod, PodEvent, PodGroupEvent
+from proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from proto.runner import Tick
-from services.gang import ordering, restarting
+from services.gang import ordering, preempting, restarting
 from services.gang.gangs import Assumption, Cluster, Gang, delete_pod, new_cluster
 from services.gang.needs import identity, shortfall, unknown_level, verdict
 from services.gang.topology import Plan, Search, reserve, search
@@ -34,6 +34,9 @@ class State:
     policy: Policy
     cluster: Cluster  # the shared view (``libs.view``) with the gang core's gangs
     inflight: dict[str, str] = field(default_factory=dict)  # action id -> gang key
+    # gang key -> (nodes it will take once the gangs preempted for it are gone, since)
+    nominated: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict)
+    moved: tuple[float, ...] = ()  # when gangs were moved to defragment (the last hour)
 
 
 def initial(policy: Policy | None = None) -> State:
@@ -45,7 +48,8 @@ def wants_tick(state: State, now: float) -> bool:
     """A cycle can change something: a gang waits to be placed, or a placement in flight
     may expire. An idle cluster gets no ticks (and no tick records)."""
     return bool(state.inflight) or any(
-        g.pending and not g.bound for g in state.cluster.gangs.values()
+        (g.pending and not g.bound) or ordering.short(state.cluster, g)
+        for g in state.cluster.gangs.values()
     )
 
 
@@ -62,9 +66,12 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             cl.upsert_node(node)
             outputs += restarting.check_node(cl, node.name, recreate=recreate, now=now)
         case PodEvent(op="delete", pod=pod):
+            _changed(cl, cl.pods.get(pod.key, pod))
             delete_pod(cl, pod)
         case PodEvent(pod=pod):
+            _changed(cl, cl.pods.get(pod.key, pod))  # the gang it was in, if another
             cl.upsert_pod(pod)
+            _changed(cl, pod)
             if pod.node_name and pod.node_name in cl.nodes:
                 outputs += restarting.check_node(cl, pod.node_name, recreate=recreate, now=now)
         case PodGroupEvent(op="delete", pod_group=group):
@@ -76,6 +83,13 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
     return state, tuple(outputs)
 
 
+def _changed(cl: Cluster, pod: Pod) -> None:
+    """A pod of the gang changed: its queue priority is computed again when asked."""
+    gang = cl.gangs.get(gang_key(pod))
+    if gang is not None:
+        gang.rank = gang.asks_gpus = None
+
+
 def cycle(state: State, now: float) -> list[Output]:
     """One placement cycle; step 5 (forget) runs when a failed result arrives."""
     cl, policy = state.cluster, state.policy
@@ -83,9 +97,14 @@ def cycle(state: State, now: float) -> list[Output]:
     # 1. snapshot: the gangs ready to place, highest priority then oldest first.
     queue = ordering.queue(cl, now=now, require_admission=policy.require_admission)
     free = cl.free_totals()
-    head, reserved, young = "", frozenset[str](), False
-    outputs: list[Output] = []
+    head, reserved, young, tried = "", frozenset[str](), False, False
+    outputs: list[Output] = list(_set_aside(state, now))
     for gang in queue:
+        if head and policy.strict_fifo:
+            break  # strict FIFO: nothing passes the head
+        if head and free.get(GPU, 0) <= 0 and _settled(state, gang, now, tried=tried):
+            continue  # no GPU is free: it cannot fit, and it has nothing new to say
+        held = _held(state, gang, reserved)
         members = group_by_shape(ordering.members(cl, gang))
         required, preferred = _levels(gang)
         if required and required not in cl.levels:  # a level the search cannot honour
@@ -94,25 +113,118 @@ def cycle(state: State, now: float) -> list[Output]:
         # 2. decide: all members in the narrowest, best-fitting domain, or none.
         found = None
         if not shortfall(members, free, floor=_floor(gang)):
-            found = search(cl, members, required=required, preferred=preferred, excluded=reserved)
+            found = search(cl, members, required=required, preferred=preferred, excluded=held)
         if found is None or found.plan is None:
+            if not tried and _may_make_room(state, gang, now):
+                tried = True  # one try a cycle: each costs searches
+                room = preempting.make_room(
+                    cl, gang, members, required=required, preferred=preferred, excluded=held,
+                    limits=_limits(state), now=now,
+                )  # fmt: skip
+                gang.room_after = now + policy.verdict_refresh_s
+                if room is not None:
+                    outputs += _take_off(state, gang, room, now)
             if not head and not young and not _timed_out(cl, gang, now):
                 # the first gang that does not fit (and has not timed out) is the head
                 nodes = reserve(cl, members, required=required, preferred=preferred)
                 young = bool(nodes) and not _waited(state, gang, now)
                 if nodes and not young:  # it reserves once it has waited reserve_after_s
                     head, reserved = gang.key, nodes
+                elif nodes and policy.strict_fifo:
+                    head = gang.key
             outputs += _unschedulable(
                 state, gang, members, found, head=head, reserved=reserved, now=now
             )
             continue
         # 3. assume: members count against their nodes from now on.
         action_id = assume(state, gang, found.plan, members, now)
+        state.nominated.pop(gang.key, None)
         _take(free, members)
         # 4. commit: one idempotent all-or-nothing bind for the actuator.
         outputs += _commit(
             cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s
         )
+    return outputs
+
+
+def _settled(state: State, gang: Gang, now: float, *, tried: bool) -> bool:
+    """A GPU gang whose verdict stands and for whom no room is to be made this cycle:
+    with no GPU free it is skipped before its members are grouped (a long queue)."""
+    if gang.verdict is None or now - gang.checked_at >= state.policy.verdict_refresh_s:
+        return False
+    if not tried and _may_make_room(state, gang, now):
+        return False
+    if gang.asks_gpus is None:
+        pods = state.cluster.pods
+        gang.asks_gpus = any(pods[k].requests.get(GPU, 0) > 0 for k in gang.pending if k in pods)
+    return gang.asks_gpus
+
+
+def _held(state: State, gang: Gang, reserved: frozenset[str]) -> frozenset[str]:
+    """Nodes ``gang`` may not use: the head's reservation, nodes nominated for others."""
+    if not state.nominated:
+        return reserved
+    others = [nodes for key, (nodes, _) in state.nominated.items() if key != gang.key]
+    return reserved.union(*others)
+
+
+def _may_make_room(state: State, gang: Gang, now: float) -> bool:
+    """Not while gangs taken off for it are still leaving, not within its timeout's
+    end, and not more often than ``verdict_refresh_s``."""
+    return (
+        gang.key not in state.nominated
+        and now >= gang.room_after
+        and not _timed_out(state.cluster, gang, now)
+    )
+
+
+def _limits(state: State) -> preempting.Limits:
+    policy = state.policy
+    return preempting.Limits(
+        preemption=policy.preemption, min_run_s=policy.preempt_min_run_s,
+        moves_per_hour=policy.defrag_moves_per_hour, moved=state.moved,
+    )  # fmt: skip
+
+
+def _take_off(state: State, gang: Gang, room: preempting.Room, now: float) -> list[Output]:
+    """Evict the victims whole (their pods' grace: ``preempt_grace_s``) and nominate the
+    nodes the waiting gang will take."""
+    cl, policy = state.cluster, state.policy
+    outputs: list[Output] = []
+    for victim in room.victims:
+        outputs += restarting.restart(
+            cl, victim, node="", reason=room.why, recreate=policy.recreate_bare_pods, now=now,
+            grace=policy.preempt_grace_s,
+        )  # fmt: skip
+    if room.why.startswith("moved"):
+        recent = (t for t in state.moved if now - t < preempting.HOUR)
+        state.moved = (*recent, *(now for _ in room.victims))
+    state.nominated[gang.key] = (room.nodes, now)
+    return outputs
+
+
+def _set_aside(state: State, now: float) -> list[Output]:
+    """PodGroups still short of member pods past their ``scheduleTimeoutSeconds``: never
+    a head, told why once (a typo in the pod-group label, pods the webhook refused)."""
+    cl, outputs = state.cluster, list[Output]()
+    for gang in cl.gangs.values():
+        if not ordering.short(cl, gang) or not _timed_out(cl, gang, now):
+            continue
+        group = gang.group
+        assert group is not None
+        have, need = len(gang.pending) + len(gang.bound), ordering.min_member(cl, gang)
+        event = GangUnschedulable(
+            gang=gang.key,
+            at=now,
+            reason=(
+                f"set aside: {have} of {need} member pods after "
+                f"{group.schedule_timeout_seconds} s (scheduleTimeoutSeconds); check the "
+                "pods' pod-group label and the namespace's Events for pods refused"
+            ),
+            need=Need(nodes=0),
+            members=need,
+        )
+        outputs += _published(gang, event)
     return outputs
 
 
@@ -173,6 +285,7 @@ def assume(
     uids = sorted(cl.pods[k].uid for k in plan.nodes)
     action_id = ids.make("bind", uid, gang.attempt, *uids)
     gang.assumed = Assumption(action_id=action_id, nodes=dict(plan.nodes), at=now)
+    gang.started = now
     for key, node in plan.nodes.items():
         cl.account(key, node, cl.pods[key].requests)
     state.inflight[action_id] = gang.key
@@ -205,8 +318,14 @@ def on_result(state: State, result: ActionResult, now: float) -> None:
 
 
 def expire(state: State, now: float) -> None:
-    """Forget placements whose pods never showed up bound (actuator down, dry run)."""
+    """Forget placements whose pods never showed up bound (actuator down, dry run), and
+    nominations whose gang no longer waits or whose victims never left."""
     timeout = state.policy.assume_timeout_s
+    keep = timeout + state.policy.preempt_grace_s
+    for key, (_, since) in list(state.nominated.items()):
+        gang = state.cluster.gangs.get(key)
+        if gang is None or not gang.pending or now - since >= keep:
+            del state.nominated[key]
     for gang in list(state.cluster.gangs.values()):
         if gang.assumed is not None and now - gang.assumed.at >= timeout:
             forget(state, gang, now)

@@ -33,6 +33,10 @@ class Gang(GangView):
     restarts: int = 0
     verdict: tuple[object, ...] | None = None  # last published unschedulable verdict
     checked_at: float = -1.0
+    started: float = 0.0  # when this core last placed it (0: before it started)
+    room_after: float = 0.0  # no new try at making room for it before then
+    rank: int | None = None  # its priority in the queue, kept until one of its pods changes
+    asks_gpus: bool | None = None  # a pending member asks for GPUs (kept the same way)
 
     def holds(self, pod: str) -> bool:
         """An assumed member stays accounted on its node until it is bound or forgotten."""

@@ -83,8 +83,21 @@ def is_ready(cluster: Cluster, gang: Gang, *, now: float, require_admission: boo
     return not require_admission or is_admitted(cluster, gang)
 
 
+def short(cluster: Cluster, gang: Gang) -> bool:
+    """A PodGroup with a timeout, not running, with fewer member pods than it needs."""
+    group = gang.group
+    if group is None or group.schedule_timeout_seconds is None or gang.bound:
+        return False
+    return len(gang.pending) < min_member(cluster, gang)
+
+
 def priority(cluster: Cluster, gang: Gang) -> int:
-    return max((cluster.pods[k].priority for k in gang.pending if k in cluster.pods), default=0)
+    """The highest priority of its pending members (kept on the gang: the core forgets
+    it whenever one of the gang's pods changes)."""
+    if gang.rank is None:
+        pods = cluster.pods
+        gang.rank = max((pods[k].priority for k in gang.pending if k in pods), default=0)
+    return gang.rank
 
 
 def created(cluster: Cluster, gang: Gang) -> float:
@@ -100,4 +113,6 @@ def queue(cluster: Cluster, *, now: float, require_admission: bool) -> list[Gang
         for g in cluster.gangs.values()
         if is_ready(cluster, g, now=now, require_admission=require_admission)
     ]
-    return sorted(ready, key=lambda g: (-priority(cluster, g), created(cluster, g), g.key))
+    keyed = [((-priority(cluster, g), created(cluster, g), g.key), g) for g in ready]
+    keyed.sort(key=lambda entry: entry[0])  # keys are unique: the gang's key breaks ties
+    return [g for _, g in keyed]

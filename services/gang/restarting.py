@@ -77,8 +77,10 @@ def check_node(cluster: Cluster, name: str, *, recreate: bool, now: float) -> li
 
 def restart(
     cluster: Cluster, gang: Gang, *, node: str, reason: str, recreate: bool, now: float,
-    forced: bool = False,
+    forced: bool = False, grace: int | None = None,
 ) -> list[Restart]:  # fmt: skip
+    """Every member off at once (``grace``: their termination grace; None: their own);
+    also how a gang is preempted (``node`` '': no node failed)."""
     pods = [cluster.pods[k] for k in sorted(gang.bound) if k in cluster.pods]
     gang.restarting = True
     gang.restarts += 1
@@ -92,12 +94,13 @@ def restart(
                 id=ids.make("evict", uid, "restart", *sorted(p.uid for p in evicted)),
                 by="gang",
                 at=now,
-                reason=f"{reason} ({node})",
+                reason=f"{reason} ({node})" if node else reason,
                 gang=gang.key,
                 pods=tuple(
                     Binding(namespace=p.namespace, pod=p.name, uid=p.uid, node=p.node_name)
                     for p in evicted
                 ),
+                grace_seconds=grace,
             )
         )
     outputs += [
@@ -105,12 +108,12 @@ def restart(
             id=ids.make("recreate", p.uid, "recreate"),
             by="gang",
             at=now,
-            reason=f"gang restart {gang.restarts}: {reason} ({node})",
+            reason=f"gang restart {gang.restarts}: {reason}" + (f" ({node})" if node else ""),
             gang=gang.key,
             namespace=p.namespace,
             pod=p.name,
             uid=p.uid,
-            grace_seconds=0 if forced and p.node_name == node else None,
+            grace_seconds=0 if forced and p.node_name == node else grace,
         )
         for p in bare
     ]

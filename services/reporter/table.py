@@ -48,6 +48,11 @@ def _placed(d: GangPlaced) -> str:
 
 
 def _restarted(d: GangRestarted) -> str:
+    if not d.node:  # taken off to make room (preempted, or moved to defragment)
+        return (
+            f"{d.reason}: the whole gang is taken off and waits to be placed again; "
+            f"{d.evicted} members evicted, {d.recreated} recreated"
+        )
     return (
         f"node {d.node} failed ({d.reason}): the whole gang restarts; {d.evicted} members "
         f"evicted, {d.recreated} recreated (restart {d.restarts})"
@@ -55,6 +60,11 @@ def _restarted(d: GangRestarted) -> str:
 
 
 def _preempted(d: GangPreempted) -> str:
+    if d.for_team == d.team:
+        return (
+            f"preempted whole for the higher-priority gang {d.for_gang} of the same team "
+            f"({d.gpus} GPUs); the gang waits in its team's queue again"
+        )
     return (
         f"preempted whole: team {d.for_team!r} takes back its {d.gpus} lent GPUs for gang "
         f"{d.for_gang}; the gang waits in its team's queue again"
@@ -67,6 +77,8 @@ def _admitted(d: GangAdmitted) -> str:
 
 
 def _queued(d: GangQueued) -> str:
+    if d.set_aside:
+        return f"not admitted, {d.reason}"
     return f"waiting for admission: {d.reason}"
 
 

@@ -283,7 +283,8 @@ def test_reclaim_takes_lowest_priority_borrower_first() -> None:
 
 
 def test_queue_is_in_order_and_release_admits_the_next() -> None:
-    state = cluster(TWO_TEAMS, [node("b1", "pb"), node("b2", "pb")])
+    strict = {**TWO_TEAMS, "queueing": {"strategy": "StrictFIFO"}}
+    state = cluster(strict, [node("b1", "pb"), node("b2", "pb")])
     out = feed(
         state,
         submit("team-b", "first", 1, at=1.0)
@@ -298,7 +299,7 @@ def test_queue_is_in_order_and_release_admits_the_next() -> None:
 
 
 def test_gang_demand_unknown_until_a_member_or_annotation() -> None:
-    state = cluster(None, [node("n1")])
+    state = cluster({"queueing": {"strategy": "StrictFIFO"}}, [node("n1")])
     out = feed(state, [group("ns", "g", 1, at=1.0)])
     assert "learn the gang's GPU demand" in of(out, GangQueued)[-1].reason
     out = feed(state, [group("ns", "h", 1, at=2.0, **{"baton.io/gpus-per-pod": "8"})])

@@ -65,3 +65,37 @@ def test_a_timed_out_head_holds_no_reservation_and_says_so() -> None:
     (head,) = verdicts(out)
     assert head.gang == "default/head" and head.reason.startswith("timed out")
     assert head.blocked_by == ""
+
+
+def test_strict_fifo_places_nothing_behind_the_head() -> None:
+    state = blocked_head(policy=core.Policy(strict_fifo=True, reserve_after_s=600.0))
+    add_small(state, "small", 3.0)
+    assert binds(tick(state, 3.0)) == []  # even a young head blocks in strict FIFO
+    state = blocked_head(policy=core.Policy(reserve_after_s=600.0))
+    add_small(state, "small", 3.0)
+    assert [b.gang for b in binds(tick(state, 3.0))] == ["default/small"]
+
+
+def test_strict_fifo_passes_a_gang_that_can_never_fit() -> None:
+    state = make(flat(2), policy=core.Policy(strict_fifo=True))
+    huge_group, huge = gang("huge", 3, priority=5, created_at=0)
+    feed(state, [huge_group, *huge])
+    add_small(state, "small", 1.0)
+    out = tick(state, 1.0)
+    assert [b.gang for b in binds(out)] == ["default/small"]
+    assert not {v.gang: v for v in verdicts(out)}["default/huge"].fits_when_free
+
+
+def test_a_podgroup_without_its_pods_is_set_aside_after_its_timeout() -> None:
+    group, _ = gang("empty", 2, created_at=0)
+    group = msgspec.structs.replace(group, schedule_timeout_seconds=60)
+    state = make(flat(2), group)
+    assert core.wants_tick(state, 1.0)  # to say so when its time comes
+    assert verdicts(tick(state, 59.0)) == []
+    add_small(state, "small", 60.0)
+    out = tick(state, 60.0)
+    assert [b.gang for b in binds(out)] == ["default/small"]
+    (aside,) = verdicts(out)
+    assert aside.gang == "default/empty"
+    assert aside.reason.startswith("set aside: 0 of 2 member pods after 60 s")
+    assert verdicts(tick(state, 61.0)) == []  # told once

@@ -119,6 +119,16 @@ def test_pod_decodes_into_the_slim_struct() -> None:
     assert not pod.terminating
 
 
+def test_a_resource_given_only_as_a_limit_is_requested_at_that_limit() -> None:
+    spec = {"containers": [
+        {"name": "a", "resources": {"limits": {"nvidia.com/gpu": 8, "cpu": "4"},
+                                    "requests": {"cpu": "1"}}},
+    ]}  # fmt: skip
+    change = PODS.decode_watch_line(line("ADDED", {**POD, "spec": spec}))
+    assert isinstance(change, Change)
+    assert change.obj.requests == {"nvidia.com/gpu": 8, "cpu": 1000}  # as the API server
+
+
 def test_terminating_pod_and_unknown_phase() -> None:
     raw = {
         "metadata": {**POD["metadata"], "deletionTimestamp": "2026-11-22T01:01:00Z"},

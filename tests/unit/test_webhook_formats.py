@@ -16,7 +16,12 @@ from services.admission.teams import parse
 
 pytestmark = pytest.mark.unit
 
-TEAMS = {"teams": [{"name": "a", "namespaces": ["ml"], "pools": ["pa"], "quota": {"gpus": 16}}]}
+TEAMS = {
+    "teams": [
+        {"name": "a", "namespaces": ["ml"], "pools": ["pa"], "quota": {"gpus": 16}},
+        {"name": "b", "namespaces": ["other"], "pools": ["pb"]},
+    ]
+}
 PLUGINS = ("scheduling.x-k8s.io", "v1alpha1")
 UPSTREAM = ("scheduling.k8s.io", "v1beta1")
 
@@ -26,6 +31,8 @@ def state() -> core.State:
     for i in range(2):
         n = Node(name=f"n{i}", uid=f"n{i}", labels={"baton.io/pool": "pa"}, allocatable={GPU: 8})
         core.step(s, NodeEvent(op="upsert", at=0.0, node=n), 0.0)
+    o = Node(name="o0", uid="o0", labels={"baton.io/pool": "pb"}, allocatable={GPU: 8})
+    core.step(s, NodeEvent(op="upsert", at=0.0, node=o), 0.0)
     wide = PodGroup(namespace="ml", name="wide", uid="w", min_member=4)
     core.step(s, PodGroupEvent(op="upsert", at=0.0, pod_group=wide), 0.0)
     return s
@@ -95,6 +102,16 @@ REFUSED = [
      {"metadata": {"name": "g", "annotations": {keys.GPUS_PER_POD: "8"}},
       "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}},
      "PodGroup", UPSTREAM, "needs 32 GPUs (minCount 4 x 8)"),
+    ("a lone Baton pod larger than the team could ever run", pod(gpus=24), "Pod", ("", "v1"),
+     "needs 24 GPUs (one pod) but team 'a' can never get more than 16"),
+    ("a gang member with a preset nodeName", pod({keys.POD_GROUP: "j"}, nodeName="n0"), "Pod",
+     ("", "v1"), "sets spec.nodeName 'n0', but a Baton gang member is placed by Baton"),
+    ("a GPU pod of the default scheduler with a preset nodeName",
+     pod(schedulerName="default-scheduler", nodeName="n0"), "Pod", ("", "v1"),
+     "but a GPU pod is placed by Baton"),
+    ("a pod naming another team's node",
+     pod(gpus=0, schedulerName="default-scheduler", nodeName="o0"), "Pod", ("", "v1"),
+     "a node of team 'b', but its namespace belongs to team 'a'"),
     ("a Workload template with minCount of zero",
      {"metadata": {"name": "w"},
       "spec": {"podGroupTemplates": [
@@ -125,6 +142,8 @@ ALLOWED = [
     ("scheduler-plugins PodGroup with minResources",
      {"metadata": {"name": "g"}, "spec": {"minMember": 2, "minResources": {GPU: "16"}}},
      "PodGroup", PLUGINS),
+    ("a CPU pod naming its own team's node",
+     pod(gpus=0, schedulerName="default-scheduler", nodeName="n0"), "Pod", ("", "v1")),
     ("a pod of the default scheduler labelled for Kueue is not Baton's",
      pod({keys.KUEUE_GROUP: "j"}, schedulerName="default-scheduler"), "Pod", ("", "v1")),
 ]  # fmt: skip

@@ -22,16 +22,25 @@ from proto.k8s import (
     PodGroup,
     PodGroupEvent,
 )
+from proto.runner import Tick
 from services.admission.core import nodes, queueing
 from services.admission.core.gangs import Gang, Member
 from services.admission.core.state import State, recount_growth
 from services.admission.teams import DEFAULT, TeamConfig, is_default
 
-__all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step"]
+__all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step", "wants_tick"]
+
+wants_tick = queueing.wants_tick
 
 
 Input = (
-    NodeEvent | PodEvent | PodGroupEvent | EndpointSliceEvent | MachineDeploymentEvent | TeamsLoaded
+    NodeEvent
+    | PodEvent
+    | PodGroupEvent
+    | EndpointSliceEvent
+    | MachineDeploymentEvent
+    | TeamsLoaded
+    | Tick
 )
 Output = AnyAction | AnyAdmissionEvent
 
@@ -73,14 +82,18 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             outputs += nodes.reassign_all(state, now)
             _rehome_gangs(state)
             _growth(state)
-    outputs += queueing.admit(state, now)
+        case Tick():
+            pass  # time passed: a starving gang may reserve, a memberless one is set aside
+    outputs += queueing.admit(state, now, every=isinstance(event, Tick | TeamsLoaded))
     return state, tuple(outputs)
 
 
 def _relevant(event: Input) -> bool:
     if isinstance(event, PodEvent):
         return bool(event.pod.gang) or event.pod.scheduler_name == SCHEDULER_NAME
-    return isinstance(event, NodeEvent | PodGroupEvent | TeamsLoaded | MachineDeploymentEvent)
+    return isinstance(
+        event, NodeEvent | PodGroupEvent | TeamsLoaded | MachineDeploymentEvent | Tick
+    )
 
 
 def _growth(state: State) -> None:
@@ -103,6 +116,7 @@ def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> l
     if known is not None:
         known.min_member, known.gpus_per_pod, known.min_gpus = min_member, per_pod, min_gpus
         known.api, known.carrier = group.api, ""  # the group object carries the marks now
+        known.schedule_timeout = _timeout(group)
         return _changed(state, known, now)
     gang = Gang(
         key=group.key,
@@ -113,6 +127,7 @@ def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> l
         members=state.pending_pods.pop(group.key, {}),
         min_gpus=min_gpus,
         api=group.api,
+        schedule_timeout=_timeout(group),
     )
     return _new_gang(state, gang, group.annotations, now)
 
@@ -251,6 +266,10 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
         return []
     if gang.team and not gang.finished and gang.qkey != queueing.queue_key(gang):
         state.enqueue(gang)  # its priority changed: move it
+    elif gang.qkey is not None and gang.gpus != gang.told_gpus:
+        state.untold.add(gang.key)  # its demand changed: it is looked at again
+        if gang.team in state.least and gang.known:  # a least too low only skips less
+            state.least[gang.team] = min(state.least[gang.team], gang.gpus)
     return []
 
 
@@ -285,6 +304,11 @@ def _rehome_gangs(state: State) -> None:
             gang.team, gang.reason = team, ""
             if team and not gang.finished:
                 state.enqueue(gang)
+
+
+def _timeout(group: PodGroup) -> float | None:
+    seconds = group.schedule_timeout_seconds
+    return float(seconds) if seconds is not None and seconds > 0 else None
 
 
 def _int_annotation(value: str | None) -> int | None:

@@ -38,6 +38,10 @@ class Gang:
     min_gpus: int = 0  # the PodGroup's spec.minResources GPUs: the least the gang needs
     api: str = PLUGINS_API  # which PodGroup API carries the marks (or UPSTREAM_API)
     carrier: str = ""  # a gang without a group object (Kueue, Volcano): the pod marked
+    schedule_timeout: float | None = None  # the PodGroup's scheduleTimeoutSeconds
+    aside: str = ""  # why the gang is set aside (never fits, members missing); '' if not
+    admitted_at: float = 0.0  # when it was last admitted (0: before a restart)
+    told_gpus: int = -1  # its demand when it was last told why it waits
 
     @property
     def gpus(self) -> int:

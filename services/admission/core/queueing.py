@@ -1,8 +1,11 @@
 """Gang admission: quota, borrowing, reclaim, and each team's queue in order.
 
-One cycle (``admit``), per team in order of team priority:
+One cycle (``admit``), one gang at a time, teams in order of team priority, then
+weighted fair share (``team_order``):
 
-1. snapshot: the head of the team's queue and what the team uses;
+1. snapshot: the team's queue in order (StrictFIFO: its head only; BestEffortFIFO:
+   past gangs that cannot go now, less what a starving gang reserves; gangs that can
+   never go, or whose pods did not come, are set aside) and what the team uses;
 2. decide: in quota (room on the team's own nodes, reclaiming other teams' borrowing
    gangs there if short), or borrowing, whole, within the team's limit and what
    lenders have idle (it then runs on lenders' nodes only), or wait with a reason;
@@ -16,35 +19,158 @@ lowest gang priority, then newest.
 
 from __future__ import annotations
 
+import msgspec
+
 from proto import ids, keys
 from proto.actions import Annotate, AnyAction, Binding, EvictGang
 from proto.admission import GangAdmitted, GangPreempted, GangQueued
 from services.admission.core.gangs import ACTIVE, Gang, queue_key
 from services.admission.core.state import State, on_team
 
-__all__ = ["admit", "preempt", "queue_key", "queued", "reclaim_plan", "remark"]
+__all__ = [
+    "admit", "preempt", "queue_key", "queued", "reclaim_plan", "remark", "team_order", "wants_tick",
+]  # fmt: skip
 
 Output = AnyAction | GangAdmitted | GangQueued | GangPreempted
 
 
-def admit(state: State, now: float) -> list[Output]:
-    """Admit every queue head that fits, team by team, until nothing changes."""
+def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
+    """Admit gangs until none more can go: one gang at a time, from the team served
+    first (``team_order``), so shares are re-weighed after every admission. Unless
+    ``every`` (a tick, a new config), a team with no room of any kind is passed over
+    without going through its queue (with many gangs queued, most events change
+    nothing); only its gangs not yet told why they wait are looked at."""
     outputs: list[Output] = []
-    teams = sorted(state.config.teams, key=lambda t: (-t.priority, t.name))
-    changed = True
-    while changed:
-        changed = False
-        for team in teams:
-            while state.queues.get(team.name):
-                key = state.queues[team.name][0][1]
-                outputs.extend(_try(state, state.gangs[key], now))
-                if not state.gangs[key].admitted:
-                    break
-                changed = True
+    teams = [
+        t
+        for t in team_order(state)
+        if every or not _stuck(state, t) or not _tell(state, t, now, outputs)
+    ]
+    while any(_serve(state, team, now, outputs) for team in teams):
+        teams = [t for t in team_order(state) if every or not _stuck(state, t)]
     return outputs
 
 
-def _try(state: State, gang: Gang, now: float) -> list[Output]:
+def _tell(state: State, team: str, now: float, outputs: list[Output]) -> bool:
+    """Tell a stuck team's new gangs why they wait (False: one might be admitted after
+    all, a gang that needs no GPU: go through the queue)."""
+    for key in sorted(k for k in state.untold if state.gangs[k].team == team):
+        gang = state.gangs[key]
+        if gang.known and gang.gpus == 0:
+            return False
+        aside = _aside(state, gang, now)
+        outputs.extend(
+            _wait(state, gang, now, reason=aside, aside=True) if aside else _try(state, gang, now)
+        )
+    return True
+
+
+def _stuck(state: State, team: str) -> bool:
+    """No gang of the team that needs GPUs could be admitted: not even its smallest fits
+    what is left of its quota, nor what it could borrow, and it has no gang in quota to
+    preempt."""
+    least = max(state.least_need(team), 1)
+    if state.quota(team) - state.used.get(team, 0) >= least:
+        return False  # room in quota (what blocks it, borrowers, may be reclaimed)
+    borrow = state.borrow_limit(team) - state.borrowed(team)
+    if borrow >= least and min(state.lendable(team), state.free()) >= least:
+        return False
+    queue = state.queues.get(team)
+    if not queue or not state.config.queueing.preempt_within_team:
+        return True
+    top = state.gangs[queue[0][1]].priority  # the queue is by priority, highest first
+    return not any(g.priority < top and not g.borrowed for g in state.holding(team))
+
+
+def team_order(state: State) -> list[str]:
+    """Teams by priority (high first), then weighted fair share: the GPUs a team holds
+    (in quota and borrowed) over its weight, lowest first; then name."""
+    return [
+        t.name
+        for t in sorted(
+            state.config.teams,
+            key=lambda t: (-t.priority, share(state, t.name) / t.weight, t.name),
+        )
+    ]
+
+
+def share(state: State, team: str) -> float:
+    """What the team holds, relative to its quota (its GPUs if it has no quota)."""
+    held = state.used.get(team, 0) + state.lent.get(team, 0)
+    return held / max(state.quota(team), 1)
+
+
+def _serve(state: State, team: str, now: float, outputs: list[Output]) -> bool:
+    """Admit the first gang of the team's queue that may go (True), in the team's
+    queueing strategy: StrictFIFO stops at the head; BestEffortFIFO goes on past gangs
+    that cannot go now, less what a starving gang (waited ``starvation_s``) reserves."""
+    queueing = state.config.queueing
+    strict = queueing.strategy == "StrictFIFO"
+    reserve: Gang | None = None
+    tried: dict[int, str] = {}  # need -> why it waits: the same need fares the same
+    ceiling = state.ceiling(team)
+    for _, key in list(state.queues.get(team, ())):
+        gang = state.gangs[key]
+        need, known = gang.gpus, gang.known
+        if known and need in tried and need <= ceiling and len(gang.members) >= gang.min_member:
+            if tried[need] != gang.reason:  # the common case, cheaply: nothing new to say
+                outputs.extend(_wait(state, gang, now, reason=tried[need]))
+            continue
+        aside = _aside(state, gang, now)
+        if aside:
+            outputs.extend(_wait(state, gang, now, reason=aside, aside=True))
+            continue
+        gang.aside = ""
+        held = reserve.gpus if reserve is not None else 0
+        if known and need in tried:
+            outputs.extend(_wait(state, gang, now, reason=tried[need]))
+            continue
+        outputs.extend(_try(state, gang, now, reserve=held, behind=reserve))
+        if gang.admitted:
+            return True
+        if strict:
+            return False
+        if known:
+            tried[need] = gang.reason
+            if reserve is None and now - gang.created_at >= queueing.starvation_s:
+                reserve, tried = gang, {}  # those behind must leave it room
+    return False
+
+
+def _aside(state: State, gang: Gang, now: float) -> str:
+    """Why a gang is set aside rather than waiting its turn ('' if it is not): it could
+    never be admitted, or its member pods did not come."""
+    if gang.known and gang.gpus > state.ceiling(gang.team):
+        team = gang.team
+        return (
+            f"set aside: needs {gang.gpus} GPUs but a gang of team {team!r} runs either "
+            f"within its quota ({state.quota(team)}) or wholly on borrowed GPUs (at most "
+            f"{state.borrow_limit(team)}), so at most {state.ceiling(team)}; lower its "
+            "size or ask for a larger quota"
+        )
+    if gang.lone or gang.carrier:
+        return ""
+    active = sum(1 for m in gang.members.values() if m.phase in ACTIVE)
+    limit = gang.schedule_timeout or state.config.queueing.members_timeout_s
+    if active < gang.min_member and now - gang.created_at >= limit:
+        which = "scheduleTimeoutSeconds" if gang.schedule_timeout else "members_timeout_s"
+        return (
+            f"set aside: {active} of {gang.min_member} member pods after {limit:g} s "
+            f"({which}); check the pods' pod-group label and the namespace's Events for "
+            "pods the webhook refused"
+        )
+    return ""
+
+
+def wants_tick(state: State, now: float) -> bool:
+    """Time alone changes decisions while gangs wait: a gang starts to starve, a PodGroup
+    short of members is set aside, a running gang passes its minimum run time."""
+    return any(state.queues.values())
+
+
+def _try(
+    state: State, gang: Gang, now: float, *, reserve: int = 0, behind: Gang | None = None
+) -> list[Output]:
     if not gang.known:
         return _wait(
             state,
@@ -57,61 +183,44 @@ def _try(state: State, gang: Gang, now: float) -> list[Output]:
         )
     need, team = gang.gpus, gang.team
     used, quota, limit = state.used.get(team, 0), state.quota(team), state.borrow_limit(team)
-    if need > state.ceiling(team):
-        return _wait(
-            state,
-            gang,
-            now,
-            reason=(
-                f"needs {need} GPUs but a gang of team {team!r} runs either within its quota "
-                f"({quota}) or wholly on borrowed GPUs (at most {limit}), so at most "
-                f"{state.ceiling(team)}"
-            ),
-        )
-    if used + need <= quota:
-        return _in_quota(state, gang, now)
-    if limit == 0:
-        return _wait(
-            state,
-            gang,
-            now,
-            reason=(
-                f"team {team!r} uses {used} of its {quota} GPU quota; the gang needs {need} "
-                "and the team may not borrow"
-            ),
-        )
+    kept = f" and {reserve} reserved for {behind.key}, which has waited longest" if behind else ""
+    if used + reserve + need <= quota:
+        return _in_quota(state, gang, now, reserve=reserve, kept=kept)
     borrowed = state.borrowed(team)
-    if borrowed + need > limit:
-        return _wait(
-            state,
-            gang,
-            now,
-            reason=(
-                f"team {team!r} uses {used} of its {quota} GPU quota and borrows {borrowed}; "
-                f"the gang needs {need}, which would borrow {borrowed + need} of at most {limit}"
-            ),
+    lendable = min(state.lendable(team), state.free()) - reserve
+    if limit and borrowed + need <= limit and need <= lendable:
+        return _commit(state, gang, now, borrowing=True)
+    if behind is None and (victims := _lower(state, gang, now)):  # nothing ahead reserves
+        outputs: list[Output] = []
+        for victim in victims:
+            outputs.extend(preempt(state, victim, now, for_gang=gang))
+        return outputs + _in_quota(state, gang, now, reserve=0, kept="")
+    if limit == 0:
+        reason = (
+            f"team {team!r} uses {used} of its {quota} GPU quota{kept}; the gang needs "
+            f"{need} and the team may not borrow"
         )
-    lendable = min(state.lendable(team), state.free())
-    if need > lendable:
-        return _wait(
-            state,
-            gang,
-            now,
-            reason=(
-                f"team {team!r} is at quota ({used}/{quota} GPUs) and other teams lend only "
-                f"{lendable} idle GPUs; the gang needs {need}"
-            ),
+    elif borrowed + need > limit:
+        reason = (
+            f"team {team!r} uses {used} of its {quota} GPU quota and borrows {borrowed}; "
+            f"the gang needs {need}, which would borrow {borrowed + need} of at most {limit}"
         )
-    return _commit(state, gang, now, borrowing=True)
+    else:
+        reason = (
+            f"team {team!r} is at quota ({used}/{quota} GPUs{kept}) and other teams lend "
+            f"only {max(lendable, 0)} idle GPUs; the gang needs {need}"
+        )
+    return _wait(state, gang, now, reason=reason)
 
 
-def _in_quota(state: State, gang: Gang, now: float) -> list[Output]:
-    """Within quota: on the team's own nodes, reclaiming borrowed GPUs if they are short."""
+def _in_quota(state: State, gang: Gang, now: float, *, reserve: int, kept: str) -> list[Output]:
+    """Within quota: on the team's own nodes, reclaiming borrowed GPUs if they are short
+    (less what a starving gang ahead reserves)."""
     need, team = gang.gpus, gang.team
-    room, free = state.room(team), state.free()
+    room, free = state.room(team) - reserve, state.free() - reserve
     outputs: list[Output] = []
     if need > room or need > free:
-        victims = reclaim_plan(state, team=team, short_own=need - room, short=need - free)
+        victims = reclaim_plan(state, team=team, short_own=need - room, short=need - free, now=now)
         if not victims:
             return _wait(
                 state,
@@ -119,7 +228,7 @@ def _in_quota(state: State, gang: Gang, now: float) -> list[Output]:
                 now,
                 reason=(
                     f"within team {team!r} quota, waiting for capacity: needs {need} GPUs, "
-                    f"{max(0, min(room, free))} free on the team's nodes"
+                    f"{max(0, min(room, free))} free on the team's nodes{kept}"
                 ),
             )
         for victim in victims:
@@ -127,16 +236,51 @@ def _in_quota(state: State, gang: Gang, now: float) -> list[Output]:
     return outputs + _commit(state, gang, now, borrowing=False)
 
 
-def reclaim_plan(state: State, *, team: str, short_own: int, short: int) -> list[Gang]:
+def _lower(state: State, gang: Gang, now: float) -> list[Gang]:
+    """In-quota gangs of the gang's team to preempt so that it fits its quota ([]: none
+    will do): lower priority only, run at least ``preempt_min_run_s``, lowest priority
+    then least GPU-time lost first."""
+    queueing = state.config.queueing
+    if not queueing.preempt_within_team or gang.borrowed:
+        return []
+    team, mine = gang.team, gang.priority
+    candidates = sorted(
+        (
+            g
+            for g in state.holding(team)
+            if g.admitted
+            and not g.borrowed
+            and g.priority < mine
+            and now - g.admitted_at >= queueing.preempt_min_run_s
+        ),
+        key=lambda g: (g.priority, g.held * (now - g.admitted_at), g.key),
+    )
+    short = state.used.get(team, 0) + gang.gpus - state.quota(team)
+    victims: list[Gang] = []
+    for victim in candidates:
+        if short <= 0:
+            break
+        victims.append(victim)
+        short -= victim.held
+    return victims if short <= 0 else []
+
+
+def reclaim_plan(
+    state: State, *, team: str, short_own: int, short: int, now: float = 0.0
+) -> list[Gang]:
     """Borrowing gangs of other teams to preempt whole ([]: not enough): first those
     bound to ``team``'s nodes until ``short_own`` GPUs are back there, then any until
     ``short`` GPUs are free in the cluster; lowest team priority, then lowest gang
-    priority, then newest first."""
+    priority, then least GPU-time lost (newest admitted), then newest first. Borrowed
+    GPUs are taken back at once: no minimum run time (the quota is its owner's)."""
     priority = {t.name: t.priority for t in state.config.teams}
     candidates = sorted(
         (g for g in state.holding() if g.admitted and g.borrowed > 0 and g.team != team),
-        key=lambda g: (priority.get(g.team, 0), g.priority, -g.created_at, g.key),
-    )
+        key=lambda g: (
+            priority.get(g.team, 0), g.priority, g.held * (now - g.admitted_at), -g.created_at,
+            g.key,
+        ),
+    )  # fmt: skip
     victims: list[Gang] = []
     back = freed = 0
     for gang in candidates:
@@ -166,7 +310,10 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
     state.hold(gang, 0, borrowing=False)
     gang.admitted, gang.reason = False, ""
     state.enqueue(gang)
-    reason = f"reclaimed by team {for_gang.team!r} for {for_gang.key}"
+    if for_gang.team == gang.team:
+        reason = f"preempted for {for_gang.key} (priority {for_gang.priority})"
+    else:
+        reason = f"reclaimed by team {for_gang.team!r} for {for_gang.key}"
     when = f"{now:.6f}"  # a gang is preempted at most once at one time
     return [
         Annotate(
@@ -203,7 +350,7 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
 
 def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Output]:
     state.dequeue(gang)
-    gang.admitted, gang.reason = True, ""
+    gang.admitted, gang.reason, gang.admitted_at = True, "", now
     state.hold(gang, gang.gpus, borrowing=borrowing)
     borrowed = gang.borrowed
     annotations: dict[str, str | None] = {
@@ -245,13 +392,18 @@ def remark(gang: Gang, now: float) -> Annotate:
     )
 
 
-def _wait(state: State, gang: Gang, now: float, *, reason: str) -> list[Output]:
+def _wait(
+    state: State, gang: Gang, now: float, *, reason: str, aside: bool = False
+) -> list[Output]:
+    gang.aside, gang.told_gpus = (reason if aside else ""), gang.gpus
+    state.untold.discard(gang.key)
     if reason == gang.reason:
         return []
     gang.reason = reason
-    return [
-        GangQueued(at=now, gang=gang.key, team=gang.team, reason=reason, position=0, gpus=gang.gpus)
-    ]
+    event = GangQueued(
+        at=now, gang=gang.key, team=gang.team, reason=reason, position=0, gpus=gang.gpus
+    )
+    return [msgspec.structs.replace(event, set_aside=True) if aside else event]
 
 
 def queued(state: State, gang: Gang, now: float) -> GangQueued:

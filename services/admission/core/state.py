@@ -46,6 +46,8 @@ class State:
     pools: dict[str, MachineDeployment] = field(default_factory=dict)  # by name
     pool_gpus: dict[str, int] = field(default_factory=dict)  # pool name -> GPUs a node
     growth: dict[str, int] = field(default_factory=dict)  # team -> GPUs its pools may add
+    untold: set[str] = field(default_factory=set)  # queued, not yet told why they wait
+    least: dict[str, int] = field(default_factory=dict)  # team -> least known queued need
 
     @property
     def nodes(self) -> dict[str, NodeView]:
@@ -117,6 +119,9 @@ class State:
         if gang.qkey is not None:
             self.dequeue(gang)
         queue = self.queues.setdefault(gang.team, [])
+        self.untold.add(gang.key)
+        if gang.team in self.least and gang.known:
+            self.least[gang.team] = min(self.least[gang.team], gang.gpus)
         gang.qkey = queue_key(gang)
         entry = (gang.qkey, gang.key)
         position = bisect.bisect_left(queue, entry)
@@ -124,6 +129,9 @@ class State:
         return position
 
     def dequeue(self, gang: Gang) -> None:
+        self.untold.discard(gang.key)
+        if self.least.get(gang.team) == gang.gpus:
+            del self.least[gang.team]  # it may have been the least
         if gang.qkey is None:
             return
         queue = self.queues.setdefault(gang.team, [])
@@ -132,6 +140,14 @@ class State:
         if i < len(queue) and queue[i] == entry:
             del queue[i]
         gang.qkey = None
+
+    def least_need(self, team: str) -> int:
+        """The least GPUs a known gang in the team's queue needs (kept until the queue or
+        a queued gang's demand changes); a very large number when there is none."""
+        if team not in self.least:
+            queued = (self.gangs[k] for _, k in self.queues.get(team, ()))
+            self.least[team] = min((g.gpus for g in queued if g.known), default=1 << 62)
+        return self.least[team]
 
     def position(self, gang: Gang) -> int:
         queue = self.queues.get(gang.team, [])

@@ -1,0 +1,411 @@
+"""Scheduling quality (``python -m tests.bench scheduling``): one harness, several
+placers, two workloads, and the decision time with a long queue.
+
+Placers: the gang core under strict FIFO; as it was before this work (the first gang
+that does not fit reserves at once, smaller ones backfill outside the reservation, no
+preemption, no defragmentation); with today's defaults (the same, plus priority
+preemption and defragmentation); with a starvation threshold (the head reserves only
+after 30 min); and pod-by-pod greedy (kube-scheduler-like: each pod alone, on the least
+allocated node, partial jobs hold GPUs).
+
+Workloads, in a pure discrete-event harness (a cycle every 30 trace seconds):
+
+1. Philly: jobs 48,000-51,000 of the trace (52 h; BATON_PHILLY or ../shared beside
+   the clone, else the bundled sample, said so) on 40 8-GPU nodes (offered load ~117%).
+   A window, not the full 82k-job trace: one placer takes ~30 s of the shared 2-core
+   machine per 3,000 jobs.
+2. An LLM-style large-gang mix generated from published statistics (Acme's Kalos
+   cluster, Hu et al., NSDI '24: evaluation jobs are most jobs but a sliver of GPU
+   time; pretraining gangs of 256-1,024 GPUs hold most of it): 256 8-GPU nodes, 3 days,
+   seeded. Evaluation jobs (1-8 GPUs, minutes) are marked preemptible; pretraining
+   gangs have priority 10, everything else 0.
+
+Preempted jobs restart from scratch (work lost = GPUs x time run; with checkpoints the
+loss is smaller); evictions take effect at once (no grace in trace time).
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import math
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from libs.testing.builders import gang, pod, racks
+from proto import keys
+from proto.actions import BindGang
+from proto.k8s import GPU, Node, NodeEvent, PodEvent, PodGroupEvent
+from proto.placement import GangRestarted
+from services.gang import core
+from services.simcluster.trace import sample_path
+
+TRACE = Path(
+    os.environ.get("BATON_PHILLY", Path(__file__).resolve().parents[3] / "shared/traces/philly.csv")
+)
+CYCLE_S = 30.0
+CLASSES = ((1, 1, "1 GPU"), (2, 8, "2-8"), (9, 64, "9-64"), (65, 255, "65-255"),
+           (256, 1 << 20, "256+"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    submit: float
+    gpus: int
+    duration: float
+    priority: int = 0
+    preemptible: bool = False
+
+    def pods(self, per_node: int = 8) -> list[int]:
+        if self.gpus <= per_node:
+            return [self.gpus]
+        return [per_node] * math.ceil(self.gpus / per_node)
+
+
+@dataclass
+class Outcome:
+    started: dict[str, float] = field(default_factory=dict)  # job -> (last) start
+    first: dict[str, float] = field(default_factory=dict)  # job -> first start (its wait)
+    useful: float = 0.0  # GPU-seconds of work kept, within the window
+    lost: float = 0.0  # GPU-seconds of work thrown away by preemption
+    preempted: int = 0
+    held: float = 0.0  # GPU-seconds partial jobs held idle (greedy)
+    fragmented: list[float] = field(default_factory=list)  # per cycle: free GPUs not on idle nodes
+    took: float = 0.0
+
+
+# -- workloads ---------------------------------------------------------------------------
+
+
+def philly(first: int = 48_000, count: int = 3_000) -> tuple[list[Job], str]:
+    path, note = TRACE, f"Philly jobs {first:,}-{first + count:,}"
+    if not path.exists():
+        path, first, count = sample_path(), 0, min(count, 2_000)
+        note = f"the bundled Philly sample, jobs 0-{count} (full trace not at {TRACE})"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))[first : first + count]
+    t0 = float(rows[0]["submit_s"])
+    jobs = [
+        Job(f"j{r['job_id']}", float(r["submit_s"]) - t0, int(r["num_gpus"]),
+            float(r["duration_s"]))
+        for r in rows
+    ]  # fmt: skip
+    return jobs, note
+
+
+def llm_mix(seed: int = 7, hours: float = 72.0) -> list[Job]:
+    """Kalos-like: ~90% of jobs are evaluation (1-8 GPUs, median ~15 min), a few
+    fine-tuning/debug gangs (16-128 GPUs, ~2 h), and pretraining gangs of 256-1,024 GPUs
+    (~10 h) holding most of the GPU time."""
+    rng = random.Random(seed)
+    window = hours * 3600
+    jobs: list[Job] = []
+
+    def add(kind: str, count: int, sizes: tuple[int, ...], median_s: float, **kw: object) -> None:
+        for i in range(count):
+            duration = min(rng.lognormvariate(math.log(median_s), 0.8), 48 * 3600)
+            at = rng.uniform(0, window * 0.9)
+            jobs.append(Job(f"{kind}{i}", at, rng.choice(sizes), duration, **kw))  # type: ignore[arg-type]
+
+    add("eval", 2000, (1, 1, 2, 4, 8, 8), 15 * 60, preemptible=True)
+    add("tune", 160, (16, 32, 64, 128), 2 * 3600)
+    add("pretrain", 20, (256, 512, 512, 1024), 10 * 3600, priority=10)
+    return sorted(jobs, key=lambda j: (j.submit, j.name))
+
+
+# -- placers -----------------------------------------------------------------------------
+
+
+def run_core(jobs: list[Job], nodes: list[Node], policy: core.Policy) -> Outcome:
+    state = core.initial(policy)
+    for n in nodes:
+        core.step(state, NodeEvent(op="upsert", at=0.0, node=n), 0.0)
+    by_name = {j.name: j for j in jobs}
+    generation: dict[str, int] = {}
+    out = Outcome()
+    window = max(j.submit for j in jobs)
+
+    def members(job: Job, t: float) -> None:
+        sizes = job.pods()
+        notes = {keys.PREEMPTIBLE: "true"} if job.preemptible else {}
+        group, pods = gang(job.name, len(sizes), gpus=sizes[0], created_at=job.submit,
+                           priority=job.priority, annotations=notes)  # fmt: skip
+        if job.name not in generation:
+            core.step(state, PodGroupEvent(op="upsert", at=t, pod_group=group), t)
+        for p in pods:
+            fresh = msgspec.structs.replace(p, uid=f"{p.uid}-{generation.get(job.name, 0)}")
+            core.step(state, PodEvent(op="upsert", at=t, pod=fresh), t)
+
+    def place(t: float, events: list[tuple[float, int, str, str, int]]) -> None:
+        _, outputs = core.step(state, core.Tick(at=t), t)
+        for o in outputs:
+            if isinstance(o, GangRestarted):
+                preempt(t, by_name[o.gang.split("/")[1]])
+        for bind in (o for o in outputs if isinstance(o, BindGang)):
+            job = by_name[bind.gang.split("/")[1]]
+            out.started[job.name] = t
+            out.first.setdefault(job.name, t)
+            for b in bind.bindings:
+                p = state.cluster.pods[f"{b.namespace}/{b.pod}"]
+                running = msgspec.structs.replace(p, node_name=b.node, phase="Running")
+                core.step(state, PodEvent(op="upsert", at=t, pod=running), t)
+            gen = generation.get(job.name, 0)
+            heapq.heappush(events, (t + job.duration, 0, "finish", job.name, gen))
+        out.fragmented.append(_fragmented(
+            (v.node.allocatable.get(GPU, 0), v.free.get(GPU, 0))
+            for v in state.cluster.nodes.values()
+        ))  # fmt: skip
+
+    def preempt(t: float, job: Job) -> None:
+        start = out.started.pop(job.name)
+        out.preempted += 1
+        out.lost += job.gpus * (t - start)
+        out.useful -= job.gpus * max(0.0, min(t, window) - min(start, window))
+        _delete(job, t)
+        generation[job.name] = generation.get(job.name, 0) + 1
+        members(job, t)  # its controller (or RecreatePod) makes the pods again
+
+    def _delete(job: Job, t: float) -> None:
+        for i in range(len(job.pods())):
+            p = state.cluster.pods.get(f"default/{job.name}-{i}")
+            if p is not None:
+                core.step(state, PodEvent(op="delete", at=t, pod=p), t)
+
+    def arrive(t: float, job: Job) -> None:
+        members(job, t)
+
+    def finish(t: float, job: Job) -> None:
+        _delete(job, t)
+
+    started = time.perf_counter()
+    _simulate(jobs, arrive=arrive, finish=finish, place=place, generation=generation)
+    out.took = time.perf_counter() - started
+    for name, start in out.started.items():
+        job = by_name[name]
+        out.useful += job.gpus * max(0.0, min(start + job.duration, window) - min(start, window))
+    return out
+
+
+def run_greedy(jobs: list[Job], nodes: list[Node]) -> Outcome:
+    """Each pod alone on the least allocated node, in arrival order; a job starts when
+    its last pod is bound, and its bound pods hold their GPUs idle until then."""
+    free = {n.name: n.allocatable[GPU] for n in nodes}
+    size = dict(free)
+    by_name = {j.name: j for j in jobs}
+    pending: list[tuple[str, int, int]] = []
+    bound: dict[str, dict[int, tuple[str, float]]] = {}
+    out = Outcome()
+    window = max(j.submit for j in jobs)
+
+    def arrive(t: float, job: Job) -> None:
+        pending.extend((job.name, i, g) for i, g in enumerate(job.pods()))
+        bound[job.name] = {}
+
+    def place(t: float, events: list[tuple[float, int, str, str, int]]) -> None:
+        nonlocal pending
+        left = []
+        for name, i, g in pending:
+            target = max(free, key=lambda n: (free[n], n))
+            if free[target] < g:
+                left.append((name, i, g))
+                continue
+            free[target] -= g
+            bound[name][i] = (target, t)
+            job = by_name[name]
+            if len(bound[name]) == len(job.pods()):
+                out.started[name] = out.first[name] = t
+                out.held += sum(
+                    job.pods()[k] * (min(t, window) - min(s, window))
+                    for k, (_, s) in bound[name].items()
+                )
+                out.useful += job.gpus * max(0.0, min(t + job.duration, window) - min(t, window))
+                heapq.heappush(events, (t + job.duration, 0, "finish", name, 0))
+        pending = left
+        out.fragmented.append(_fragmented((size[n], free[n]) for n in free))
+
+    def finish(t: float, job: Job) -> None:
+        for k, (node_name, _) in bound.pop(job.name).items():
+            free[node_name] += job.pods()[k]
+
+    started = time.perf_counter()
+    _simulate(jobs, arrive=arrive, finish=finish, place=place, generation={})
+    out.took = time.perf_counter() - started
+    for name, pods in bound.items():  # partial jobs that never started held GPUs to the end
+        if name not in out.started:
+            out.held += sum(
+                by_name[name].pods()[k] * max(0.0, window - s) for k, (_, s) in pods.items()
+            )
+    return out
+
+
+def _fragmented(nodes: object) -> float:
+    """The share of free GPUs that are not on a wholly free node."""
+    free = scattered = 0
+    for total, idle in nodes:  # type: ignore[attr-defined]
+        idle = max(0, min(total, idle))
+        free += idle
+        if idle < total:
+            scattered += idle
+    return scattered / free if free else 0.0
+
+
+def _simulate(
+    jobs: list[Job], *, arrive: Callable[..., None], finish: Callable[..., None],
+    place: Callable[..., None], generation: dict[str, int],
+) -> None:  # fmt: skip
+    events: list[tuple[float, int, str, str, int]] = [
+        (j.submit, 1, "submit", j.name, 0) for j in jobs
+    ]
+    heapq.heapify(events)
+    by_name = {j.name: j for j in jobs}
+    while events:
+        t = math.ceil(events[0][0] / CYCLE_S) * CYCLE_S
+        while events and events[0][0] <= t:
+            _, _, kind, name, gen = heapq.heappop(events)
+            if kind == "submit":
+                arrive(t, by_name[name])
+            elif gen == generation.get(name, 0):  # a preempted run's end is no end
+                finish(t, by_name[name])
+        place(t, events)
+
+
+# -- results -----------------------------------------------------------------------------
+
+
+def row(label: str, jobs: list[Job], out: Outcome, gpus: int) -> str:
+    window = max(j.submit for j in jobs)
+    cells = [f"{label} ({out.took:.0f} s)", f"{out.useful / (gpus * window):.1%}"]
+    for low, high, _ in CLASSES:
+        waits = sorted(
+            (out.first[j.name] - j.submit) / 60
+            for j in jobs
+            if low <= j.gpus <= high and j.name in out.first
+        )
+        if not any(low <= j.gpus <= high for j in jobs):
+            cells.append("-")
+            continue
+        never = sum(1 for j in jobs if low <= j.gpus <= high and j.name not in out.first)
+        p50 = statistics.median(waits) if waits else math.nan
+        p95 = waits[int(len(waits) * 0.95)] if waits else math.nan
+        cells.append(f"{p50:.0f} / {p95:.0f}" + (f" ({never} never)" if never else ""))
+    cells.append(f"{out.preempted} / {out.lost / 3600:,.0f}")
+    cells.append(f"{out.held / (gpus * window):.1%}")
+    frag = statistics.mean(out.fragmented) if out.fragmented else 0.0
+    cells.append(f"{frag:.0%}")
+    return "| " + " | ".join(cells) + " |"
+
+
+def header() -> str:
+    classes = " | ".join(f"{name} wait p50 / p95 min" for _, _, name in CLASSES)
+    return (
+        f"| placer | GPU utilisation | {classes} | preempted / GPU-h lost "
+        "| GPUs held idle by partial jobs | free GPUs scattered |\n"
+        "|---|---:|" + "---:|" * (len(CLASSES) + 3)
+    )
+
+
+STRICT = core.Policy(strict_fifo=True, preemption=False, defrag_moves_per_hour=0)
+BEFORE = core.Policy(preemption=False, defrag_moves_per_hour=0)
+DEFAULTS = core.Policy()
+STARVATION = core.Policy(reserve_after_s=1800.0)
+
+
+def compare(jobs: list[Job], nodes: list[Node]) -> None:
+    gpus = sum(n.allocatable[GPU] for n in nodes)
+    print(header())
+    placers: list[tuple[str, Callable[[], Outcome]]] = [
+        ("strict FIFO", lambda: run_core(jobs, nodes, STRICT)),
+        ("before: head reserves at once, backfill", lambda: run_core(jobs, nodes, BEFORE)),
+        ("now: + preemption + defragmentation", lambda: run_core(jobs, nodes, DEFAULTS)),
+        ("now, head reserves after 30 min", lambda: run_core(jobs, nodes, STARVATION)),
+        ("pod-by-pod greedy", lambda: run_greedy(jobs, nodes)),
+    ]
+    for label, run in placers:
+        print(row(label, jobs, run(), gpus), flush=True)
+
+
+# -- decision time with a long queue -----------------------------------------------------
+
+
+def decision_time(queued: int = 10_000) -> tuple[float, float, float]:
+    """One cycle placing a 1,024-pod gang (priority 10) on 7,500 nodes (40% busy) while
+    ``queued`` gangs (1-8 pods, priority 0) wait that cannot fit now (the cluster has
+    no room left once the big gang is placed: they are rejected on totals)."""
+    nodes = racks(zones=3, blocks=10, racks=25, nodes=10)
+    state = core.initial()
+    rng = random.Random(1)
+    for n in nodes:
+        core.step(state, NodeEvent(op="upsert", at=0.0, node=n), 0.0)
+        if rng.random() < 0.4:
+            p = pod(f"bg-{n.name}", gpus=8, node_name=n.name, scheduler="other")
+            core.step(state, PodEvent(op="upsert", at=0.0, pod=p), 0.0)
+    free_nodes = sum(1 for v in state.cluster.nodes.values() if v.free.get(GPU, 0) >= 8)
+    filler, members = gang("filler", free_nodes - 1024, created_at=0.0)
+    core.step(state, PodGroupEvent(op="upsert", at=0.0, pod_group=filler), 0.0)
+    for p in members:
+        core.step(state, PodEvent(op="upsert", at=0.0, pod=p), 0.0)
+    _, outputs = core.step(state, core.Tick(at=0.5), 0.5)
+    for bind in (o for o in outputs if isinstance(o, BindGang)):
+        for b in bind.bindings:
+            p = state.cluster.pods[f"default/{b.pod}"]
+            running = msgspec.structs.replace(p, node_name=b.node, phase="Running")
+            core.step(state, PodEvent(op="upsert", at=0.5, pod=running), 0.5)
+    for i in range(queued):
+        group, members = gang(f"q{i}", rng.choice((1, 1, 2, 4, 8)), created_at=1.0)
+        core.step(state, PodGroupEvent(op="upsert", at=1.0, pod_group=group), 1.0)
+        for p in members:
+            core.step(state, PodEvent(op="upsert", at=1.0, pod=p), 1.0)
+    big, members = gang("big", 1024, priority=10, created_at=1.0)
+    core.step(state, PodGroupEvent(op="upsert", at=1.0, pod_group=big), 1.0)
+    for p in members:
+        core.step(state, PodEvent(op="upsert", at=1.0, pod=p), 1.0)
+    core.step(state, core.Tick(at=1.5), 1.5)  # warm-up: verdicts for the queue
+    times = []
+    for _ in range(7):
+        g = state.cluster.gangs["default/big"]
+        core.forget(state, g, 0.0)
+        g.retry_after = 0.0
+        started = time.perf_counter()
+        _, outputs = core.step(state, core.Tick(at=2.0), 2.0)
+        times.append(time.perf_counter() - started)
+        assert [b.gang for b in outputs if isinstance(b, BindGang)] == ["default/big"]
+    return statistics.median(times) * 1e3, min(times) * 1e3, max(times) * 1e3
+
+
+def main() -> None:
+    print("### Decision time: a 1,024-pod gang, 7,500 nodes (40% busy), gangs queued\n")
+    print("| gangs queued | p50 ms | min ms | max ms | goal |\n|---:|---:|---:|---:|---|")
+    for queued in (0, 10_000):  # 0: the baseline, same run
+        p50, best, worst = decision_time(queued)
+        print(f"| {queued:,} | {p50:.1f} | {best:.1f} | {worst:.1f} | < 50 ms |", flush=True)
+    print()
+
+    jobs, note = philly()
+    nodes = racks(zones=1, blocks=1, racks=5, nodes=8)
+    print(f"### {note} ({len(jobs)} jobs), {len(nodes)} nodes / {len(nodes) * 8} GPUs\n")
+    compare(jobs, nodes)
+
+    jobs = llm_mix()
+    nodes = racks(zones=1, blocks=4, racks=4, nodes=16)
+    demand = sum(j.gpus * j.duration for j in jobs) / (len(nodes) * 8 * max(j.submit for j in jobs))
+    big = sum(j.gpus * j.duration for j in jobs if j.gpus >= 256) / sum(
+        j.gpus * j.duration for j in jobs
+    )
+    print(
+        f"\n### LLM-style mix: {len(jobs)} jobs over 72 h, {len(nodes)} nodes / "
+        f"{len(nodes) * 8} GPUs, offered load {demand:.0%}, {big:.0%} of GPU time in "
+        "gangs of 256+ GPUs\n"
+    )
+    compare(jobs, nodes)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""End to end on simcluster: no head-of-line blocking. The demo's case: the head of a
+team's queue needs more than what is left of the team's quota; the smaller gang
+behind it is admitted and bound anyway. And a PodGroup whose pods never come does not
+block its team: it is set aside after its scheduleTimeoutSeconds, with an Event.
+Webhook, bridge, admission, gang, actuator and reporter over a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from libs.bus import Bus
+from libs.runner import Runner, serve
+from libs.testing.nats import running_nats
+from libs.testing.sim import running_sim
+from services.actuator import main as actuator_main
+from services.admission import main as admission_main
+from services.bridge import main as bridge_main
+from services.gang import main as gang_main
+from services.reporter import main as reporter_main
+from tests.connected.test_webhook import make_cert
+from tests.e2e.test_admission_borrow_reclaim import register_webhooks, submit, tasks
+from tests.pipeline import until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+TEAMS = """
+teams:
+  - name: a
+    namespaces: [team-a]
+    pools: [pa]
+    quota: {gpus: 16}
+"""
+
+
+async def test_a_head_over_quota_and_an_empty_podgroup_block_nobody(tmp_path: Path) -> None:
+    cert, key = make_cert(tmp_path)
+    ca = Path(cert).read_bytes()  # noqa: ASYNC240 - setup, before anything runs
+    teams = tmp_path / "teams.yaml"
+    teams.write_text(TEAMS)
+    async with running_nats() as url, running_sim(nodes=3) as sim:
+        api = await sim.api_client()
+        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        for node in (await core_api.list_node()).items:
+            labels = {"baton.io/pool": "pa"}
+            await core_api.patch_node(node.metadata.name, {"metadata": {"labels": labels}})
+        await core_api.create_namespace({"metadata": {"name": "team-a"}})
+
+        bus = await Bus.connect(url, cluster="c1", name="admission")
+        await bus.ensure_streams()
+        common: dict[str, Any] = {"nats_url": url, "cluster": "c1", "ops_port": 0}
+        settings = admission_main.Settings(
+            **common, teams_file=str(teams), reload_s=60, tls_cert=cert, tls_key=key,
+            webhook_host="127.0.0.1", webhook_port=0, cycle_interval=0.2,
+        )  # fmt: skip
+        admission = Runner(admission_main.SPEC, bus=bus, settings=settings)
+        bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        webhook = admission_main.beside(settings, bus, bound=bound)
+        gang = gang_main.Settings(**common, require_admission=True, cycle_interval=0.1)
+        async with tasks(
+            admission.run(),
+            webhook.run(admission),
+            bridge_main.serve_bridge(bridge_main.Settings(**common, kubeconfig=sim.kubeconfig)),
+            actuator_main.serve_actuator(
+                actuator_main.Settings(**common, kubeconfig=sim.kubeconfig)
+            ),
+            serve(gang_main.SPEC, gang),
+            serve(reporter_main.SPEC, reporter_main.Settings(**common, tick_every=0.2)),
+        ):
+            port = await asyncio.wait_for(bound, 10)
+            await register_webhooks(custom, port=port, ca=ca)
+            await until(lambda: admission.ready, what="admission caught up", within=30)
+
+            async def placement() -> dict[str, str]:
+                pods = (await core_api.list_namespaced_pod("team-a")).items
+                return {p.metadata.name: p.spec.node_name or "" for p in pods}
+
+            # a PodGroup whose pods never come, first in the team's queue
+            ghost = {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": "ghost"},
+                "spec": {"minMember": 2, "scheduleTimeoutSeconds": 2},
+            }
+            await custom.create_namespaced_custom_object(
+                "scheduling.x-k8s.io", "v1alpha1", "team-a", "podgroups", ghost
+            )
+            await submit(core_api, custom, "team-a", "first", 1)  # 8 of 16 GPUs
+
+            async def first_runs() -> bool:
+                return bool((await placement()).get("first-0"))
+
+            await until(first_runs, what="the first gang bound behind the empty PodGroup",
+                        within=45)  # fmt: skip
+            await submit(core_api, custom, "team-a", "big", 2)  # 16 GPUs, 8 left in quota
+            await submit(core_api, custom, "team-a", "small", 1)  # 8 GPUs: fits what is left
+
+            async def small_runs() -> bool:
+                return bool((await placement()).get("small-0"))
+
+            await until(small_runs, what="the small gang bound past the blocked head", within=45)
+            got = await placement()
+            assert not got["big-0"] and not got["big-1"]  # the head still waits for quota
+            assert "uses 16 of its 16 GPU quota" in admission.state.gangs["team-a/big"].reason
+
+            async def ghost_event() -> list[str]:
+                events = (await core_api.list_namespaced_event("team-a")).items
+                return [
+                    e.message
+                    for e in events
+                    if e.involved_object.name == "ghost" and "set aside" in (e.message or "")
+                ]
+
+            told = await until(ghost_event, what="an Event setting the empty PodGroup aside",
+                               within=45)  # fmt: skip
+            assert any("0 of 2 member pods" in m for m in told), told
+            # both the gang service (its verdict) and admission (GangQueued) say so
+            await until(lambda: admission.state.gangs["team-a/ghost"].aside,
+                        what="admission setting the empty PodGroup aside", within=30)  # fmt: skip
+        await bus.close()
+        await api.close()

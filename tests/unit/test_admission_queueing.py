@@ -1,0 +1,150 @@
+"""Admission queueing: best-effort FIFO, starvation reservation, strict FIFO, gangs set
+aside (too large, members missing) and the order teams are served (fair share)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from proto.actions import EvictGang
+from proto.admission import GangAdmitted, GangPreempted, GangQueued
+from proto.runner import Tick
+from services.admission.core import queueing
+from tests.unit.test_admission_core import cluster, feed, group, node, of, pods, submit
+
+pytestmark = pytest.mark.unit
+
+# one team of 16 GPUs (the demo's shape: its head needs more than what is left)
+ONE: dict[str, Any] = {
+    "teams": [{"name": "a", "namespaces": ["a"], "pools": ["p"], "quota": {"gpus": 16}}]
+}
+
+
+NODES3 = [node("n1", "p"), node("n2", "p"), node("n3", "p")]
+
+
+def admitted(out: list[Any]) -> list[str]:
+    return [o.gang for o in of(out, GangAdmitted)]
+
+
+def with_queueing(**queueing: Any) -> dict[str, Any]:
+    return {**ONE, "queueing": queueing}
+
+
+def test_best_effort_a_head_over_the_remaining_quota_does_not_block_smaller_gangs() -> None:
+    state = cluster(ONE, [node("n1", "p"), node("n2", "p")])
+    out = feed(state, submit("a", "running", 1, at=1.0))  # 8 of 16 used
+    out = feed(
+        state, submit("a", "big", 2, at=2.0) + submit("a", "small", 1, at=3.0), now=3.0
+    )  # big needs 16 with 8 left
+    assert admitted(out) == ["a/small"]
+    feed(state, [Tick(at=4.0)], now=4.0)  # why it waits is brought up to date on ticks
+    assert "uses 16 of its 16 GPU quota" in state.gangs["a/big"].reason
+
+
+def test_strict_fifo_admits_nothing_behind_the_head() -> None:
+    state = cluster(with_queueing(strategy="StrictFIFO"), [node("n1", "p"), node("n2", "p")])
+    feed(state, submit("a", "running", 1, at=1.0))
+    out = feed(state, submit("a", "big", 2, at=2.0) + submit("a", "small", 1, at=3.0), now=3.0)
+    assert admitted(out) == []
+
+
+def test_a_starving_gang_reserves_and_smaller_ones_only_take_what_it_leaves() -> None:
+    state = cluster(with_queueing(starvation_s=100), NODES3)
+    feed(state, submit("a", "running", 1, at=0.0), now=0.0)  # 8 of 16
+    # before the threshold the 16-GPU gang does not reserve: a small one backfills
+    out = feed(state, submit("a", "big", 2, at=1.0) + submit("a", "s1", 1, at=2.0), now=2.0)
+    assert admitted(out) == ["a/s1"]
+    feed(state, pods("a", "s1", 1, phase="Succeeded"), now=50.0)  # back to 8 of 16
+    # past the threshold: s2 would leave the big gang short, it waits
+    out = feed(state, [Tick(at=200.0), *submit("a", "s2", 1, at=200.0)], now=200.0)
+    assert admitted(out) == []
+    reason = state.gangs["a/s2"].reason
+    assert "16 reserved for a/big, which has waited longest" in reason, reason
+    out = feed(state, pods("a", "running", 1, phase="Succeeded"), now=300.0)
+    assert admitted(out) == ["a/big"]  # the reserved gang goes first
+
+
+def test_a_gang_larger_than_its_team_can_ever_hold_is_set_aside_and_blocks_nobody() -> None:
+    state = cluster(with_queueing(strategy="StrictFIFO"), NODES3)
+    out = feed(state, submit("a", "huge", 3, at=1.0) + submit("a", "small", 1, at=2.0))
+    assert admitted(out) == ["a/small"]  # even in strict FIFO: the huge one is no head
+    aside = [q for q in of(out, GangQueued) if q.gang == "a/huge" and q.set_aside]
+    assert aside and "can never" not in aside[-1].reason and "so at most 16" in aside[-1].reason
+
+
+def test_a_podgroup_whose_pods_never_come_is_set_aside_after_its_timeout() -> None:
+    state = cluster(with_queueing(strategy="StrictFIFO"), [node("n1", "p")])
+    plain = group("a", "empty", 2, at=0.0)
+    timed = msgspec.structs.replace(plain.pod_group, schedule_timeout_seconds=60)
+    empty = msgspec.structs.replace(plain, pod_group=timed)
+    out = feed(state, [empty, *submit("a", "next", 1, at=1.0)], now=1.0)
+    assert admitted(out) == []  # strict: the memberless head blocks until its timeout
+    assert queueing.wants_tick(state.state, 1.0)
+    out = feed(state, [Tick(at=61.0)], now=61.0)
+    assert admitted(out) == ["a/next"]
+    aside = [q for q in of(out, GangQueued) if q.set_aside]
+    assert [q.gang for q in aside] == ["a/empty"]
+    assert "0 of 2 member pods after 60 s (scheduleTimeoutSeconds)" in aside[0].reason
+    # its pods come after all: it is tried again like any other gang
+    out = feed(state, pods("a", "empty", 2, gpus=0), now=62.0)
+    assert admitted(out) == ["a/empty"]
+
+
+def test_without_a_timeout_the_members_timeout_applies() -> None:
+    state = cluster(with_queueing(members_timeout_s=30), [node("n1", "p")])
+    feed(state, [group("a", "empty", 2, at=0.0)], now=0.0)
+    out = feed(state, [Tick(at=29.0)], now=29.0)
+    assert not [q for q in of(out, GangQueued) if q.set_aside]
+    out = feed(state, [Tick(at=30.0)], now=30.0)
+    assert "(members_timeout_s)" in next(q for q in of(out, GangQueued) if q.set_aside).reason
+
+
+TEAMS: dict[str, Any] = {
+    "teams": [
+        {"name": "x", "namespaces": ["x"], "pools": ["px"], "borrow": {"gpus": 32}},
+        {"name": "y", "namespaces": ["y"], "pools": ["py"], "borrow": {"gpus": 32}, "weight": 3},
+        {"name": "z", "namespaces": ["z"], "pools": ["pz"], "quota": {"gpus": 24}},
+    ]
+}
+
+
+@pytest.mark.parametrize(("weight", "to_y"), [(3, 2), (1, 1)])
+def test_teams_are_served_by_weighted_share_of_what_they_hold(weight: int, to_y: int) -> None:
+    teams = {"teams": [*TEAMS["teams"]]}
+    teams["teams"][1] = {**teams["teams"][1], "weight": weight}
+    state = cluster(teams, [node("x1", "px"), node("y1", "py")])
+    # both teams fill their own quota (8 each), then queue for z's GPUs
+    feed(state, submit("x", "x0", 1, at=0.0) + submit("y", "y0", 1, at=0.0), now=0.0)
+    feed(state, [e for i in (1, 2, 3) for t in "xy" for e in submit(t, f"{t}{i}", 1, at=i)])
+    out = feed(state, [node(f"z{i}", "pz") for i in range(3)], now=5.0)  # 8 GPUs at a time
+    lent = admitted(out)
+    assert len(lent) == 3
+    assert sum(1 for g in lent if g.startswith("y/")) == to_y, lent
+
+
+# -- priority preemption within a team ---------------------------------------------------
+
+
+def test_a_higher_priority_gang_over_quota_preempts_lower_ones_of_its_team_whole() -> None:
+    state = cluster(ONE, NODES3)
+    feed(state, submit("a", "old", 1, at=0.0), now=0.0)
+    feed(state, submit("a", "new", 1, at=100.0), now=100.0)  # 16 of 16 used
+    early = feed(state, submit("a", "urgent", 1, at=200.0, priority=10), now=200.0)
+    assert admitted(early) == []  # neither has run preempt_min_run_s (300 s)
+    out = feed(state, [Tick(at=400.0)], now=400.0)
+    assert [p.gang for p in of(out, GangPreempted)] == ["a/new"]  # least GPU-time lost
+    (evict,) = of(out, EvictGang)
+    assert evict.gang == "a/new" and [p.pod for p in evict.pods] == ["new-0"]
+    assert admitted(out) == ["a/urgent"]
+    assert not state.gangs["a/new"].admitted and state.gangs["a/new"].qkey is not None
+
+
+def test_equal_priority_or_preemption_off_preempts_nobody() -> None:
+    for config, priority in ((ONE, 0), (with_queueing(preempt_within_team=False), 10)):
+        state = cluster(config, NODES3)
+        feed(state, submit("a", "one", 2, at=0.0), now=0.0)
+        out = feed(state, submit("a", "two", 1, at=500.0, priority=priority), now=500.0)
+        assert of(out, GangPreempted) == [] and admitted(out) == []
