@@ -89,10 +89,15 @@ async def publish_many(
     futures: list[tuple[str, asyncio.Future[PubAck]]] = []
     failed: list[tuple[str, BaseException]] = []
     pending = list(items)
+    unacked = 0  # index of the oldest publish not known to be acknowledged
     for index, item in enumerate(pending):
-        if len(futures) >= window:
-            oldest = futures[len(futures) - window][1]
-            done, _ = await asyncio.wait([oldest], timeout=ack_wait)
+        while unacked < len(futures) and futures[unacked][1].done():
+            unacked += 1
+        if len(futures) - unacked >= window:
+            # Wait for half the window at once: waiting per message would hand the loop
+            # (and nats-py's flusher, one small socket write each time) a turn per publish.
+            half = futures[unacked + window // 2][1]
+            done, _ = await asyncio.wait([half], timeout=ack_wait)
             if not done:  # JetStream is not answering: stop here, the caller retries
                 unsent = TimeoutError("not sent: JetStream stopped acknowledging")
                 failed += [(later[0], unsent) for later in pending[index:]]

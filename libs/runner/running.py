@@ -66,6 +66,7 @@ class Runner(Generic[S]):
         self.feed: Feed = feed if feed is not None else BusFeed(bus, spec)
         self.effects = dict(effects or {})
         self.dry_run, self.stop_grace, self.batch, self.clock = dry_run, stop_grace, batch, clock
+        self._children: dict[tuple[Any, str, str], Any] = {}  # labelled metric children
         self.policy = spec.policy(settings)
         self.state: S = spec.initial(self.policy)
         self.handled = 0
@@ -205,25 +206,35 @@ class Runner(Generic[S]):
         if isinstance(event, Tick) and event.service == self.spec.name:
             self._tick_sent = None
         type_name = _type_name(event)
-        with structlog.contextvars.bound_contextvars(subject=item.subject, seq=item.seq):
-            try:
-                self.state, outputs = self.spec.step(self.state, event, now)
-            except Exception as exc:
-                log.exception("core raised: input dead-lettered", type=type_name)
-                metrics.HANDLED.labels(service=self.spec.name, type=type_name, outcome="bug").inc()
-                if item.raw is not None:
-                    raw, reason = (
-                        item.raw,
-                        f"{self.spec.name} core raised {type(exc).__name__}: {exc}",
-                    )
-                    await retry(
-                        lambda: publish_dead_letter(self.bus.js, raw, cluster=self.bus.cluster,
-                                                    reason=reason, error_class="bug"),
-                        what="dead-lettering",
-                    )  # fmt: skip
-                return ()
-        metrics.HANDLED.labels(service=self.spec.name, type=type_name, outcome="ok").inc()
+        try:  # cores do not log: the input is named here, only when one raises
+            self.state, outputs = self.spec.step(self.state, event, now)
+        except Exception as exc:
+            log.exception("core raised: input dead-lettered", type=type_name,
+                          subject=item.subject, seq=item.seq)  # fmt: skip
+            self._count(metrics.HANDLED, type_name, "bug").inc()
+            if item.raw is not None:
+                raw, reason = item.raw, f"{self.spec.name} core raised {type(exc).__name__}: {exc}"
+                await retry(
+                    lambda: publish_dead_letter(self.bus.js, raw, cluster=self.bus.cluster,
+                                                reason=reason, error_class="bug"),
+                    what="dead-lettering",
+                )  # fmt: skip
+            return ()
+        self._count(metrics.HANDLED, type_name, "ok").inc()
         return outputs
+
+    def _count(self, family: Any, type_name: str, third: str) -> Any:
+        """The labelled child of a per-type counter, looked up once (labels() per input
+        costs the bridge a few percent of a relist)."""
+        key = (family, type_name, third)
+        child = self._children.get(key)
+        if child is None:
+            if family is metrics.HANDLED:
+                child = family.labels(service=self.spec.name, type=type_name, outcome=third)
+            else:
+                child = family.labels(service=self.spec.name, type=type_name, kind=third)
+            self._children[key] = child
+        return child
 
     def _route(
         self, output: Any, outgoing: list[Outgoing], effects: list[tuple[Effect, Any]]
@@ -236,7 +247,7 @@ class Runner(Generic[S]):
         if route is None:
             raise TypeError(f"{self.spec.name}: no route for output {type(output).__name__}")
         kind = "action" if route.action else "decision"
-        metrics.OUTPUTS.labels(service=self.spec.name, type=_type_name(output), kind=kind).inc()
+        self._count(metrics.OUTPUTS, _type_name(output), kind).inc()
         if route.action and self.dry_run:
             log.info(
                 "dry run: action withheld", type=_type_name(output), id=getattr(output, "id", "")
