@@ -19,7 +19,7 @@ bench *ARGS: install
 
 # ruff, mypy (strict on libs and cores), the import-linter layer contracts, the alert rules.
 lint: install
-    {{venv}}ruff check . && {{venv}}ruff format --check . && {{venv}}mypy libs proto services && {{venv}}lint-imports
+    {{venv}}ruff check . && {{venv}}ruff format --check . && {{venv}}mypy baton && {{venv}}lint-imports
     promtool check rules deploy/prometheus/rules.yaml
 
 # baton status: what baton up shows, once (BATON_NATS_URL, or --nats URL).
@@ -28,7 +28,7 @@ status *ARGS: install
 
 # Regenerate proto/schemas after changing an event type (a unit test fails when stale).
 schemas: install
-    {{venv}}python -m proto.schema
+    {{venv}}python -m baton.proto.schema
 
 # The chaos run: replicas killed, NATS restarted, a leader paused; checks the invariants.
 chaos *ARGS: install

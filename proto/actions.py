@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from proto import subjects
-from proto.k8s import PLUGINS_API, Resources, Taint, Toleration
+from baton.proto import subjects
+from baton.proto.k8s import PLUGINS_API, Resources, Taint, Toleration
 
 # Lower number = applied first when the actuator is rate limited. ``status``: what Baton
 # tells Kubernetes users (PodGroup status, pod conditions, Events), after everything else.

@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from proto.teams import TeamConfig
+from baton.proto.teams import TeamConfig
 
 
 class AdmissionEvent(

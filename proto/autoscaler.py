@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
-from proto import keys, subjects
+from baton.proto import keys, subjects
 
 UP = "up"
 REFUSED = "refused"

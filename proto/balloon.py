@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
-from proto import subjects
+from baton.proto import subjects
 
 HEADROOM = "headroom"
 

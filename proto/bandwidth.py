@@ -24,7 +24,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-from proto import subjects
+from baton.proto import subjects
 
 DOMAIN: Final = "bandwidth"
 LIMITS: Final = "limits"

@@ -22,7 +22,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from proto import subjects
+from baton.proto import subjects
 
 STATE: Final = "state"
 WITHHELD: Final = "withheld"

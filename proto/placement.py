@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import msgspec
 
-from proto import keys
-from proto.actions import Binding
-from proto.k8s import Resources
+from baton.proto import keys
+from baton.proto.actions import Binding
+from baton.proto.k8s import Resources
 
 
 class PlacementEvent(

@@ -3,9 +3,9 @@
 Every tagged Struct in a ``proto`` module (tag ``<name>.v<N>``) is an event type;
 new modules are picked up without registering them here. Refresh the files with
 
-    python -m proto.schema
+    python -m baton.proto.schema
 
-and check them (CI, and a unit test) with ``python -m proto.schema --check``.
+and check them (CI, and a unit test) with ``python -m baton.proto.schema --check``.
 """
 
 from __future__ import annotations
@@ -21,20 +21,20 @@ from typing import Any
 import msgspec
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
-REFRESH = "python -m proto.schema"
+REFRESH = "python -m baton.proto.schema"
 _EVENT_TAG = re.compile(r"^[a-z0-9][a-z0-9.-]*\.v[0-9]+$")
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def event_types() -> dict[str, type[msgspec.Struct]]:
     """Tag -> Struct for every event type in every proto module; a tag used twice is an error."""
-    import proto
+    from baton import proto
 
     found: dict[str, type[msgspec.Struct]] = {}
     for info in sorted(pkgutil.iter_modules(proto.__path__), key=lambda i: i.name):
         if info.name == "schema":
             continue
-        module = importlib.import_module(f"proto.{info.name}")
+        module = importlib.import_module(f"baton.proto.{info.name}")
         for obj in vars(module).values():
             tag = _tag_of(obj)
             if tag is None or obj.__module__ != module.__name__:

@@ -29,7 +29,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from proto import subjects
+from baton.proto import subjects
 
 GPU: Final = "gpu"
 NODE: Final = "node"

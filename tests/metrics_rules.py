@@ -35,8 +35,7 @@ class Declared:
 def metric_modules() -> list[str]:
     """Every module of libs/ and services/ that declares Prometheus metrics (named from
     the packages as imported, so the names hold wherever they are installed)."""
-    import libs
-    import services
+    from baton import libs, services
 
     found = []
     for package in (libs, services):
@@ -52,7 +51,7 @@ def declared() -> dict[str, Declared]:
     """Families Baton's code registers (default registry, and simcluster's own)."""
     for module in metric_modules():
         importlib.import_module(module)
-    from services.simcluster.metrics import ApiMetrics
+    from baton.services.simcluster.metrics import ApiMetrics
 
     found = _from(REGISTRY)
     found.update(_from(ApiMetrics(lambda: {}).registry))

@@ -14,26 +14,26 @@ from typing import Any, TypeVar
 
 from kubernetes_asyncio.client import ApiClient
 
-from libs.bus import Bus
-from libs.runner import Runner, Spec
-from libs.runtime.settings import Base
-from libs.runtime.stopping import stuck_tasks, where
-from libs.testing.sim import Sim
-from services.actuator import core as actuator_core
-from services.actuator import main as actuator
-from services.actuator.calling import Api
-from services.agent import core as agent_core
-from services.agent.shell import Agent
-from services.agent.simulated import SimHardware
-from services.bridge import main as bridge
-from services.bridge.shell import WatchFeed
-from services.gang import core as gang_core
-from services.gang import main as gang
-from services.health import core as health_core
-from services.health import heartbeats
-from services.health import main as health
-from services.reporter import core as reporter_core
-from services.reporter import main as reporter
+from baton.libs.bus import Bus
+from baton.libs.runner import Runner, Spec
+from baton.libs.runtime.settings import Base
+from baton.libs.runtime.stopping import stuck_tasks, where
+from baton.libs.testing.sim import Sim
+from baton.services.actuator import core as actuator_core
+from baton.services.actuator import main as actuator
+from baton.services.actuator.calling import Api
+from baton.services.agent import core as agent_core
+from baton.services.agent.shell import Agent
+from baton.services.agent.simulated import SimHardware
+from baton.services.bridge import main as bridge
+from baton.services.bridge.shell import WatchFeed
+from baton.services.gang import core as gang_core
+from baton.services.gang import main as gang
+from baton.services.health import core as health_core
+from baton.services.health import heartbeats
+from baton.services.health import main as health
+from baton.services.reporter import core as reporter_core
+from baton.services.reporter import main as reporter
 
 T = TypeVar("T")
 

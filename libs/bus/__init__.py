@@ -9,10 +9,10 @@
 See ``docs/bus.md``.
 """
 
-from libs.bus.connection import Bus
-from libs.bus.consuming import Delivery, Message, Subscription
-from libs.bus.publishing import Outgoing, PublishError
-from libs.bus.streams import stream_configs
+from baton.libs.bus.connection import Bus
+from baton.libs.bus.consuming import Delivery, Message, Subscription
+from baton.libs.bus.publishing import Outgoing, PublishError
+from baton.libs.bus.streams import stream_configs
 
 __all__ = [
     "Bus",

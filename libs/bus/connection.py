@@ -24,9 +24,9 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 
-from libs.bus import publishing, snapshotting, streams
-from libs.bus.consuming import Delivery, Subscription, consumer_config
-from proto import subjects
+from baton.libs.bus import publishing, snapshotting, streams
+from baton.libs.bus.consuming import Delivery, Subscription, consumer_config
+from baton.proto import subjects
 
 log = structlog.get_logger("baton.bus")
 

@@ -16,14 +16,14 @@ import structlog
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from libs.bus.deadletter import dead_letter
-from libs.bus.pulling import ConsumerGone, Puller
-from libs.runtime.stopping import retry
-from proto.codec import Undecodable, decode
-from proto.deadletter import ErrorClass
+from baton.libs.bus.deadletter import dead_letter
+from baton.libs.bus.pulling import ConsumerGone, Puller
+from baton.libs.runtime.stopping import retry
+from baton.proto.codec import Undecodable, decode
+from baton.proto.deadletter import ErrorClass
 
 if TYPE_CHECKING:
-    from libs.bus.connection import Bus
+    from baton.libs.bus.connection import Bus
 
 T = TypeVar("T")
 Delivery = Literal["all", "last_per_subject", "new"]

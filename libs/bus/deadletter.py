@@ -15,9 +15,9 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from prometheus_client import Counter
 
-from libs.bus.publishing import publish
-from proto import subjects
-from proto.deadletter import HEADERS_COPY, TEXT_COPY, DeadLetter, ErrorClass, copy_of, cut
+from baton.libs.bus.publishing import publish
+from baton.proto import subjects
+from baton.proto.deadletter import HEADERS_COPY, TEXT_COPY, DeadLetter, ErrorClass, copy_of, cut
 
 log = structlog.get_logger("baton.bus")
 

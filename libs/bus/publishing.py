@@ -11,7 +11,7 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from prometheus_client import Counter
 
-from proto.codec import encode
+from baton.proto.codec import encode
 
 MSG_ID = "Nats-Msg-Id"
 TTL = "Nats-TTL"

@@ -17,8 +17,8 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from libs.bus.pulling import Puller
-from proto.codec import Undecodable, decode
+from baton.libs.bus.pulling import Puller
+from baton.proto.codec import Undecodable, decode
 
 log = structlog.get_logger("baton.bus")
 

@@ -37,7 +37,7 @@ from nats.js.api import (
     SubjectTransform,
 )
 
-from proto import subjects
+from baton.proto import subjects
 
 MINUTE: Final = 60.0
 HOUR: Final = 3600.0

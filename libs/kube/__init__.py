@@ -5,8 +5,8 @@ table of watched kinds and pure decoders; ``diffing`` the cache and relist diff;
 ``quantities`` canonical resource quantities.
 """
 
-from libs.kube.client import api_client
-from libs.kube.kinds import (
+from baton.libs.kube.client import api_client
+from baton.libs.kube.kinds import (
     ENDPOINT_SLICES,
     KINDS,
     NODES,
@@ -16,8 +16,13 @@ from libs.kube.kinds import (
     Kind,
     obj_of,
 )
-from libs.kube.quantities import InvalidQuantity, canonical, canonical_resources, parse_quantity
-from libs.kube.watching import ApiError, Expired, NullObserver, Observer, Options, Reflector
+from baton.libs.kube.quantities import (
+    InvalidQuantity,
+    canonical,
+    canonical_resources,
+    parse_quantity,
+)
+from baton.libs.kube.watching import ApiError, Expired, NullObserver, Observer, Options, Reflector
 
 __all__ = [
     "ENDPOINT_SLICES",

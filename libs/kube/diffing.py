@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from libs.kube.kinds import Change, Obj
-from proto import k8s
+from baton.libs.kube.kinds import Change, Obj
+from baton.proto import k8s
 
 Cache = dict[str, Obj]
 Operation = tuple[k8s.Op, Obj]

@@ -14,9 +14,9 @@ from typing import Any, Literal, cast
 
 import msgspec
 
-from libs.kube import slimming, wire
-from proto import k8s
-from proto.codec import Undecodable
+from baton.libs.kube import slimming, wire
+from baton.proto import k8s
+from baton.proto.codec import Undecodable
 
 Obj = k8s.KubeObject
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]

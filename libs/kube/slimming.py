@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal, cast
 
-from libs.kube import wire
-from libs.kube.quantities import InvalidQuantity, canonical, canonical_resources
-from proto import k8s, keys
+from baton.libs.kube import wire
+from baton.libs.kube.quantities import InvalidQuantity, canonical, canonical_resources
+from baton.proto import k8s, keys
 
 MIRROR = "kubernetes.io/config.mirror"  # a static pod's mirror
 _KEPT_ANNOTATIONS = frozenset({keys.EGRESS_BANDWIDTH, keys.INGRESS_BANDWIDTH, keys.MACHINE})

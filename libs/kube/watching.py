@@ -21,12 +21,12 @@ import aiohttp
 import structlog
 from kubernetes_asyncio.client import ApiClient
 
-from libs.kube import diffing
-from libs.kube.kinds import Bookmark, Change, Failure, Kind, Obj, Page, decode_status
-from proto import k8s
-from proto.codec import Undecodable
+from baton.libs.kube import diffing
+from baton.libs.kube.kinds import Bookmark, Change, Failure, Kind, Obj, Page, decode_status
+from baton.proto import k8s
+from baton.proto.codec import Undecodable
 
-log = structlog.get_logger("libs.kube")
+log = structlog.get_logger("baton.libs.kube")
 
 RESTART_GRACE_S = 1.0  # a watch shorter than this was a failure: back off before the next
 

@@ -2,9 +2,9 @@
 a ``Runner`` runs it live, ``baton replay`` feeds its recordings (``ordering``).
 See ``docs/runner.md``."""
 
-from libs.runner.feeding import BusFeed, Cut, Feed, Item
-from libs.runner.running import Runner
-from libs.runner.serving import serve
-from libs.runner.spec import Input, Route, Spec, Timer
+from baton.libs.runner.feeding import BusFeed, Cut, Feed, Item
+from baton.libs.runner.running import Runner
+from baton.libs.runner.serving import serve
+from baton.libs.runner.spec import Input, Route, Spec, Timer
 
 __all__ = ["BusFeed", "Cut", "Feed", "Input", "Item", "Route", "Runner", "Spec", "Timer", "serve"]

@@ -30,10 +30,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from libs.runner.leasing import LEASES
-from libs.runner.spec import Spec
-from proto import subjects
-from proto.actions import ACTION_SUBJECTS
+from baton.libs.runner.leasing import LEASES
+from baton.libs.runner.spec import Spec
+from baton.proto import subjects
+from baton.proto.actions import ACTION_SUBJECTS
 
 ACTUATOR = "actuator"
 ADMIN = "admin"

@@ -27,15 +27,15 @@ import structlog
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from libs.bus import Bus
-from libs.bus.deadletter import publish_dead_letter
-from libs.bus.pulling import ConsumerGone, Puller
-from libs.bus.streams import HISTORY, K8S, TELEMETRY
-from libs.runner.ordering import Follow, origin
-from libs.runner.spec import Spec
-from libs.runtime.stopping import checkpoint, retry
-from proto import subjects
-from proto.codec import Undecodable, decode
+from baton.libs.bus import Bus
+from baton.libs.bus.deadletter import publish_dead_letter
+from baton.libs.bus.pulling import ConsumerGone, Puller
+from baton.libs.bus.streams import HISTORY, K8S, TELEMETRY
+from baton.libs.runner.ordering import Follow, origin
+from baton.libs.runner.spec import Spec
+from baton.libs.runtime.stopping import checkpoint, retry
+from baton.proto import subjects
+from baton.proto.codec import Undecodable, decode
 
 log = structlog.get_logger("baton.runner")
 

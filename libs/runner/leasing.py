@@ -31,9 +31,9 @@ import structlog
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from libs.bus import Bus
-from libs.runtime.stopping import checkpoint, stopping
-from proto import subjects
+from baton.libs.bus import Bus
+from baton.libs.runtime.stopping import checkpoint, stopping
+from baton.proto import subjects
 
 log = structlog.get_logger("baton.lease")
 LEASES = "leases"

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol, TypeVar
 
-from proto import subjects
+from baton.proto import subjects
 
 SOURCE_HEADER = "Nats-Stream-Source"
 

@@ -30,15 +30,15 @@ from typing import Any, Generic, TypeVar
 import msgspec
 import structlog
 
-from libs.bus import Bus, Outgoing
-from libs.bus.deadletter import publish_dead_letter
-from libs.runner import metrics
-from libs.runner.feeding import BusFeed, Cut, Feed, Item
-from libs.runner.leasing import Lease
-from libs.runner.spec import Spec
-from libs.runtime.stopping import checkpoint, finish_within, retry
-from proto import subjects
-from proto.runner import Started, Tick
+from baton.libs.bus import Bus, Outgoing
+from baton.libs.bus.deadletter import publish_dead_letter
+from baton.libs.runner import metrics
+from baton.libs.runner.feeding import BusFeed, Cut, Feed, Item
+from baton.libs.runner.leasing import Lease
+from baton.libs.runner.spec import Spec
+from baton.libs.runtime.stopping import checkpoint, finish_within, retry
+from baton.proto import subjects
+from baton.proto.runner import Started, Tick
 
 S = TypeVar("S")
 Effect = Callable[[Any], Awaitable[None] | None]

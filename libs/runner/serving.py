@@ -13,12 +13,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from libs.bus import Bus
-from libs.runner.leasing import Lease
-from libs.runner.running import Runner
-from libs.runner.spec import Spec
-from libs.runtime.ops import serve_ops
-from libs.runtime.settings import Base
+from baton.libs.bus import Bus
+from baton.libs.runner.leasing import Lease
+from baton.libs.runner.running import Runner
+from baton.libs.runner.spec import Spec
+from baton.libs.runtime.ops import serve_ops
+from baton.libs.runtime.settings import Base
 
 
 async def serve(

@@ -31,9 +31,9 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from libs.bus.publishing import Outgoing
-from proto import subjects
-from proto.runner import Tick
+from baton.libs.bus.publishing import Outgoing
+from baton.proto import subjects
+from baton.proto.runner import Tick
 
 S = TypeVar("S")  # the core's state
 Step = Callable[[Any, Any, float], tuple[Any, Sequence[Any]]]

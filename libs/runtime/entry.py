@@ -9,9 +9,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from libs.runtime.logging import configure_logging
-from libs.runtime.settings import SettingsError
-from libs.runtime.signals import run_until_signalled
+from baton.libs.runtime.logging import configure_logging
+from baton.libs.runtime.settings import SettingsError
+from baton.libs.runtime.signals import run_until_signalled
 
 S = TypeVar("S", bound=msgspec.Struct)
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from libs.runtime.stopping import stuck_tasks
+from baton.libs.runtime.stopping import stuck_tasks
 
 T = TypeVar("T")
 log = structlog.get_logger("baton.runtime")

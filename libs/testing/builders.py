@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from libs.view import GangView, View
-from proto import keys
-from proto.k8s import (
+from baton.libs.view import GangView, View
+from baton.proto import keys
+from baton.proto.k8s import (
     PLUGINS_API,
     SCHEDULER_NAME,
     GangRef,

@@ -19,12 +19,12 @@ from typing import Any
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient
 
-from services.simcluster.calls import Settings
-from services.simcluster.kubeconfig import write_kubeconfig
-from services.simcluster.server import ApiServer
-from services.simcluster.simapi import SimApi
-from services.simcluster.simulation import build
-from services.simcluster.store import Store
+from baton.services.simcluster.calls import Settings
+from baton.services.simcluster.kubeconfig import write_kubeconfig
+from baton.services.simcluster.server import ApiServer
+from baton.services.simcluster.simapi import SimApi
+from baton.services.simcluster.simulation import build
+from baton.services.simcluster.store import Store
 
 
 @dataclass

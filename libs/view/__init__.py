@@ -6,8 +6,8 @@ for changed nodes only; ``fitting``: shapes and the fit checks; ``domains``: whe
 node sits in the topology.
 """
 
-from libs.view.capacity import Counts, Eligible, Index
-from libs.view.cluster import (
+from baton.libs.view.capacity import Counts, Eligible, Index
+from baton.libs.view.cluster import (
     GangView,
     NodeView,
     View,
@@ -18,8 +18,15 @@ from libs.view.cluster import (
     is_usable,
     quorum,
 )
-from libs.view.domains import domain_paths, domain_value, narrowest
-from libs.view.fitting import Shape, admits, count_fits, eligible_counts, group_by_shape, shape_of
+from baton.libs.view.domains import domain_paths, domain_value, narrowest
+from baton.libs.view.fitting import (
+    Shape,
+    admits,
+    count_fits,
+    eligible_counts,
+    group_by_shape,
+    shape_of,
+)
 
 __all__ = [
     "Counts", "Eligible", "GangView", "Index", "NodeView", "Shape", "View", "admits",

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from libs.view.fitting import Shape, admits, count_fits
+from baton.libs.view.fitting import Shape, admits, count_fits
 
 if TYPE_CHECKING:
-    from libs.view.cluster import NodeView, View
+    from baton.libs.view.cluster import NodeView, View
 
 MAX_TALLIES = 64
 

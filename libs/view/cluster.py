@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from libs.view.capacity import Eligible, Index
-from libs.view.domains import Paths, domain_paths
-from libs.view.fitting import Shape
-from proto import keys
-from proto.k8s import (
+from baton.libs.view.capacity import Eligible, Index
+from baton.libs.view.domains import Paths, domain_paths
+from baton.libs.view.fitting import Shape
+from baton.proto import keys
+from baton.proto.k8s import (
     SCHEDULER_NAME,
     Node,
     NodeEvent,

@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from proto.k8s import NodeSelectorTerm, Pod, Toleration
+from baton.proto.k8s import NodeSelectorTerm, Pod, Toleration
 
 if TYPE_CHECKING:
-    from libs.view.cluster import NodeView, View
+    from baton.libs.view.cluster import NodeView, View
 
 UNLIMITED = 1 << 30
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from proto import keys
-from proto.k8s import MachineDeployment, Node
+from baton.proto import keys
+from baton.proto.k8s import MachineDeployment, Node
 
 
 def owns(md: MachineDeployment, node: Node) -> bool:

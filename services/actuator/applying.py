@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from proto.actions import (
+from baton.proto.actions import (
     Annotate,
     AnyAction,
     BindGang,
@@ -30,9 +30,9 @@ from proto.actions import (
     SetPodCondition,
     SetTaint,
 )
-from services.actuator import binding, podspec, recreating, reporting
-from services.actuator.calling import MERGE, ApiError, Obj, Session
-from services.actuator.eventing import EventWrite
+from baton.services.actuator import binding, podspec, recreating, reporting
+from baton.services.actuator.calling import MERGE, ApiError, Obj, Session
+from baton.services.actuator.eventing import EventWrite
 
 REREADS = 5
 CAPI = ("cluster.x-k8s.io", "v1beta1")

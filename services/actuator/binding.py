@@ -16,10 +16,17 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from proto.actions import BindGang, Binding, Outcome
-from services.actuator import podspec
-from services.actuator.calling import ApiError, Obj, Session, node_exists
-from services.actuator.gangs import Member, Undo, gang_error, gang_outcome, plan_rollback, to_undo
+from baton.proto.actions import BindGang, Binding, Outcome
+from baton.services.actuator import podspec
+from baton.services.actuator.calling import ApiError, Obj, Session, node_exists
+from baton.services.actuator.gangs import (
+    Member,
+    Undo,
+    gang_error,
+    gang_outcome,
+    plan_rollback,
+    to_undo,
+)
 
 Applied = tuple[Outcome, str]
 T = TypeVar("T")

@@ -18,7 +18,7 @@ import msgspec
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi, EventsV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.actuator import metrics, retrying
+from baton.services.actuator import metrics, retrying
 
 MERGE = "application/merge-patch+json"
 Obj = dict[str, Any]

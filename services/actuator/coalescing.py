@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from proto.actions import AnyAction, SetGroupStatus, SetPodCondition
+from baton.proto.actions import AnyAction, SetGroupStatus, SetPodCondition
 
 REMEMBERED = 100_000  # keys whose newest time is kept (oldest forgotten first)
 

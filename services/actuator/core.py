@@ -21,7 +21,7 @@ from typing import Literal
 
 import msgspec
 
-from proto.actions import (
+from baton.proto.actions import (
     PRIORITY_ORDER,
     ActionResult,
     AnyAction,
@@ -32,10 +32,10 @@ from proto.actions import (
     RecreatePod,
     SetPodCondition,
 )
-from services.actuator.coalescing import STALE, Latest
-from services.actuator.eventing import EventLimits, Events, EventWrite
-from services.actuator.pacing import Bucket
-from services.actuator.retrying import backoff
+from baton.services.actuator.coalescing import STALE, Latest
+from baton.services.actuator.eventing import EventLimits, Events, EventWrite
+from baton.services.actuator.pacing import Bucket
+from baton.services.actuator.retrying import backoff
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):

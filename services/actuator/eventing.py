@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from proto import ids
-from proto.actions import RecordEvent
+from baton.proto import ids
+from baton.proto.actions import RecordEvent
 
 
 class EventLimits(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,7 +12,7 @@ from typing import Literal
 
 import msgspec
 
-from proto.actions import Binding, Outcome
+from baton.proto.actions import Binding, Outcome
 
 MemberState = Literal["bound", "already", "failed", "skipped"]
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import os
 import time
 
-from libs.bus import Bus
-from libs.kube import api_client
-from libs.runner import Runner, Spec, serve
-from libs.runtime import OPS_PORTS, load_settings, run_service
-from libs.runtime.settings import Base
-from services.actuator import core, shell
-from services.actuator.calling import Api
+from baton.libs.bus import Bus
+from baton.libs.kube import api_client
+from baton.libs.runner import Runner, Spec, serve
+from baton.libs.runtime import OPS_PORTS, load_settings, run_service
+from baton.libs.runtime.settings import Base
+from baton.services.actuator import core, shell
+from baton.services.actuator.calling import Api
 
 PREFIX = "BATON_ACTUATOR_"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from proto.actions import PodTemplate
-from proto.keys import PLACEMENT_MARKS, RECREATED_FROM
+from baton.proto.actions import PodTemplate
+from baton.proto.keys import PLACEMENT_MARKS, RECREATED_FROM
 
 Obj = dict[str, Any]
 

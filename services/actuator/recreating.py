@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import asyncio
 
-from proto.actions import Outcome, RecreatePod
-from proto.keys import RECREATED_FROM
-from services.actuator import podspec
-from services.actuator.calling import ApiError, Obj, Session
+from baton.proto.actions import Outcome, RecreatePod
+from baton.proto.keys import RECREATED_FROM
+from baton.services.actuator import podspec
+from baton.services.actuator.calling import ApiError, Obj, Session
 
 Applied = tuple[Outcome, str]
 DEFAULT_GRACE_S = 30  # Kubernetes' default terminationGracePeriodSeconds

@@ -16,7 +16,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from proto.actions import (
+from baton.proto.actions import (
     Outcome,
     PodRef,
     RecordEvent,
@@ -24,9 +24,9 @@ from proto.actions import (
     SetPodCondition,
     StatusCondition,
 )
-from proto.k8s import PLUGINS_API, UPSTREAM_API
-from services.actuator.calling import MERGE, ApiError, Obj, Session
-from services.actuator.eventing import EventWrite
+from baton.proto.k8s import PLUGINS_API, UPSTREAM_API
+from baton.services.actuator.calling import MERGE, ApiError, Obj, Session
+from baton.services.actuator.eventing import EventWrite
 
 Applied = tuple[Outcome, str]
 UPSTREAM_VERSIONS = ("v1beta1", "v1alpha2")

@@ -33,15 +33,15 @@ import structlog
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from libs.bus import Bus, Message, Outgoing, Subscription
-from libs.runner import Cut, Item, Route
-from libs.runner.leasing import Fences
-from libs.runtime.stopping import checkpoint, retry, where
-from proto import subjects
-from proto.actions import AnyAction, Outcome, action_subject, result_subject
-from services.actuator import applying, core, metrics
-from services.actuator.calling import Api, ApiError
-from services.actuator.eventing import EventWrite
+from baton.libs.bus import Bus, Message, Outgoing, Subscription
+from baton.libs.runner import Cut, Item, Route
+from baton.libs.runner.leasing import Fences
+from baton.libs.runtime.stopping import checkpoint, retry, where
+from baton.proto import subjects
+from baton.proto.actions import AnyAction, Outcome, action_subject, result_subject
+from baton.services.actuator import applying, core, metrics
+from baton.services.actuator.calling import Api, ApiError
+from baton.services.actuator.eventing import EventWrite
 
 log = structlog.get_logger("baton.actuator")
 DURABLE = "actuator"

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from libs.kube.quantities import InvalidQuantity, canonical
-from proto import keys
-from proto.k8s import MAX_MEMBERS, MAX_NODE_GPUS
-from services.admission.core.state import State
-from services.admission.objects import KGroupPolicy, KPod
-from services.admission.teams import is_label_key
+from baton.libs.kube.quantities import InvalidQuantity, canonical
+from baton.proto import keys
+from baton.proto.k8s import MAX_MEMBERS, MAX_NODE_GPUS
+from baton.services.admission.core.state import State
+from baton.services.admission.objects import KGroupPolicy, KPod
+from baton.services.admission.teams import is_label_key
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,11 @@ to do (docs/admission.md, docs/gang.md "Gang formats"). Pure functions.
 
 from __future__ import annotations
 
-from proto import keys
-from services.admission import formats
-from services.admission.core.state import State
-from services.admission.objects import KGroupPolicy, KPodGroup, KUpstreamPodGroup, KWorkload
-from services.admission.teams import is_label_key
+from baton.proto import keys
+from baton.services.admission import formats
+from baton.services.admission.core.state import State
+from baton.services.admission.objects import KGroupPolicy, KPodGroup, KUpstreamPodGroup, KWorkload
+from baton.services.admission.teams import is_label_key
 
 TOPOLOGY_KEYS = (keys.TOPOLOGY_REQUIRED, keys.TOPOLOGY_PREFERRED)
 Group = KPodGroup | KUpstreamPodGroup | KWorkload

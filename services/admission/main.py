@@ -34,25 +34,25 @@ from typing import Any, Literal
 
 import structlog
 
-from libs.bus import Bus
-from libs.runner import Input, Runner, Spec, Timer, serve
-from libs.runtime import (
+from baton.libs.bus import Bus
+from baton.libs.runner import Input, Runner, Spec, Timer, serve
+from baton.libs.runtime import (
     OPS_PORTS,
     SettingsError,
     configure_logging,
     load_settings,
     run_until_signalled,
 )
-from libs.runtime.settings import Base
-from proto.admission import TeamsLoaded
-from proto.k8s import MachineDeploymentEvent, NodeEvent, PodEvent, PodGroupEvent
-from proto.teams import TeamConfig
-from services.admission import core, shell
-from services.admission.certificates import CertificateError, self_signed
-from services.admission.serving import tls_context
-from services.admission.shell import load_teams
-from services.admission.teams import TeamConfigError
-from services.admission.webhook import Options
+from baton.libs.runtime.settings import Base
+from baton.proto.admission import TeamsLoaded
+from baton.proto.k8s import MachineDeploymentEvent, NodeEvent, PodEvent, PodGroupEvent
+from baton.proto.teams import TeamConfig
+from baton.services.admission import core, shell
+from baton.services.admission.certificates import CertificateError, self_signed
+from baton.services.admission.serving import tls_context
+from baton.services.admission.shell import load_teams
+from baton.services.admission.teams import TeamConfigError
+from baton.services.admission.webhook import Options
 
 log = structlog.get_logger("baton.admission")
 

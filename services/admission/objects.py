@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from libs.kube.quantities import canonical
+from baton.libs.kube.quantities import canonical
 
 
 class Meta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

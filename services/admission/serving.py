@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 import structlog
 from aiohttp import web
 
-from proto.admission import PodMutated, PodRejected
-from services.admission import metrics
-from services.admission.core import State
-from services.admission.webhook import BadReview, Options, review
+from baton.proto.admission import PodMutated, PodRejected
+from baton.services.admission import metrics
+from baton.services.admission.core import State
+from baton.services.admission.webhook import BadReview, Options, review
 
 log = structlog.get_logger("baton.admission")
 

@@ -23,12 +23,12 @@ import msgspec
 import structlog
 import yaml
 
-from libs.bus import Bus, Outgoing
-from libs.runner import Route, Runner
-from libs.runtime.stopping import checkpoint, retry
-from proto import ids, subjects
-from proto.actions import Annotate, EvictGang, SetLabels, SetTaint, action_subject
-from proto.admission import (
+from baton.libs.bus import Bus, Outgoing
+from baton.libs.runner import Route, Runner
+from baton.libs.runtime.stopping import checkpoint, retry
+from baton.proto import ids, subjects
+from baton.proto.actions import Annotate, EvictGang, SetLabels, SetTaint, action_subject
+from baton.proto.admission import (
     SUBJECT_KIND,
     AdmissionEvent,
     NodeTeamChanged,
@@ -36,10 +36,10 @@ from proto.admission import (
     PodRejected,
     TeamsLoaded,
 )
-from services.admission import core, metrics
-from services.admission.serving import Webhook, serve_webhook
-from services.admission.teams import DEFAULT, TeamConfig, TeamConfigError, parse
-from services.admission.webhook import Options
+from baton.services.admission import core, metrics
+from baton.services.admission.serving import Webhook, serve_webhook
+from baton.services.admission.teams import DEFAULT, TeamConfig, TeamConfigError, parse
+from baton.services.admission.webhook import Options
 
 log = structlog.get_logger("baton.admission")
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from proto.teams import (
+from baton.proto.teams import (
     DEFAULT,
     DEFAULT_TEAM,
     Count,

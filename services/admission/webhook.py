@@ -21,13 +21,13 @@ from typing import Any, Literal
 
 import msgspec
 
-from libs.kube.quantities import InvalidQuantity
-from proto import keys
-from proto.admission import Kind, PodMutated, PodRejected
-from proto.k8s import SCHEDULER_NAME
-from services.admission import formats, groups
-from services.admission.core.state import State
-from services.admission.objects import (
+from baton.libs.kube.quantities import InvalidQuantity
+from baton.proto import keys
+from baton.proto.admission import Kind, PodMutated, PodRejected
+from baton.proto.k8s import SCHEDULER_NAME
+from baton.services.admission import formats, groups
+from baton.services.admission.core.state import State
+from baton.services.admission.objects import (
     KObject,
     KPod,
     KPodGroup,
@@ -42,8 +42,8 @@ from services.admission.objects import (
     Status,
     encode_patch,
 )
-from services.admission.patching import affinity_patch, map_patch
-from services.admission.teams import is_default
+from baton.services.admission.patching import affinity_patch, map_patch
+from baton.services.admission.teams import is_default
 
 Policy = Literal["baton-closed", "closed", "open"]
 

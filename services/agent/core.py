@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
-from proto import telemetry as t
-from services.agent import changes
-from services.agent.readings import (
+from baton.proto import telemetry as t
+from baton.services.agent import changes
+from baton.services.agent.readings import (
     AnyReading,
     Backend,
     Gpus,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from proto.bandwidth import NodeEgress, NodeLimits, PodEgress
-from services.agent.shaping import FIRST_SLOT, INTERNAL_BIT, LAST_SLOT, MAJOR, Shaper
+from baton.proto.bandwidth import NodeEgress, NodeLimits, PodEgress
+from baton.services.agent.shaping import FIRST_SLOT, INTERNAL_BIT, LAST_SLOT, MAJOR, Shaper
 
 Addresses = frozenset[str]
 

@@ -16,7 +16,7 @@ from typing import Final
 
 import msgspec
 
-from proto.telemetry import Disk
+from baton.proto.telemetry import Disk
 
 NAME: Final = "disks"
 _OCTAL = re.compile(r"\\([0-7]{3})")

@@ -33,10 +33,10 @@ import structlog
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
-from libs.bus import Bus, Outgoing, PublishError
-from libs.bus.streams import LIMITS
-from proto import subjects
-from proto.bandwidth import (
+from baton.libs.bus import Bus, Outgoing, PublishError
+from baton.libs.bus.streams import LIMITS
+from baton.proto import subjects
+from baton.proto.bandwidth import (
     NodeEgress,
     NodeLimits,
     PodEgress,
@@ -44,9 +44,9 @@ from proto.bandwidth import (
     egress_subject,
     limits_subject,
 )
-from proto.codec import Undecodable, decode
-from services.agent import counting, metrics, traffic
-from services.agent.shaping import Layout, Shaper, ShapingError
+from baton.proto.codec import Undecodable, decode
+from baton.services.agent import counting, metrics, traffic
+from baton.services.agent.shaping import Layout, Shaper, ShapingError
 
 log = structlog.get_logger("baton.agent")
 T = TypeVar("T")

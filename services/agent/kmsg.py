@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from services.agent.readings import XidSeen
+from baton.services.agent.readings import XidSeen
 
 JOURNALCTL = ("journalctl", "-k", "-f", "-o", "json", "-n", "0", "--no-pager")
 

@@ -27,10 +27,10 @@ import aiohttp
 import msgspec
 import structlog
 
-from libs.bus import Bus
-from libs.kube.quantities import InvalidQuantity, parse_quantity
-from libs.runner.access import AGENT_FLEET, agent_user_name
-from libs.runtime import (
+from baton.libs.bus import Bus
+from baton.libs.kube.quantities import InvalidQuantity, parse_quantity
+from baton.libs.runner.access import AGENT_FLEET, agent_user_name
+from baton.libs.runtime import (
     OPS_PORTS,
     SettingsError,
     configure_logging,
@@ -38,16 +38,16 @@ from libs.runtime import (
     run_until_signalled,
     serve_ops,
 )
-from proto import subjects
-from services.agent import core
-from services.agent.backends import HostPoller, KernelLogPoller, Poller
-from services.agent.egress import Egress, FleetEgress, Netlink
-from services.agent.nvml import Nvml
-from services.agent.pods import PodResources
-from services.agent.readings import AnyReading, Tick
-from services.agent.shaping import Layout
-from services.agent.shell import Agent, Emit, Source, nvml_events, polling
-from services.agent.simulated import SimHardware
+from baton.proto import subjects
+from baton.services.agent import core
+from baton.services.agent.backends import HostPoller, KernelLogPoller, Poller
+from baton.services.agent.egress import Egress, FleetEgress, Netlink
+from baton.services.agent.nvml import Nvml
+from baton.services.agent.pods import PodResources
+from baton.services.agent.readings import AnyReading, Tick
+from baton.services.agent.shaping import Layout
+from baton.services.agent.shell import Agent, Emit, Source, nvml_events, polling
+from baton.services.agent.simulated import SimHardware
 
 PREFIX = "BATON_AGENT_"
 log = structlog.get_logger("baton.agent")

@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import Final
 
-from proto.telemetry import Nic
+from baton.proto.telemetry import Nic
 
 NAME: Final = "nics"
 

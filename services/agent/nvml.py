@@ -22,9 +22,9 @@ from typing import Any, Final, TypeVar
 
 import pynvml as N
 
-from proto.telemetry import GpuStatus
-from services.agent.kmsg import bus_id
-from services.agent.readings import AnyReading, Backend, GpuProcess, Gpus, GpuSample, XidSeen
+from baton.proto.telemetry import GpuStatus
+from baton.services.agent.kmsg import bus_id
+from baton.services.agent.readings import AnyReading, Backend, GpuProcess, Gpus, GpuSample, XidSeen
 
 T = TypeVar("T")
 NAME: Final = "nvml"

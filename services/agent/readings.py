@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from proto.telemetry import Disk, GpuStatus, Nic
+from baton.proto.telemetry import Disk, GpuStatus, Nic
 
 
 class Reading(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="reading"):

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from proto.bandwidth import NodeLimits
+from baton.proto.bandwidth import NodeLimits
 
 MAJOR = 0xBA70
 ROOT, INTERNAL, OTHER = 1, 2, 3

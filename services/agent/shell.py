@@ -20,13 +20,13 @@ import msgspec
 import nats.errors
 import structlog
 
-from libs.bus import Bus, Outgoing, PublishError
-from proto import subjects, telemetry
-from proto.telemetry import GpuReport, Heartbeat, NodeReport
-from services.agent import core, metrics
-from services.agent.backends import Poller
-from services.agent.nvml import Nvml
-from services.agent.readings import AnyReading, Tick
+from baton.libs.bus import Bus, Outgoing, PublishError
+from baton.proto import subjects, telemetry
+from baton.proto.telemetry import GpuReport, Heartbeat, NodeReport
+from baton.services.agent import core, metrics
+from baton.services.agent.backends import Poller
+from baton.services.agent.nvml import Nvml
+from baton.services.agent.readings import AnyReading, Tick
 
 log = structlog.get_logger("baton.agent")
 

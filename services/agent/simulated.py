@@ -25,9 +25,9 @@ import aiohttp
 import msgspec
 import structlog
 
-from proto.telemetry import Disk, GpuStatus, Nic, RecoveryAction
-from services.agent import kmsg
-from services.agent.readings import AnyReading, GpuProcess, Gpus, GpuSample, Host, Pods, Power
+from baton.proto.telemetry import Disk, GpuStatus, Nic, RecoveryAction
+from baton.services.agent import kmsg
+from baton.services.agent.readings import AnyReading, GpuProcess, Gpus, GpuSample, Host, Pods, Power
 
 PATH: Final = "/sim/v1/hardware"
 NAME: Final = "sim"

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from libs.view import GangView, NodeView, View, admits, shape_of
-from libs.view.pools import pool_of
-from proto import ids, keys
-from proto.actions import ActionResult, Annotate, MarkNode, ScaleMachineDeployment
-from proto.admission import GangAdmitted, GangQueued, GangReleased
-from proto.autoscaler import (
+from baton.libs.view import GangView, NodeView, View, admits, shape_of
+from baton.libs.view.pools import pool_of
+from baton.proto import ids, keys
+from baton.proto.actions import ActionResult, Annotate, MarkNode, ScaleMachineDeployment
+from baton.proto.admission import GangAdmitted, GangQueued, GangReleased
+from baton.proto.autoscaler import (
     AutoscalerPolicy,
     NodeReplaced,
     ScaledDown,
@@ -41,9 +41,9 @@ from proto.autoscaler import (
     ScaleRefused,
     ScaleReverted,
 )
-from proto.balloon import Headroom
-from proto.health import Remediate
-from proto.k8s import (
+from baton.proto.balloon import Headroom
+from baton.proto.health import Remediate
+from baton.proto.k8s import (
     MachineDeployment,
     MachineDeploymentEvent,
     Node,
@@ -51,8 +51,8 @@ from proto.k8s import (
     PodEvent,
     Resources,
 )
-from proto.placement import GangPlaced, GangUnschedulable, Need
-from proto.runner import Tick
+from baton.proto.placement import GangPlaced, GangUnschedulable, Need
+from baton.proto.runner import Tick
 
 Policy = AutoscalerPolicy
 Input = (

@@ -10,18 +10,18 @@ import os
 
 import msgspec
 
-from libs.runner import Input, Spec, Timer, serve
-from libs.runtime import OPS_PORTS, load_settings, run_service
-from libs.runtime.settings import Base
-from proto import keys
-from proto.actions import ActionResult
-from proto.admission import GangAdmitted, GangQueued, GangReleased
-from proto.autoscaler import AutoscalerPolicy
-from proto.balloon import Headroom
-from proto.health import Remediate
-from proto.k8s import MachineDeploymentEvent, NodeEvent, PodEvent
-from proto.placement import GangPlaced, GangUnschedulable
-from services.autoscaler import core, shell
+from baton.libs.runner import Input, Spec, Timer, serve
+from baton.libs.runtime import OPS_PORTS, load_settings, run_service
+from baton.libs.runtime.settings import Base
+from baton.proto import keys
+from baton.proto.actions import ActionResult
+from baton.proto.admission import GangAdmitted, GangQueued, GangReleased
+from baton.proto.autoscaler import AutoscalerPolicy
+from baton.proto.balloon import Headroom
+from baton.proto.health import Remediate
+from baton.proto.k8s import MachineDeploymentEvent, NodeEvent, PodEvent
+from baton.proto.placement import GangPlaced, GangUnschedulable
+from baton.services.autoscaler import core, shell
 
 PREFIX = "BATON_AUTOSCALER_"
 _POLICY_FIELDS = tuple(f.name for f in msgspec.structs.fields(AutoscalerPolicy))

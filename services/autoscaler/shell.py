@@ -12,11 +12,11 @@ from typing import Any
 
 import structlog
 
-from libs.runner import Route
-from proto import autoscaler
-from proto.actions import Annotate, MarkNode, ScaleMachineDeployment, action_subject
-from proto.autoscaler import NodeReplaced, ScaledDown, ScaledUp, ScaleRefused, ScaleReverted
-from services.autoscaler import core, metrics
+from baton.libs.runner import Route
+from baton.proto import autoscaler
+from baton.proto.actions import Annotate, MarkNode, ScaleMachineDeployment, action_subject
+from baton.proto.autoscaler import NodeReplaced, ScaledDown, ScaledUp, ScaleRefused, ScaleReverted
+from baton.services.autoscaler import core, metrics
 
 log = structlog.get_logger("baton.autoscaler")
 _KIND: dict[type[Any], str] = {

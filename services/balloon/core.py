@@ -25,12 +25,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from libs.view import GangView, View
-from libs.view.pools import pool_of
-from proto import ids, keys
-from proto.actions import ActionResult, CreatePod, DeletePod, PodTemplate
-from proto.balloon import BalloonPolicy, Headroom
-from proto.k8s import (
+from baton.libs.view import GangView, View
+from baton.libs.view.pools import pool_of
+from baton.proto import ids, keys
+from baton.proto.actions import ActionResult, CreatePod, DeletePod, PodTemplate
+from baton.proto.balloon import BalloonPolicy, Headroom
+from baton.proto.k8s import (
     CapacityBuffer,
     CapacityBufferEvent,
     MachineDeployment,
@@ -40,8 +40,8 @@ from proto.k8s import (
     PodEvent,
     Toleration,
 )
-from proto.placement import GangPlaced
-from proto.runner import Tick
+from baton.proto.placement import GangPlaced
+from baton.proto.runner import Tick
 
 Policy = BalloonPolicy
 Input = (

@@ -10,14 +10,14 @@ import os
 
 import msgspec
 
-from libs.runner import Input, Spec, Timer, serve
-from libs.runtime import OPS_PORTS, load_settings, run_service
-from libs.runtime.settings import Base
-from proto.actions import ActionResult
-from proto.balloon import BalloonPolicy
-from proto.k8s import CapacityBufferEvent, MachineDeploymentEvent, NodeEvent, PodEvent
-from proto.placement import GangPlaced
-from services.balloon import core, shell
+from baton.libs.runner import Input, Spec, Timer, serve
+from baton.libs.runtime import OPS_PORTS, load_settings, run_service
+from baton.libs.runtime.settings import Base
+from baton.proto.actions import ActionResult
+from baton.proto.balloon import BalloonPolicy
+from baton.proto.k8s import CapacityBufferEvent, MachineDeploymentEvent, NodeEvent, PodEvent
+from baton.proto.placement import GangPlaced
+from baton.services.balloon import core, shell
 
 PREFIX = "BATON_BALLOON_"
 _POLICY_FIELDS = tuple(f.name for f in msgspec.structs.fields(BalloonPolicy))

@@ -12,11 +12,11 @@ from typing import Any
 
 import structlog
 
-from libs.runner import Route
-from proto import balloon
-from proto.actions import CreatePod, DeletePod, action_subject
-from proto.balloon import Headroom
-from services.balloon import core, metrics
+from baton.libs.runner import Route
+from baton.proto import balloon
+from baton.proto.actions import CreatePod, DeletePod, action_subject
+from baton.proto.balloon import Headroom
+from baton.services.balloon import core, metrics
 
 log = structlog.get_logger("baton.balloon")
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from proto.bandwidth import TeamEgress, Tier
-from services.bandwidth.fairshare import INF, equal_level, water_fill
+from baton.proto.bandwidth import TeamEgress, Tier
+from baton.services.bandwidth.fairshare import INF, equal_level, water_fill
 
 
 @dataclass(slots=True)

@@ -11,12 +11,12 @@ every ``annotate_every_s``, through the actuator (``Annotate``, lowest priority)
 
 from __future__ import annotations
 
-from proto import keys
-from proto.actions import Annotate
-from proto.bandwidth import BandwidthPolicy
-from services.bandwidth.ledger import Shaped
-from services.bandwidth.policy import parse_rate
-from services.bandwidth.state import State
+from baton.proto import keys
+from baton.proto.actions import Annotate
+from baton.proto.bandwidth import BandwidthPolicy
+from baton.services.bandwidth.ledger import Shaped
+from baton.services.bandwidth.policy import parse_rate
+from baton.services.bandwidth.state import State
 
 _UNITS = ((10**9, "G"), (10**6, "M"), (10**3, "k"))
 

@@ -18,10 +18,10 @@ import heapq
 import ipaddress
 import math
 
-from proto import keys
-from proto.actions import Annotate
-from proto.admission import TeamsLoaded
-from proto.bandwidth import (
+from baton.proto import keys
+from baton.proto.actions import Annotate
+from baton.proto.admission import TeamsLoaded
+from baton.proto.bandwidth import (
     Allocation,
     BandwidthPolicy,
     Capacity,
@@ -30,13 +30,13 @@ from proto.bandwidth import (
     PodLimit,
     TeamShare,
 )
-from proto.k8s import EndpointSliceEvent, Pod, PodEvent
-from proto.runner import Tick
-from services.bandwidth import annotating, demand, endpoints, incremental
-from services.bandwidth.fairshare import INF
-from services.bandwidth.ledger import UNPUBLISHED, Book, Shaped
-from services.bandwidth.policy import Teams, parse_rate, with_teams
-from services.bandwidth.state import State, books
+from baton.proto.k8s import EndpointSliceEvent, Pod, PodEvent
+from baton.proto.runner import Tick
+from baton.services.bandwidth import annotating, demand, endpoints, incremental
+from baton.services.bandwidth.fairshare import INF
+from baton.services.bandwidth.ledger import UNPUBLISHED, Book, Shaped
+from baton.services.bandwidth.policy import Teams, parse_rate, with_teams
+from baton.services.bandwidth.state import State, books
 
 __all__ = ["Input", "Output", "State", "initial", "round_", "step", "wants_tick"]
 

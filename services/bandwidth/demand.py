@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from proto.bandwidth import BandwidthPolicy
-from services.bandwidth.fairshare import INF
+from baton.proto.bandwidth import BandwidthPolicy
+from baton.services.bandwidth.fairshare import INF
 
 
 def want(

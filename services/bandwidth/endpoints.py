@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from proto.k8s import EndpointSlice
-from services.bandwidth.state import State
+from baton.proto.k8s import EndpointSlice
+from baton.services.bandwidth.state import State
 
 
 def update(state: State, eps: EndpointSlice, *, gone: bool) -> None:

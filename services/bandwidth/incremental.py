@@ -23,10 +23,10 @@ import heapq
 import math
 from itertools import repeat
 
-from services.bandwidth import allocating, demand
-from services.bandwidth.fairshare import INF, sorted_level
-from services.bandwidth.ledger import NAN, UNPUBLISHED, Book
-from services.bandwidth.state import State, books, expire
+from baton.services.bandwidth import allocating, demand
+from baton.services.bandwidth.fairshare import INF, sorted_level
+from baton.services.bandwidth.ledger import NAN, UNPUBLISHED, Book
+from baton.services.bandwidth.state import State, books, expire
 
 Override = tuple[Book, int, int] | None  # (book, position, whole bps): the float excess taken off
 Damped = dict[Book, tuple[list[int], list[int]]]  # book -> (shares, limits after hysteresis)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from proto.bandwidth import TeamEgress
+from baton.proto.bandwidth import TeamEgress
 
 NAN = math.nan  # "not computed yet": compares unequal to every want and level
 UNPUBLISHED = -1

@@ -14,15 +14,15 @@ import os
 
 import msgspec
 
-from libs.runner import Input, Spec, Timer, serve
-from libs.runtime import OPS_PORTS, SettingsError, load_settings, run_service
-from libs.runtime.settings import Base
-from proto.admission import TeamsLoaded
-from proto.bandwidth import DEFAULT_TIERS, BandwidthPolicy, Capacity, NodeEgress, Tier
-from proto.k8s import EndpointSliceEvent, PodEvent
-from services.bandwidth import core, shell
-from services.bandwidth.policy import PolicyError, check_teams, parse_rate, with_teams
-from services.bandwidth.policy import load as load_policy
+from baton.libs.runner import Input, Spec, Timer, serve
+from baton.libs.runtime import OPS_PORTS, SettingsError, load_settings, run_service
+from baton.libs.runtime.settings import Base
+from baton.proto.admission import TeamsLoaded
+from baton.proto.bandwidth import DEFAULT_TIERS, BandwidthPolicy, Capacity, NodeEgress, Tier
+from baton.proto.k8s import EndpointSliceEvent, PodEvent
+from baton.services.bandwidth import core, shell
+from baton.services.bandwidth.policy import PolicyError, check_teams, parse_rate, with_teams
+from baton.services.bandwidth.policy import load as load_policy
 
 PREFIX = "BATON_BANDWIDTH_"
 

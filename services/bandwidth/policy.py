@@ -21,9 +21,9 @@ from typing import Any
 
 import msgspec
 
-from proto import keys
-from proto.bandwidth import BandwidthPolicy, TeamEgress
-from proto.teams import DEFAULT, TeamConfig
+from baton.proto import keys
+from baton.proto.bandwidth import BandwidthPolicy, TeamEgress
+from baton.proto.teams import DEFAULT, TeamConfig
 
 TEAM_LABEL = keys.TEAM
 EGRESS_ANNOTATION = keys.EGRESS_BANDWIDTH

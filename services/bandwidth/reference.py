@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
-from services.bandwidth import allocating, damping, demand
-from services.bandwidth.ledger import NAN, Book
-from services.bandwidth.state import State, books
+from baton.services.bandwidth import allocating, damping, demand
+from baton.services.bandwidth.ledger import NAN, Book
+from baton.services.bandwidth.state import State, books
 
 
 def decide(state: State, now: float) -> dict[str, int]:

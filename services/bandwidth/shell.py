@@ -20,12 +20,12 @@ from typing import Any
 import structlog
 import yaml
 
-from libs.runner import Route
-from proto.actions import Annotate, action_subject
-from proto.bandwidth import Allocation, NodeLimits, allocation_subject, limits_subject
-from proto.teams import TeamConfig
-from services.bandwidth import core, metrics
-from services.bandwidth.policy import PolicyError, team_config
+from baton.libs.runner import Route
+from baton.proto.actions import Annotate, action_subject
+from baton.proto.bandwidth import Allocation, NodeLimits, allocation_subject, limits_subject
+from baton.proto.teams import TeamConfig
+from baton.services.bandwidth import core, metrics
+from baton.services.bandwidth.policy import PolicyError, team_config
 
 log = structlog.get_logger("baton.bandwidth")
 

@@ -8,10 +8,10 @@ import ipaddress
 from collections import Counter
 from dataclasses import dataclass, field
 
-from proto.bandwidth import BandwidthPolicy, PodLimit, TeamEgress
-from services.bandwidth.fairshare import INF
-from services.bandwidth.ledger import Book, Shaped
-from services.bandwidth.policy import Teams
+from baton.proto.bandwidth import BandwidthPolicy, PodLimit, TeamEgress
+from baton.services.bandwidth.fairshare import INF
+from baton.services.bandwidth.ledger import Book, Shaped
+from baton.services.bandwidth.policy import Teams
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

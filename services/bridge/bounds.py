@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import msgspec
 
-from proto import k8s
-from proto.k8s import MAX_MEMBERS, MAX_NODE_GPUS
+from baton.proto import k8s
+from baton.proto.k8s import MAX_MEMBERS, MAX_NODE_GPUS
 
 
 class Bounds(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from proto import k8s, subjects
-from services.bridge.bounds import Bounds, impossible
+from baton.proto import k8s, subjects
+from baton.services.bridge.bounds import Bounds, impossible
 
 DEFAULT_TOMBSTONE_TTL = "1h"
 

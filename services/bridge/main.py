@@ -23,14 +23,14 @@ from collections.abc import Sequence
 import msgspec
 from kubernetes_asyncio.client import ApiClient
 
-from libs.bus import Bus
-from libs.kube import KINDS, Kind, Options, api_client
-from libs.runner import Runner, Spec, serve
-from libs.runtime import OPS_PORTS, load_settings, run_service
-from libs.runtime.settings import Base
-from proto.k8s import MAX_NODE_GPUS
-from services.bridge import core, shell
-from services.bridge.bounds import Bounds
+from baton.libs.bus import Bus
+from baton.libs.kube import KINDS, Kind, Options, api_client
+from baton.libs.runner import Runner, Spec, serve
+from baton.libs.runtime import OPS_PORTS, load_settings, run_service
+from baton.libs.runtime.settings import Base
+from baton.proto.k8s import MAX_NODE_GPUS
+from baton.services.bridge import core, shell
+from baton.services.bridge.bounds import Bounds
 
 
 class Settings(Base, frozen=True, kw_only=True):

@@ -40,7 +40,7 @@ LAG = Histogram(
 
 
 class Observer:
-    """libs.kube reflector observer -> metrics."""
+    """baton.libs.kube reflector observer -> metrics."""
 
     def listed(self, kind: str, *, count: int, relist: bool) -> None:
         LISTED_OBJECTS.labels(kind=kind).inc(count)

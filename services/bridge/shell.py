@@ -21,13 +21,13 @@ import msgspec
 import structlog
 from kubernetes_asyncio.client import ApiClient
 
-from libs.bus import Bus, Outgoing
-from libs.kube import KINDS, Kind, Options, Reflector
-from libs.runner import Cut, Item, Route
-from libs.runtime.stopping import checkpoint
-from proto import k8s, subjects
-from proto.deadletter import DeadLetter
-from services.bridge import core, metrics
+from baton.libs.bus import Bus, Outgoing
+from baton.libs.kube import KINDS, Kind, Options, Reflector
+from baton.libs.runner import Cut, Item, Route
+from baton.libs.runtime.stopping import checkpoint
+from baton.proto import k8s, subjects
+from baton.proto.deadletter import DeadLetter
+from baton.services.bridge import core, metrics
 
 log = structlog.get_logger("baton.bridge")
 

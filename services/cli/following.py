@@ -19,16 +19,16 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
-from libs.bus import streams
-from libs.bus.snapshotting import snapshot
-from proto import subjects
-from proto.admission import AnyAdmissionEvent, TeamsLoaded
-from proto.bandwidth import Allocation, allocation_subject
-from proto.codec import Undecodable, decode
-from proto.health import Control, StateChanged, Withheld
-from proto.k8s import K8sEvent
-from proto.runner import Started
-from services.cli.view import RECENT, View
+from baton.libs.bus import streams
+from baton.libs.bus.snapshotting import snapshot
+from baton.proto import subjects
+from baton.proto.admission import AnyAdmissionEvent, TeamsLoaded
+from baton.proto.bandwidth import Allocation, allocation_subject
+from baton.proto.codec import Undecodable, decode
+from baton.proto.health import Control, StateChanged, Withheld
+from baton.proto.k8s import K8sEvent
+from baton.proto.runner import Started
+from baton.services.cli.view import RECENT, View
 
 QUIET = {subjects.K8S, subjects.TELEMETRY, subjects.RUNNER, subjects.BANDWIDTH}  # counted only
 # What `baton up` prints line by line when its output is not a terminal: the services'

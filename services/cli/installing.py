@@ -22,8 +22,8 @@ from pathlib import Path
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from libs.kube import api_client
-from services.admission.registration import GROUP, VERSION, configurations
+from baton.libs.kube import api_client
+from baton.services.admission.registration import GROUP, VERSION, configurations
 
 
 async def install_webhook(

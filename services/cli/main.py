@@ -12,28 +12,49 @@ import sys
 from collections.abc import Callable
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "up": ("services.cli.up:run", "run the embedded default: NATS, simcluster and every service"),
-    "status": ("services.cli.status:run", "print the status baton up shows, once, from the bus"),
-    "tail": ("services.cli.tail:run", "pretty-print events from the bus as they arrive"),
-    "sim": ("services.simcluster.main:run", "serve a simulated GPU cluster's Kubernetes API"),
-    "bridge": ("services.bridge.main:run", "watch the API server once, fan out over NATS"),
-    "gang": ("services.gang.main:run", "all-or-nothing, topology-aware gang placement"),
-    "actuator": ("services.actuator.main:run", "the one rate-limited writer to the API"),
-    "admission": ("services.admission.main:run", "admission webhook, team quotas and taints"),
-    "reporter": ("services.reporter.main:run", "PodGroup status, pod conditions and Events"),
-    "bandwidth": ("services.bandwidth.main:run", "egress fair shares: per-pod limits per node"),
-    "agent": ("services.agent.main:run", "node agent: telemetry; applies egress limits with tc"),
-    "health": ("services.health.main:run", "GPU node health: quarantine, drain, preflight checks"),
-    "autoscaler": ("services.autoscaler.main:run", "grow pools by whole gangs, remove idle nodes"),
-    "balloon": ("services.balloon.main:run", "warm headroom: placeholder pods on GPU pools"),
-    "replay": ("services.cli.replay:run", "replay recorded events into a core, offline"),
-    "why": ("services.cli.why:run", "why a gang or pod is waiting, and what would unblock it"),
+    "up": (
+        "baton.services.cli.up:run",
+        "run the embedded default: NATS, simcluster and every service",
+    ),
+    "status": (
+        "baton.services.cli.status:run",
+        "print the status baton up shows, once, from the bus",
+    ),
+    "tail": ("baton.services.cli.tail:run", "pretty-print events from the bus as they arrive"),
+    "sim": ("baton.services.simcluster.main:run", "serve a simulated GPU cluster's Kubernetes API"),
+    "bridge": ("baton.services.bridge.main:run", "watch the API server once, fan out over NATS"),
+    "gang": ("baton.services.gang.main:run", "all-or-nothing, topology-aware gang placement"),
+    "actuator": ("baton.services.actuator.main:run", "the one rate-limited writer to the API"),
+    "admission": ("baton.services.admission.main:run", "admission webhook, team quotas and taints"),
+    "reporter": ("baton.services.reporter.main:run", "PodGroup status, pod conditions and Events"),
+    "bandwidth": (
+        "baton.services.bandwidth.main:run",
+        "egress fair shares: per-pod limits per node",
+    ),
+    "agent": (
+        "baton.services.agent.main:run",
+        "node agent: telemetry; applies egress limits with tc",
+    ),
+    "health": (
+        "baton.services.health.main:run",
+        "GPU node health: quarantine, drain, preflight checks",
+    ),
+    "autoscaler": (
+        "baton.services.autoscaler.main:run",
+        "grow pools by whole gangs, remove idle nodes",
+    ),
+    "balloon": ("baton.services.balloon.main:run", "warm headroom: placeholder pods on GPU pools"),
+    "replay": ("baton.services.cli.replay:run", "replay recorded events into a core, offline"),
+    "why": (
+        "baton.services.cli.why:run",
+        "why a gang or pod is waiting, and what would unblock it",
+    ),
     "nats-config": (
-        "services.cli.natsconfig:run",
+        "baton.services.cli.natsconfig:run",
         "the nats-server config: one user per service and node agent, least privilege",
     ),
     "install-webhook": (
-        "services.cli.installing:run",
+        "baton.services.cli.installing:run",
         "register admission's webhook with a simulated cluster (as baton up does)",
     ),
 }

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from services.cli.processes import Child, free_port, port_open, wait_until
+from baton.services.cli.processes import Child, free_port, port_open, wait_until
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "rules.yaml"

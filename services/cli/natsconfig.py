@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from libs.runner import access
-from libs.runner.spec import Spec
+from baton.libs.runner import access
+from baton.libs.runner.spec import Spec
 
 RUNNERS = ("bridge", "actuator", "admission", "gang", "reporter", "bandwidth", "health",
            "balloon", "autoscaler")  # fmt: skip
@@ -41,7 +41,7 @@ def specs(names: Sequence[str] = RUNNERS) -> list[Spec[Any]]:
     found = []
     for name in names:
         try:
-            module = importlib.import_module(f"services.{name}.main")
+            module = importlib.import_module(f"baton.services.{name}.main")
         except ModuleNotFoundError:
             continue
         found.append(module.SPEC)

@@ -111,4 +111,4 @@ def port_open(port: int) -> bool:
 
 def baton(*args: str) -> list[str]:
     """argv running a baton subcommand with this same Python."""
-    return [sys.executable, "-m", "services.cli", *args]
+    return [sys.executable, "-m", "baton.services.cli", *args]

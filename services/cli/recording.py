@@ -28,9 +28,9 @@ import nats
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
-from libs.bus.streams import HISTORY
-from libs.runner.ordering import origin
-from proto import subjects
+from baton.libs.bus.streams import HISTORY
+from baton.libs.runner.ordering import origin
+from baton.proto import subjects
 
 
 class RecordingError(ValueError):

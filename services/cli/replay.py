@@ -25,14 +25,14 @@ from typing import Any
 
 import msgspec
 
-from proto import keys
-from proto.actions import ActionResult, BindGang, CreatePod, EvictGang, RecreatePod
-from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
-from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from proto.runner import Tick
-from services.cli import recording as rec
-from services.cli.recording import Record, RecordingError
-from services.cli.services import Segment, Service, replayable
+from baton.proto import keys
+from baton.proto.actions import ActionResult, BindGang, CreatePod, EvictGang, RecreatePod
+from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
+from baton.proto.runner import Tick
+from baton.services.cli import recording as rec
+from baton.services.cli.recording import Record, RecordingError
+from baton.services.cli.services import Segment, Service, replayable
 
 _CONTEXT = 6  # inputs of the diverging gang shown before a divergence
 

@@ -13,7 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from services.cli.view import Summary
+from baton.services.cli.view import Summary
 
 STYLE = {"ok": "green", "starting": "yellow", "DOWN": "bold red", "seen": "cyan"}
 

@@ -19,13 +19,13 @@ from typing import Any
 
 import msgspec
 
-from libs.bus import Outgoing, stream_configs
-from libs.runner import Spec
-from libs.runner.ordering import Follow, snapshot
-from libs.runtime import load_settings
-from proto import subjects
-from proto.runner import Started
-from services.cli.recording import Record
+from baton.libs.bus import Outgoing, stream_configs
+from baton.libs.runner import Spec
+from baton.libs.runner.ordering import Follow, snapshot
+from baton.libs.runtime import load_settings
+from baton.proto import subjects
+from baton.proto.runner import Started
+from baton.services.cli.recording import Record
 
 
 @dataclass(slots=True)
@@ -169,12 +169,12 @@ def _members(union: Any) -> tuple[type[Any], ...]:
 
 def replayable(cluster: str = "c1") -> dict[str, Service]:
     """Every service with a spec whose decisions follow from its bus inputs."""
-    from services.cli.main import COMMANDS
+    from baton.services.cli.main import COMMANDS
 
     found: dict[str, Service] = {}
     for name, (target, _) in COMMANDS.items():
         module = target.partition(":")[0]
-        if not (module.startswith("services.") and module.endswith(".main")):
+        if not (module.startswith("baton.services.") and module.endswith(".main")):
             continue
         spec = getattr(importlib.import_module(module), "SPEC", None)
         if isinstance(spec, Spec) and spec.inputs and not spec.clock:

@@ -13,11 +13,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from libs.runner import access
-from services.cli.installing import PREFLIGHT_NAMESPACE, ensure_namespace
-from services.cli.monitoring import start_prometheus
-from services.cli.natsconfig import specs, write_config
-from services.cli.processes import (
+from baton.libs.runner import access
+from baton.services.cli.installing import PREFLIGHT_NAMESPACE, ensure_namespace
+from baton.services.cli.monitoring import start_prometheus
+from baton.services.cli.natsconfig import specs, write_config
+from baton.services.cli.processes import (
     Child,
     baton,
     free_port,
@@ -37,7 +37,7 @@ SIM_HEALTH = {"BATON_HEALTH_DRAIN_GRACE_S": "60", "BATON_HEALTH_REMEDIATION_RECH
 
 
 def available(service: str) -> bool:
-    return importlib.util.find_spec(f"services.{service}.main") is not None
+    return importlib.util.find_spec(f"baton.services.{service}.main") is not None
 
 
 @dataclass

@@ -19,8 +19,8 @@ import time
 import nats
 import nats.errors
 
-from services.cli.following import NoBaton, load
-from services.cli.view import ServiceHealth, View, summarize, teams_now, text
+from baton.services.cli.following import NoBaton, load
+from baton.services.cli.view import ServiceHealth, View, summarize, teams_now, text
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

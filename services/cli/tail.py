@@ -30,7 +30,7 @@ from nats.aio.msg import Msg
 from nats.errors import NotJSMessageError
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from proto import subjects
+from baton.proto import subjects
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

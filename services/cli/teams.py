@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from proto import keys
-from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
-from proto.teams import TeamConfig
-from services.admission import core as admission
+from baton.proto import keys
+from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from baton.proto.teams import TeamConfig
+from baton.services.admission import core as admission
 
 if TYPE_CHECKING:
-    from services.cli.view import View
+    from baton.services.cli.view import View
 
 
 @dataclass(frozen=True)

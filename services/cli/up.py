@@ -24,14 +24,14 @@ from pathlib import Path
 import aiohttp
 import nats
 
-from services.cli.following import NoBaton, follow, wait_for_streams
-from services.cli.installing import install_webhook
-from services.cli.monitoring import NoPrometheus
-from services.cli.processes import Child
-from services.cli.screen import Screen
-from services.cli.stack import SERVICES, Stack, start_all, write_endpoints
-from services.cli.teams import TeamRow
-from services.cli.view import ServiceHealth, Summary, View, summarize, teams_now, text
+from baton.services.cli.following import NoBaton, follow, wait_for_streams
+from baton.services.cli.installing import install_webhook
+from baton.services.cli.monitoring import NoPrometheus
+from baton.services.cli.processes import Child
+from baton.services.cli.screen import Screen
+from baton.services.cli.stack import SERVICES, Stack, start_all, write_endpoints
+from baton.services.cli.teams import TeamRow
+from baton.services.cli.view import ServiceHealth, Summary, View, summarize, teams_now, text
 
 PLAIN_EVERY = 5.0  # seconds between status blocks when the output is not a terminal
 TEAMS_EVERY = 2.0  # the team rows cost a pass over every object: at most this often

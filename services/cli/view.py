@@ -14,11 +14,11 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from proto import keys
-from proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased, TeamsLoaded
-from proto.bandwidth import Allocation
-from proto.health import Control, StateChanged, Withheld
-from proto.k8s import (
+from baton.proto import keys
+from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased, TeamsLoaded
+from baton.proto.bandwidth import Allocation
+from baton.proto.health import Control, StateChanged, Withheld
+from baton.proto.k8s import (
     GPU,
     SCHEDULER_NAME,
     K8sEvent,
@@ -31,9 +31,9 @@ from proto.k8s import (
     PodGroup,
     PodGroupEvent,
 )
-from proto.runner import Started
-from proto.teams import TeamConfig
-from services.cli.teams import TeamRow, team_rows
+from baton.proto.runner import Started
+from baton.proto.teams import TeamConfig
+from baton.services.cli.teams import TeamRow, team_rows
 
 TERMINAL = {"Succeeded", "Failed"}
 RECENT = 12  # decisions kept on screen

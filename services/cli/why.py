@@ -30,15 +30,15 @@ import msgspec
 import nats
 from nats.js.api import DeliverPolicy
 
-from libs.bus.streams import HISTORY, K8S
-from libs.view import GangView, gang_key, quorum
-from proto import subjects
-from proto.actions import ActionResult
-from proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased
-from proto.autoscaler import ScaledUp, ScaleRefused, ScaleReverted
-from proto.k8s import Pod, PodEvent, PodGroup, PodGroupEvent
-from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from services.reporter import telling
+from baton.libs.bus.streams import HISTORY, K8S
+from baton.libs.view import GangView, gang_key, quorum
+from baton.proto import subjects
+from baton.proto.actions import ActionResult
+from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased
+from baton.proto.autoscaler import ScaledUp, ScaleRefused, ScaleReverted
+from baton.proto.k8s import Pod, PodEvent, PodGroup, PodGroupEvent
+from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
+from baton.services.reporter import telling
 
 Story = (
     PodEvent | PodGroupEvent | GangPlaced | GangUnschedulable | GangRestarted | GangQueued

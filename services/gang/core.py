@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from libs.view import Shape, gang_key, group_by_shape, is_preemptible
-from proto import ids, keys
-from proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
-from proto.k8s import GPU, NodeEvent, Pod, PodEvent, PodGroupEvent
-from proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
-from proto.runner import Tick
-from services.gang import ordering, preempting, restarting
-from services.gang.gangs import Assumption, Cluster, Gang, delete_pod, new_cluster
-from services.gang.needs import identity, shortfall, unknown_level, verdict
-from services.gang.topology import Plan, Search, reserve, search
+from baton.libs.view import Shape, gang_key, group_by_shape, is_preemptible
+from baton.proto import ids, keys
+from baton.proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
+from baton.proto.k8s import GPU, NodeEvent, Pod, PodEvent, PodGroupEvent
+from baton.proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
+from baton.proto.runner import Tick
+from baton.services.gang import ordering, preempting, restarting
+from baton.services.gang.gangs import Assumption, Cluster, Gang, delete_pod, new_cluster
+from baton.services.gang.needs import identity, shortfall, unknown_level, verdict
+from baton.services.gang.topology import Plan, Search, reserve, search
 
 Policy = GangPolicy  # the core's knobs live in proto so the shell can record them
 

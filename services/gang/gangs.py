@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from libs.view import GangView, View, gang_key
-from proto.k8s import Pod
+from baton.libs.view import GangView, View, gang_key
+from baton.proto.k8s import Pod
 
 
 @dataclass(slots=True)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 
-from libs.runner import Input, Spec, Timer, serve
-from libs.runtime import OPS_PORTS, load_settings, run_service
-from libs.runtime.settings import Base
-from proto import keys
-from proto.actions import ActionResult
-from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
-from proto.placement import GangPolicy
-from services.gang import core, shell
+from baton.libs.runner import Input, Spec, Timer, serve
+from baton.libs.runtime import OPS_PORTS, load_settings, run_service
+from baton.libs.runtime.settings import Base
+from baton.proto import keys
+from baton.proto.actions import ActionResult
+from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from baton.proto.placement import GangPolicy
+from baton.services.gang import core, shell
 
 PREFIX = "BATON_GANG_"
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from libs.view import Shape
-from proto.placement import GangUnschedulable, Need
-from services.gang.gangs import Cluster
-from services.gang.topology import Search
+from baton.libs.view import Shape
+from baton.proto.placement import GangUnschedulable, Need
+from baton.services.gang.gangs import Cluster
+from baton.services.gang.topology import Search
 
 _COMMON = frozenset({"cpu", "memory", "ephemeral-storage"})
 

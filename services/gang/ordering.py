@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
-from libs.view import quorum
-from proto import keys
-from proto.k8s import NodeSelectorTerm, Pod, Requirement
-from services.gang.gangs import Cluster, Gang
+from baton.libs.view import quorum
+from baton.proto import keys
+from baton.proto.k8s import NodeSelectorTerm, Pod, Requirement
+from baton.services.gang.gangs import Cluster, Gang
 
 
 def members(cluster: Cluster, gang: Gang) -> list[Pod]:

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from libs.view import Shape
-from proto import keys
-from proto.k8s import GPU
-from services.gang import ordering
-from services.gang.gangs import Cluster, Gang
-from services.gang.needs import shortfall
-from services.gang.topology import search
+from baton.libs.view import Shape
+from baton.proto import keys
+from baton.proto.k8s import GPU
+from baton.services.gang import ordering
+from baton.services.gang.gangs import Cluster, Gang
+from baton.services.gang.needs import shortfall
+from baton.services.gang.topology import search
 
 MAX_VICTIMS = 32  # candidates tried for one waiting gang (each try is one search)
 HOUR = 3600.0

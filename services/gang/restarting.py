@@ -23,12 +23,12 @@ its gang restarts. The gang is placed again once every old member is gone.
 
 from __future__ import annotations
 
-from libs.view import NodeView, gang_key
-from proto import ids, keys
-from proto.actions import Binding, EvictGang, RecreatePod
-from proto.k8s import Pod
-from proto.placement import GangRestarted
-from services.gang.gangs import Cluster, Gang
+from baton.libs.view import NodeView, gang_key
+from baton.proto import ids, keys
+from baton.proto.actions import Binding, EvictGang, RecreatePod
+from baton.proto.k8s import Pod
+from baton.proto.placement import GangRestarted
+from baton.services.gang.gangs import Cluster, Gang
 
 CONTROLLER_LABELS = (
     "batch.kubernetes.io/job-name",

@@ -14,12 +14,12 @@ from typing import Any
 import msgspec
 import structlog
 
-from libs.runner import Route
-from proto import keys, subjects
-from proto.actions import BindGang, EvictGang, RecreatePod, action_subject
-from proto.k8s import GPU
-from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from services.gang import core, metrics
+from baton.libs.runner import Route
+from baton.proto import keys, subjects
+from baton.proto.actions import BindGang, EvictGang, RecreatePod, action_subject
+from baton.proto.k8s import GPU
+from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
+from baton.services.gang import core, metrics
 
 log = structlog.get_logger("baton.gang")
 

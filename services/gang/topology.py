@@ -12,8 +12,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from libs.view import Counts, Eligible, NodeView, Shape, count_fits, domain_value, narrowest
-from services.gang.gangs import Cluster
+from baton.libs.view import Counts, Eligible, NodeView, Shape, count_fits, domain_value, narrowest
+from baton.services.gang.gangs import Cluster
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from libs.view import GangView, View, is_preemptible
-from proto import ids, keys
-from proto.actions import ActionResult, CreatePod, DeletePod, Evict, PodTemplate
-from proto.health import HealthPolicy
-from proto.k8s import GPU, Pod, Toleration
-from services.health import rules
-from services.health.nodes import INF, Check, NodeRecord
+from baton.libs.view import GangView, View, is_preemptible
+from baton.proto import ids, keys
+from baton.proto.actions import ActionResult, CreatePod, DeletePod, Evict, PodTemplate
+from baton.proto.health import HealthPolicy
+from baton.proto.k8s import GPU, Pod, Toleration
+from baton.services.health import rules
+from baton.services.health.nodes import INF, Check, NodeRecord
 
 DAY = 86_400.0
 RETRY_S, RETRY_MAX_S = 5.0, 300.0  # a pod that never appeared is asked for again

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from proto import keys
-from proto.health import NodeState
-from services.health import checks
-from services.health.model import State
-from services.health.nodes import NodeRecord, Signal
+from baton.proto import keys
+from baton.proto.health import NodeState
+from baton.services.health import checks
+from baton.services.health.model import State
+from baton.services.health.nodes import NodeRecord, Signal
 
 PUT_OFF = "periodic check put off: work landed on the node"
 

@@ -11,17 +11,17 @@ clock: replaying the same inputs gives the same decisions.
 
 from __future__ import annotations
 
-from proto import keys
-from proto.actions import ActionResult
-from proto.health import Control, Evidence, HealthPolicy, Heard, Note, Silence
-from proto.k8s import Node, NodeEvent, PodEvent
-from proto.runner import Tick
-from proto.telemetry import GpuReport, NodeReport, XidEvent
-from services.health import checks, moving, rules
-from services.health.model import State, initial
-from services.health.moving import Output, decide
-from services.health.nodes import OUT, Check, NodeRecord, read_note
-from services.health.rails import domains
+from baton.proto import keys
+from baton.proto.actions import ActionResult
+from baton.proto.health import Control, Evidence, HealthPolicy, Heard, Note, Silence
+from baton.proto.k8s import Node, NodeEvent, PodEvent
+from baton.proto.runner import Tick
+from baton.proto.telemetry import GpuReport, NodeReport, XidEvent
+from baton.services.health import checks, moving, rules
+from baton.services.health.model import State, initial
+from baton.services.health.moving import Output, decide
+from baton.services.health.nodes import OUT, Check, NodeRecord, read_note
+from baton.services.health.rails import domains
 
 __all__ = ["Input", "Output", "State", "initial", "step", "wants_tick"]
 

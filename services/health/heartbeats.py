@@ -22,12 +22,12 @@ import structlog
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
-from libs.bus import Bus, Outgoing
-from libs.runtime.stopping import checkpoint, retry
-from proto import health, subjects, telemetry
-from proto.health import Heard, Silence
-from proto.telemetry import Heartbeat
-from services.health import metrics
+from baton.libs.bus import Bus, Outgoing
+from baton.libs.runtime.stopping import checkpoint, retry
+from baton.proto import health, subjects, telemetry
+from baton.proto.health import Heard, Silence
+from baton.proto.telemetry import Heartbeat
+from baton.services.health import metrics
 
 log = structlog.get_logger("baton.health")
 

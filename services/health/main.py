@@ -21,17 +21,17 @@ import time
 
 import msgspec
 
-from libs.bus import Bus
-from libs.runner import Input, Runner, Spec, Timer, serve
-from libs.runtime import SettingsError, load_settings, run_service
-from libs.runtime.ops import OPS_PORTS
-from libs.runtime.settings import Base
-from proto import health
-from proto.actions import ActionResult
-from proto.health import Control, HealthPolicy, Heard, Silence
-from proto.k8s import NodeEvent, PodEvent
-from proto.telemetry import GpuReport, NodeReport, XidEvent
-from services.health import core, heartbeats, shell
+from baton.libs.bus import Bus
+from baton.libs.runner import Input, Runner, Spec, Timer, serve
+from baton.libs.runtime import SettingsError, load_settings, run_service
+from baton.libs.runtime.ops import OPS_PORTS
+from baton.libs.runtime.settings import Base
+from baton.proto import health
+from baton.proto.actions import ActionResult
+from baton.proto.health import Control, HealthPolicy, Heard, Silence
+from baton.proto.k8s import NodeEvent, PodEvent
+from baton.proto.telemetry import GpuReport, NodeReport, XidEvent
+from baton.services.health import core, heartbeats, shell
 
 PREFIX = "BATON_HEALTH_"
 _POLICY_FIELDS = tuple(f.name for f in msgspec.structs.fields(HealthPolicy))

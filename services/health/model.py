@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from libs.view import GangView, View
-from proto import keys
-from proto.health import HealthPolicy
-from services.health.nodes import NodeRecord
-from services.health.rails import Rails, SlowStart
+from baton.libs.view import GangView, View
+from baton.proto import keys
+from baton.proto.health import HealthPolicy
+from baton.services.health.nodes import NodeRecord
+from baton.services.health.rails import Rails, SlowStart
 
 
 @dataclass(slots=True)

@@ -16,13 +16,13 @@ from collections.abc import Callable
 
 import msgspec
 
-from proto import ids, keys
-from proto.actions import CreatePod, DeletePod, Evict, MarkNode
-from proto.health import NodeState, Remediate, StateChanged, Withheld
-from services.health import checks, states
-from services.health.choosing import Hold, Move, choose, drain_at
-from services.health.model import State
-from services.health.nodes import INF, OUT, Check, NodeRecord
+from baton.proto import ids, keys
+from baton.proto.actions import CreatePod, DeletePod, Evict, MarkNode
+from baton.proto.health import NodeState, Remediate, StateChanged, Withheld
+from baton.services.health import checks, states
+from baton.services.health.choosing import Hold, Move, choose, drain_at
+from baton.services.health.model import State
+from baton.services.health.nodes import INF, OUT, Check, NodeRecord
 
 Output = StateChanged | Withheld | Remediate | MarkNode | CreatePod | DeletePod | Evict
 POLL_S = 5.0  # a check waiting for a slot or for pods to leave looks again this often

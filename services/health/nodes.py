@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from proto.health import Evidence, HealthPolicy, NodeState, Note
-from services.health import rules
-from services.health.rules import Found, Rule
+from baton.proto.health import Evidence, HealthPolicy, NodeState, Note
+from baton.services.health import rules
+from baton.services.health.rules import Found, Rule
 
 INF = math.inf
 

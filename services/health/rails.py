@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from proto.health import HealthPolicy
+from baton.proto.health import HealthPolicy
 
 CLUSTER = "cluster"
 

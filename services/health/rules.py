@@ -14,7 +14,7 @@ the node (``reboot`` or ``replace``), and whether the signal is *latched*: an ev
 | ``CONDITIONS`` | ``k8s.node`` conditions (the kubelet's and node-problem-detector's) |
 | ``OTHER`` | heartbeats, preflight pods, flapping, state restored from the node |
 
-``python -m services.health.rules`` prints them as Markdown (``docs/health.md``). Pure.
+``python -m baton.services.health.rules`` prints them as Markdown (``docs/health.md``). Pure.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from proto.health import HealthPolicy, Remedy
-from proto.k8s import Condition
-from proto.telemetry import GpuReport, GpuStatus, NodeReport
+from baton.proto.health import HealthPolicy, Remedy
+from baton.proto.k8s import Condition
+from baton.proto.telemetry import GpuReport, GpuStatus, NodeReport
 
 Drain = Literal["now", "grace"]
 

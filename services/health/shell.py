@@ -16,18 +16,18 @@ from typing import Any
 import nats.js.errors
 import structlog
 
-from libs.bus import Bus
-from libs.bus.streams import EVENTS
-from libs.runner import Route
-from proto import health, subjects
-from proto.actions import CreatePod, DeletePod, Evict, MarkNode, action_subject
-from proto.codec import Undecodable, decode
-from proto.health import Control, Remediate, StateChanged, Withheld
-from services.health import checks, metrics
-from services.health.choosing import PUT_OFF
-from services.health.model import State
-from services.health.moving import Output
-from services.health.nodes import OUT, NodeRecord
+from baton.libs.bus import Bus
+from baton.libs.bus.streams import EVENTS
+from baton.libs.runner import Route
+from baton.proto import health, subjects
+from baton.proto.actions import CreatePod, DeletePod, Evict, MarkNode, action_subject
+from baton.proto.codec import Undecodable, decode
+from baton.proto.health import Control, Remediate, StateChanged, Withheld
+from baton.services.health import checks, metrics
+from baton.services.health.choosing import PUT_OFF
+from baton.services.health.model import State
+from baton.services.health.moving import Output
+from baton.services.health.nodes import OUT, NodeRecord
 
 log = structlog.get_logger("baton.health")
 _reasons_shown: set[str] = set()  # reasons given a gauge value once: set to 0 when gone

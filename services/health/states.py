@@ -2,7 +2,7 @@
 the node. The core moves a node only along ``TRANSITIONS`` (any other move is a bug
 and raises); ``MARKS`` says which of Baton's taints and labels the node carries in
 each state, so entering a state is a diff against what was last asked for. The docs
-print both (``python -m services.health.states``). Pure.
+print both (``python -m baton.services.health.states``). Pure.
 
 Baton adds and removes only its own taints (``baton.io/unhealthy``, ``/draining``,
 ``/preflight``) and its own label (``baton.io/remediation``), with ``MarkNode`` (one
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proto import keys
-from proto.health import NodeState
-from proto.k8s import Taint
+from baton.proto import keys
+from baton.proto.health import NodeState
+from baton.proto.k8s import Taint
 
 TAINTS: dict[str, Taint] = {
     keys.UNHEALTHY: Taint(key=keys.UNHEALTHY, value="true", effect="NoSchedule"),

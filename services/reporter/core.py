@@ -20,9 +20,9 @@ from typing import Any
 
 import msgspec
 
-from libs.view import GangView, View, gang_key, quorum
-from proto import ids, keys
-from proto.actions import (
+from baton.libs.view import GangView, View, gang_key, quorum
+from baton.proto import ids, keys
+from baton.proto.actions import (
     GroupStatus,
     ObjectRef,
     PodRef,
@@ -31,12 +31,20 @@ from proto.actions import (
     SetPodCondition,
     StatusCondition,
 )
-from proto.admission import GangAdmitted, GangPreempted, GangQueued
-from proto.k8s import PLUGINS_API, SCHEDULER_NAME, Node, NodeEvent, Pod, PodEvent, PodGroupEvent
-from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from proto.runner import Tick
-from services.reporter import telling
-from services.reporter.table import ASSIGNED, RETURNED, TABLE, WAITING, Quarantine, Row
+from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
+from baton.proto.k8s import (
+    PLUGINS_API,
+    SCHEDULER_NAME,
+    Node,
+    NodeEvent,
+    Pod,
+    PodEvent,
+    PodGroupEvent,
+)
+from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
+from baton.proto.runner import Tick
+from baton.services.reporter import telling
+from baton.services.reporter.table import ASSIGNED, RETURNED, TABLE, WAITING, Quarantine, Row
 
 Decision = (
     GangPlaced | GangUnschedulable | GangRestarted | GangAdmitted | GangQueued | GangPreempted

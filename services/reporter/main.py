@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 
-from libs.runner import Input, Spec, Timer, serve
-from libs.runtime import OPS_PORTS, load_settings, run_service
-from libs.runtime.settings import Base
-from proto.admission import GangAdmitted, GangPreempted, GangQueued
-from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
-from proto.placement import AnyPlacement
-from services.reporter import core, shell
+from baton.libs.runner import Input, Spec, Timer, serve
+from baton.libs.runtime import OPS_PORTS, load_settings, run_service
+from baton.libs.runtime.settings import Base
+from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
+from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from baton.proto.placement import AnyPlacement
+from baton.services.reporter import core, shell
 
 PREFIX = "BATON_REPORTER_"
 

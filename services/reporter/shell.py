@@ -12,9 +12,9 @@ from typing import Any
 
 import structlog
 
-from libs.runner import Route
-from proto.actions import RecordEvent, SetGroupStatus, SetPodCondition, action_subject
-from services.reporter import core, metrics
+from baton.libs.runner import Route
+from baton.proto.actions import RecordEvent, SetGroupStatus, SetPodCondition, action_subject
+from baton.services.reporter import core, metrics
 
 log = structlog.get_logger("baton.reporter")
 

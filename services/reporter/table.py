@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from proto.admission import GangAdmitted, GangPreempted, GangQueued
-from proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from services.reporter.telling import explain, level_name
+from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
+from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
+from baton.services.reporter.telling import explain, level_name
 
 About = Literal["group", "pods", "bindings", "node"]
 ADMISSION, HEALTH = "baton.io/admission", "baton.io/health"

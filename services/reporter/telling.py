@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from proto import keys
-from proto.actions import GroupStatus, StatusCondition
-from proto.k8s import Pod, PodGroup
-from proto.placement import GangUnschedulable, Need
+from baton.proto import keys
+from baton.proto.actions import GroupStatus, StatusCondition
+from baton.proto.k8s import Pod, PodGroup
+from baton.proto.placement import GangUnschedulable, Need
 
 SCHEDULED = "PodGroupScheduled"  # the condition, as upstream's PodGroup names it
 

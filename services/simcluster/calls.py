@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from aiohttp import web
 
-from services.simcluster import tables
-from services.simcluster.objects import ApiError
-from services.simcluster.resources import Resource
+from baton.services.simcluster import tables
+from baton.services.simcluster.objects import ApiError
+from baton.services.simcluster.resources import Resource
 
 if TYPE_CHECKING:
-    from services.simcluster.server import ApiServer
+    from baton.services.simcluster.server import ApiServer
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode

@@ -24,10 +24,10 @@ from typing import Any
 
 import structlog
 
-from services.simcluster import conditions, topology
-from services.simcluster.clock import Clock
-from services.simcluster.spec import ClusterSpec, Pool
-from services.simcluster.store import ApiError, Store
+from baton.services.simcluster import conditions, topology
+from baton.services.simcluster.clock import Clock
+from baton.services.simcluster.spec import ClusterSpec, Pool
+from baton.services.simcluster.store import ApiError, Store
 
 log = structlog.get_logger("simcluster.cloud")
 RES = "machinedeployments"

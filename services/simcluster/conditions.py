@@ -11,9 +11,9 @@ from typing import Any
 
 import msgspec
 
-from services.simcluster.clock import timestamp
-from services.simcluster.topology import GPU_HEALTHY
-from services.simcluster.xids import XIDS
+from baton.services.simcluster.clock import timestamp
+from baton.services.simcluster.topology import GPU_HEALTHY
+from baton.services.simcluster.xids import XIDS
 
 GPU_FAULT_ANNOTATION = "sim.baton.io/gpu-fault"
 

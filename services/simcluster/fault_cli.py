@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services.simcluster import faults, targets
+from baton.services.simcluster import faults, targets
 
 DEFAULT_KUBECONFIG = Path.home() / ".kube" / "config"
 

@@ -21,9 +21,9 @@ from collections.abc import Iterable
 
 import msgspec
 
-from services.simcluster import targets
-from services.simcluster.faults import ALIASES, Fault, FaultError, parse_detail
-from services.simcluster.targets import Target, TargetError
+from baton.services.simcluster import targets
+from baton.services.simcluster.faults import ALIASES, Fault, FaultError, parse_detail
+from baton.services.simcluster.targets import Target, TargetError
 
 COLUMNS = ("time_s", "node", "kind", "detail", "duration_s")
 

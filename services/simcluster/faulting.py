@@ -17,16 +17,16 @@ from typing import Any
 
 import structlog
 
-from services.simcluster import conditions, hardware, targets
-from services.simcluster.clock import Clock
-from services.simcluster.conditions import NodeFault
-from services.simcluster.fault_trace import TraceRow
-from services.simcluster.faults import KINDS, Fault, FaultError, check
-from services.simcluster.hardware_feed import HardwareFeed
-from services.simcluster.selectors import SelectorError
-from services.simcluster.store import ApiError, Store
-from services.simcluster.targets import Target
-from services.simcluster.topology import POOL_LABEL
+from baton.services.simcluster import conditions, hardware, targets
+from baton.services.simcluster.clock import Clock
+from baton.services.simcluster.conditions import NodeFault
+from baton.services.simcluster.fault_trace import TraceRow
+from baton.services.simcluster.faults import KINDS, Fault, FaultError, check
+from baton.services.simcluster.hardware_feed import HardwareFeed
+from baton.services.simcluster.selectors import SelectorError
+from baton.services.simcluster.store import ApiError, Store
+from baton.services.simcluster.targets import Target
+from baton.services.simcluster.topology import POOL_LABEL
 
 log = structlog.get_logger("simcluster.faults")
 GPU = "nvidia.com/gpu"

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import msgspec
 
-from services.simcluster import conditions, hardware, xids
-from services.simcluster.conditions import NodeFault
-from services.simcluster.hardware import Gpu, NodeHardware
+from baton.services.simcluster import conditions, hardware, xids
+from baton.services.simcluster.conditions import NodeFault
+from baton.services.simcluster.hardware import Gpu, NodeHardware
 
 
 class Fault(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import msgspec
 
-from services.simcluster import hardware
-from services.simcluster.hardware import GpuProcess, NodeHardware
-from services.simcluster.history import Change, Ring, Watcher
+from baton.services.simcluster import hardware
+from baton.services.simcluster.hardware import GpuProcess, NodeHardware
+from baton.services.simcluster.history import Change, Ring, Watcher
 
 _encode = msgspec.json.Encoder().encode
 RES = "hardware"

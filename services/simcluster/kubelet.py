@@ -22,12 +22,12 @@ from typing import Any
 
 import structlog
 
-from services.simcluster import hardware, quantities, statuses
-from services.simcluster.clock import Clock
-from services.simcluster.hardware_feed import HardwareFeed
-from services.simcluster.spec import Delays
-from services.simcluster.store import ApiError, Store
-from services.simcluster.workload import DURATION_ANNOTATION
+from baton.services.simcluster import hardware, quantities, statuses
+from baton.services.simcluster.clock import Clock
+from baton.services.simcluster.hardware_feed import HardwareFeed
+from baton.services.simcluster.spec import Delays
+from baton.services.simcluster.store import ApiError, Store
+from baton.services.simcluster.workload import DURATION_ANNOTATION
 
 log = structlog.get_logger("simcluster.kubelet")
 TERMINAL = ("Succeeded", "Failed")

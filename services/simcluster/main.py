@@ -23,14 +23,14 @@ from pathlib import Path
 import msgspec
 import structlog
 
-from libs.runtime import configure_logging, run_until_signalled
-from services.simcluster import fault_cli, fault_trace, spec, trace, workload
-from services.simcluster.calls import Settings
-from services.simcluster.kubeconfig import write_kubeconfig
-from services.simcluster.server import ApiServer
-from services.simcluster.simapi import SimApi
-from services.simcluster.simulation import build
-from services.simcluster.store import Store
+from baton.libs.runtime import configure_logging, run_until_signalled
+from baton.services.simcluster import fault_cli, fault_trace, spec, trace, workload
+from baton.services.simcluster.calls import Settings
+from baton.services.simcluster.kubeconfig import write_kubeconfig
+from baton.services.simcluster.server import ApiServer
+from baton.services.simcluster.simapi import SimApi
+from baton.services.simcluster.simulation import build
+from baton.services.simcluster.store import Store
 
 log = structlog.get_logger("simcluster")
 

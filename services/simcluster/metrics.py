@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from libs.runtime.ops import version
+from baton.libs.runtime.ops import version
 
 
 class ApiMetrics:

@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import Any
 
-from services.simcluster.resources import RESOURCES, Resource
+from baton.services.simcluster.resources import RESOURCES, Resource
 
 Obj = dict[str, Any]
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"

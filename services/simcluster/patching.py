@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from services.simcluster.objects import ApiError
+from baton.services.simcluster.objects import ApiError
 
 # path of field names (list items transparent) -> merge key, or "" for a set of scalars
 MERGE_KEYS: dict[tuple[str, ...], str] = {

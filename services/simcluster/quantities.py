@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from libs.kube.quantities import InvalidQuantity, canonical
+from baton.libs.kube.quantities import InvalidQuantity, canonical
 
 
 def parse(name: str, value: str | int | float) -> int:

@@ -18,12 +18,12 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from services.simcluster import tables
-from services.simcluster.calls import Call, json_response, raw_response
-from services.simcluster.history import Expired, Predicate, Watcher, frame
-from services.simcluster.objects import ApiError
-from services.simcluster.selectors import SelectorError
-from services.simcluster.store import Entry
+from baton.services.simcluster import tables
+from baton.services.simcluster.calls import Call, json_response, raw_response
+from baton.services.simcluster.history import Expired, Predicate, Watcher, frame
+from baton.services.simcluster.objects import ApiError
+from baton.services.simcluster.selectors import SelectorError
+from baton.services.simcluster.store import Entry
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.simcluster.conversions import EVENTS_V1, Conversion, version_view
+from baton.services.simcluster.conversions import EVENTS_V1, Conversion, version_view
 
 _COMMON_FIELDS = ("metadata.name", "metadata.namespace")
 _VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")

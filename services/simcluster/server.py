@@ -18,12 +18,12 @@ import structlog
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from services.simcluster import openapi, reading, webhooks, writing
-from services.simcluster.calls import Admission, Call, Settings, json_response, raw_response
-from services.simcluster.metrics import ApiMetrics
-from services.simcluster.objects import ApiError
-from services.simcluster.resources import BY_GROUP_VERSION, groups, resource_list
-from services.simcluster.store import Store
+from baton.services.simcluster import openapi, reading, webhooks, writing
+from baton.services.simcluster.calls import Admission, Call, Settings, json_response, raw_response
+from baton.services.simcluster.metrics import ApiMetrics
+from baton.services.simcluster.objects import ApiError
+from baton.services.simcluster.resources import BY_GROUP_VERSION, groups, resource_list
+from baton.services.simcluster.store import Store
 
 log = structlog.get_logger("simcluster.api")
 Handler = Callable[[Call], Awaitable[web.StreamResponse]]

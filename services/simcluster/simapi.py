@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from services.simcluster import fault_trace, faults
-from services.simcluster.calls import json_response, raw_response
-from services.simcluster.faulting import UnknownNodes
-from services.simcluster.hardware_feed import event_line
-from services.simcluster.history import Expired, Watcher
-from services.simcluster.objects import ApiError
-from services.simcluster.targets import Target, TargetError
+from baton.services.simcluster import fault_trace, faults
+from baton.services.simcluster.calls import json_response, raw_response
+from baton.services.simcluster.faulting import UnknownNodes
+from baton.services.simcluster.hardware_feed import event_line
+from baton.services.simcluster.history import Expired, Watcher
+from baton.services.simcluster.objects import ApiError
+from baton.services.simcluster.targets import Target, TargetError
 
 if TYPE_CHECKING:
-    from services.simcluster.simulation import Simulation
+    from baton.services.simcluster.simulation import Simulation
 
 _encode = msgspec.json.Encoder().encode
 _LIVENESS_SECONDS = 1.0

@@ -18,20 +18,20 @@ from typing import Any
 import msgspec
 import structlog
 
-from services.simcluster import faults, quantities
-from services.simcluster.calls import Admission
-from services.simcluster.clock import Clock
-from services.simcluster.cloud import Cloud
-from services.simcluster.fault_trace import TraceRow
-from services.simcluster.faulting import Faults
-from services.simcluster.hardware import NodeHardware
-from services.simcluster.hardware_feed import HardwareFeed
-from services.simcluster.kubelet import Kubelets
-from services.simcluster.resources import resource
-from services.simcluster.spec import ClusterSpec, Delays, default_spec
-from services.simcluster.store import ApiError, Store
-from services.simcluster.targets import Target
-from services.simcluster.workload import Job, job_objects
+from baton.services.simcluster import faults, quantities
+from baton.services.simcluster.calls import Admission
+from baton.services.simcluster.clock import Clock
+from baton.services.simcluster.cloud import Cloud
+from baton.services.simcluster.fault_trace import TraceRow
+from baton.services.simcluster.faulting import Faults
+from baton.services.simcluster.hardware import NodeHardware
+from baton.services.simcluster.hardware_feed import HardwareFeed
+from baton.services.simcluster.kubelet import Kubelets
+from baton.services.simcluster.resources import resource
+from baton.services.simcluster.spec import ClusterSpec, Delays, default_spec
+from baton.services.simcluster.store import ApiError, Store
+from baton.services.simcluster.targets import Target
+from baton.services.simcluster.workload import Job, job_objects
 
 Nodes = str | Iterable[str] | Target  # a node, some nodes, or a Target
 

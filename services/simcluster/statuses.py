@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.simcluster.clock import timestamp
+from baton.services.simcluster.clock import timestamp
 
 Obj = dict[str, Any]
 

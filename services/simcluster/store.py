@@ -23,11 +23,11 @@ from typing import Any
 
 import msgspec
 
-from services.simcluster import objects
-from services.simcluster.history import Change, Predicate, Ring, Watcher
-from services.simcluster.objects import ApiError, not_found
-from services.simcluster.resources import resource
-from services.simcluster.selectors import combine, field_predicate, label_predicate
+from baton.services.simcluster import objects
+from baton.services.simcluster.history import Change, Predicate, Ring, Watcher
+from baton.services.simcluster.objects import ApiError, not_found
+from baton.services.simcluster.resources import resource
+from baton.services.simcluster.selectors import combine, field_predicate, label_predicate
 
 __all__ = ["ApiError", "Listener", "Store"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.simcluster.clock import timestamp
-from services.simcluster.spec import ClusterSpec, Pool
+from baton.services.simcluster.clock import timestamp
+from baton.services.simcluster.spec import ClusterSpec, Pool
 
 POOL_LABEL = "baton.io/pool"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"

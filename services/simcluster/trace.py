@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from services.simcluster.workload import Job
+from baton.services.simcluster.workload import Job
 
 COLUMNS = ("job_id", "submit_s", "num_gpus", "duration_s", "vc")
 _TOKEN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -28,7 +28,7 @@ class TraceError(ValueError):
 
 def sample_path() -> Path:
     """The bundled sample: the first 2,000 jobs of the Philly trace."""
-    return Path(str(resources.files("services.simcluster") / "data" / "philly-sample.csv"))
+    return Path(str(resources.files("baton.services.simcluster") / "data" / "philly-sample.csv"))
 
 
 def read(path: Path, *, limit: int | None = None) -> list[Job]:

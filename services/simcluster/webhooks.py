@@ -26,11 +26,11 @@ import aiohttp
 import msgspec
 import structlog
 
-from services.simcluster.objects import ApiError
-from services.simcluster.patching import json_patch
-from services.simcluster.resources import Resource
-from services.simcluster.selectors import label_predicate
-from services.simcluster.store import Store
+from baton.services.simcluster.objects import ApiError
+from baton.services.simcluster.patching import json_patch
+from baton.services.simcluster.resources import Resource
+from baton.services.simcluster.selectors import label_predicate
+from baton.services.simcluster.store import Store
 
 log = structlog.get_logger("simcluster.webhooks")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from proto.k8s import GPU, POD_GROUP_LABEL, SCHEDULER_NAME
+from baton.proto.k8s import GPU, POD_GROUP_LABEL, SCHEDULER_NAME
 
 DURATION_ANNOTATION = "sim.baton.io/duration-seconds"
 JOB_LABEL = "sim.baton.io/job"

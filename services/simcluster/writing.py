@@ -14,11 +14,11 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from services.simcluster import objects, patching
-from services.simcluster.calls import Call, json_response, raw_response, success
-from services.simcluster.clock import timestamp
-from services.simcluster.objects import ApiError
-from services.simcluster.reading import predicate, scale_of, served
+from baton.services.simcluster import objects, patching
+from baton.services.simcluster.calls import Call, json_response, raw_response, success
+from baton.services.simcluster.clock import timestamp
+from baton.services.simcluster.objects import ApiError
+from baton.services.simcluster.reading import predicate, scale_of, served
 
 _decode = msgspec.json.Decoder().decode
 _PATCHES = {

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.simcluster.hardware import Gpu, NodeHardware, log
+from baton.services.simcluster.hardware import Gpu, NodeHardware, log
 
 # recovery action -> (NVML value, its name in the Xid 154 line), mildest first
 RECOVERY: dict[str, tuple[int, str]] = {

@@ -13,14 +13,14 @@ import contextlib
 import time
 from typing import Any
 
-from libs.bus import Bus, Outgoing
-from libs.testing.nats import running_nats
-from libs.testing.sim import Sim, running_sim
-from proto import subjects
-from proto.actions import BindGang, Binding
-from services.actuator import core
-from services.actuator import main as actuator_main
-from services.actuator.calling import Api
+from baton.libs.bus import Bus, Outgoing
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import Sim, running_sim
+from baton.proto import subjects
+from baton.proto.actions import BindGang, Binding
+from baton.services.actuator import core
+from baton.services.actuator import main as actuator_main
+from baton.services.actuator.calling import Api
 
 NS = "bench"
 NODES = 512

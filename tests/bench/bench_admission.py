@@ -19,10 +19,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
-from services.admission import core
-from services.admission.serving import Webhook, serve_webhook, tls_context
-from services.admission.teams import parse
+from baton.proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
+from baton.services.admission import core
+from baton.services.admission.serving import Webhook, serve_webhook, tls_context
+from baton.services.admission.teams import parse
 from tests.connected.test_webhook import make_cert, review
 
 TEAMS = 20

@@ -25,15 +25,15 @@ from pathlib import Path
 
 import msgspec
 
-from libs.testing.builders import node, pod
-from proto import codec, keys
-from proto.actions import ScaleMachineDeployment
-from proto.admission import GangQueued
-from proto.autoscaler import AutoscalerPolicy
-from proto.k8s import MachineDeployment, MachineDeploymentEvent, NodeEvent, PodEvent
-from proto.placement import GangUnschedulable, Need
-from proto.runner import Tick
-from services.autoscaler import core
+from baton.libs.testing.builders import node, pod
+from baton.proto import codec, keys
+from baton.proto.actions import ScaleMachineDeployment
+from baton.proto.admission import GangQueued
+from baton.proto.autoscaler import AutoscalerPolicy
+from baton.proto.k8s import MachineDeployment, MachineDeploymentEvent, NodeEvent, PodEvent
+from baton.proto.placement import GangUnschedulable, Need
+from baton.proto.runner import Tick
+from baton.services.autoscaler import core
 from tests.bench import trace_sim
 
 POOLS = (("h100", 5000, 8), ("a100", 2000, 4), ("cpu", 500, 0))

@@ -20,8 +20,8 @@ import time
 
 import msgspec
 
-from libs.testing.builders import pod
-from proto.bandwidth import (
+from baton.libs.testing.builders import pod
+from baton.proto.bandwidth import (
     BandwidthPolicy,
     NodeEgress,
     NodeLimits,
@@ -29,9 +29,9 @@ from proto.bandwidth import (
     PodLimit,
     TeamEgress,
 )
-from proto.k8s import PodEvent
-from proto.runner import Tick
-from services.bandwidth import core, reference
+from baton.proto.k8s import PodEvent
+from baton.proto.runner import Tick
+from baton.services.bandwidth import core, reference
 
 M = 1_000_000
 PODS, TEAMS, PER_NODE = 100_000, 20, 110
@@ -127,7 +127,7 @@ def allocation() -> None:
 def apply_110() -> None:
     from pyroute2 import IPRoute
 
-    from services.agent.shaping import Layout, Shaper
+    from baton.services.agent.shaping import Layout, Shaper
     from tests.netns.topology import missing, sh
 
     if missing():
@@ -172,7 +172,7 @@ def apply_110() -> None:
 def achieved() -> None:
     from pyroute2 import IPRoute
 
-    from services.agent.shaping import Layout, Shaper
+    from baton.services.agent.shaping import Layout, Shaper
     from tests.netns.topology import (
         INTERNAL,
         INTERNET_HOST,

@@ -21,13 +21,13 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from libs.bus import Bus
-from libs.kube import PODS
-from libs.runner import Item
-from libs.testing.nats import running_nats
-from proto import k8s, subjects
-from proto.codec import encode
-from services.bridge import core
+from baton.libs.bus import Bus
+from baton.libs.kube import PODS
+from baton.libs.runner import Item
+from baton.libs.testing.nats import running_nats
+from baton.proto import k8s, subjects
+from baton.proto.codec import encode
+from baton.services.bridge import core
 
 PODS_N = int(os.environ.get("BATON_BENCH_PODS", "100000"))
 NODES_N = int(os.environ.get("BATON_BENCH_NODES", "7500"))
@@ -120,7 +120,7 @@ async def publish_round(
     url: str, events: list[k8s.K8sEvent], *, cluster: str
 ) -> tuple[float, float]:
     """(raw, bridge) seconds to publish ``events`` to a fresh K8S stream of ``cluster``."""
-    from services.bridge import main as bridge_main
+    from baton.services.bridge import main as bridge_main
 
     bus = await Bus.connect(url, cluster=cluster, name="bench")
     await bus.ensure_streams()
@@ -225,7 +225,7 @@ async def bench_bootstrap(url: str, events: list[k8s.K8sEvent]) -> list[tuple[st
         key = f"pod.{pod.namespace}.{subjects.encode_name(pod.name)}"
         futures.append(await bus.js.publish_async(f"$KV.bench_k8s.{key}", encode(event)))
     await asyncio.gather(*futures)
-    from proto.codec import decode
+    from baton.proto.codec import decode
 
     started = time.perf_counter()
     watcher = await kv.watchall()
@@ -262,7 +262,7 @@ async def ordered_bootstrap(bus: Bus, filter_subject: str) -> int:
     """What a KV watch does under the hood, on the K8S stream: an ordered push consumer."""
     from nats.js.api import DeliverPolicy
 
-    from proto.codec import decode
+    from baton.proto.codec import decode
 
     done = asyncio.get_running_loop().create_future()
     count = 0
@@ -319,7 +319,7 @@ async def stream_messages(bus: Bus) -> int:
 
 
 async def bench_bridge_process(url: str, *, nodes: int, pods: int) -> list[tuple[str, str]]:
-    from libs.testing.sim import running_sim
+    from baton.libs.testing.sim import running_sim
 
     rows: list[tuple[str, str]] = []
     async with running_sim() as sim:
@@ -331,7 +331,13 @@ async def bench_bridge_process(url: str, *, nodes: int, pods: int) -> list[tuple
         with tempfile.TemporaryFile() as logs:
             started = time.perf_counter()
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "services.cli", "bridge", env=env, stdout=logs, stderr=logs
+                sys.executable,
+                "-m",
+                "baton.services.cli",
+                "bridge",
+                env=env,
+                stdout=logs,
+                stderr=logs,
             )
             try:
                 total = nodes + pods
@@ -370,7 +376,7 @@ async def bench_latency(
     bridge's events (another process: the bridge is a subprocess) measures change -> receipt."""
     from nats.js.api import DeliverPolicy
 
-    from proto.codec import decode
+    from baton.proto.codec import decode
 
     latencies: list[float] = []
     expected = [int(rate * seconds)]  # corrected to the number actually sent

@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable
 import nats
 import nats.errors
 
-from libs.bus import Bus
-from libs.testing.nats import running_nats
-from proto import subjects
-from proto.codec import encode
-from proto.k8s import GPU, K8sEvent, Pod, PodEvent
+from baton.libs.bus import Bus
+from baton.libs.testing.nats import running_nats
+from baton.proto import subjects
+from baton.proto.codec import encode
+from baton.proto.k8s import GPU, K8sEvent, Pod, PodEvent
 
 CLUSTER = "bench"
 N = int(os.environ.get("BATON_BENCH_BUS_N", "20000"))

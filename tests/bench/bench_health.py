@@ -33,16 +33,16 @@ from typing import Any
 
 import aiohttp
 
-from libs.bus import Bus, Outgoing
-from libs.testing.nats import running_nats
-from libs.testing.sim import Sim, running_sim
-from proto import codec, keys, telemetry
-from proto.actions import SetTaint, action_subject
-from proto.health import HealthPolicy, Withheld
-from proto.k8s import NodeEvent, Taint
-from proto.telemetry import GpuReport, GpuStatus, NodeReport, XidEvent
-from services.cli.processes import Child, baton, free_port
-from services.health import core
+from baton.libs.bus import Bus, Outgoing
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import Sim, running_sim
+from baton.proto import codec, keys, telemetry
+from baton.proto.actions import SetTaint, action_subject
+from baton.proto.health import HealthPolicy, Withheld
+from baton.proto.k8s import NodeEvent, Taint
+from baton.proto.telemetry import GpuReport, GpuStatus, NodeReport, XidEvent
+from baton.services.cli.processes import Child, baton, free_port
+from baton.services.health import core
 
 NODES = int(os.environ.get("BATON_BENCH_HEALTH_NODES", "1500"))
 C = "bench"
@@ -235,7 +235,7 @@ async def runner_rate(s: Stack, events: int = 20_000) -> float:
 
 def core_rate() -> tuple[int, float]:
     """The core alone: GPU reports, node reports and application Xids of every node."""
-    from libs.testing.builders import racks
+    from baton.libs.testing.builders import racks
 
     nodes = racks(zones=1, blocks=6, racks=8, nodes=32)[:NODES]
     state = core.initial(HealthPolicy(preflight=False))

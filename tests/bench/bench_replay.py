@@ -29,14 +29,14 @@ from typing import Any
 
 import msgspec
 
-from libs.testing.builders import gang
-from proto import subjects
-from proto.actions import ActionResult, BindGang
-from proto.k8s import NodeEvent, Pod, PodEvent, PodGroupEvent
-from proto.runner import Tick
-from services.cli import recording, replay
-from services.cli.services import replayable
-from services.gang import core
+from baton.libs.testing.builders import gang
+from baton.proto import subjects
+from baton.proto.actions import ActionResult, BindGang
+from baton.proto.k8s import NodeEvent, Pod, PodEvent, PodGroupEvent
+from baton.proto.runner import Tick
+from baton.services.cli import recording, replay
+from baton.services.cli.services import replayable
+from baton.services.gang import core
 from tests.bench.bench_gang import TraceJob, cluster_7500, philly
 
 INTERVAL = 0.5  # the gang shell's default cycle interval

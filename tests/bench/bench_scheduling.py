@@ -39,13 +39,13 @@ from pathlib import Path
 
 import msgspec
 
-from libs.testing.builders import gang, pod, racks
-from proto import keys
-from proto.actions import BindGang
-from proto.k8s import GPU, Node, NodeEvent, PodEvent, PodGroupEvent
-from proto.placement import GangRestarted
-from services.gang import core
-from services.simcluster.trace import sample_path
+from baton.libs.testing.builders import gang, pod, racks
+from baton.proto import keys
+from baton.proto.actions import BindGang
+from baton.proto.k8s import GPU, Node, NodeEvent, PodEvent, PodGroupEvent
+from baton.proto.placement import GangRestarted
+from baton.services.gang import core
+from baton.services.simcluster.trace import sample_path
 
 TRACE = Path(
     os.environ.get("BATON_PHILLY", Path(__file__).resolve().parents[3] / "shared/traces/philly.csv")

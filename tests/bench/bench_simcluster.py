@@ -20,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from services.simcluster.main import tune_gc
-from services.simcluster.simulation import Simulation, build
-from services.simcluster.spec import Delays
-from services.simcluster.store import Store
-from services.simcluster.workload import Job, job_objects
+from baton.services.simcluster.main import tune_gc
+from baton.services.simcluster.simulation import Simulation, build
+from baton.services.simcluster.spec import Delays
+from baton.services.simcluster.store import Store
+from baton.services.simcluster.workload import Job, job_objects
 
 NODES, PODS = 7_500, 100_000
 ROOT = Path(__file__).parents[2]
@@ -44,7 +44,7 @@ def process_start() -> tuple[float, float, float, float]:
         argv = [
             sys.executable,
             "-m",
-            "services.simcluster.main",
+            "baton.services.simcluster.main",
             "--nodes",
             str(NODES),
             "--listen",

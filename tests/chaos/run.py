@@ -35,12 +35,12 @@ import msgspec
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 
-from libs.bus import Bus
-from libs.runner.leasing import Held, leases_bucket
-from proto import keys, subjects
-from proto.actions import ActionResult, AnyAction
-from proto.deadletter import DeadLetter
-from services.cli.processes import Child, baton, free_port, nats_server_binary, port_open
+from baton.libs.bus import Bus
+from baton.libs.runner.leasing import Held, leases_bucket
+from baton.proto import keys, subjects
+from baton.proto.actions import ActionResult, AnyAction
+from baton.proto.deadletter import DeadLetter
+from baton.services.cli.processes import Child, baton, free_port, nats_server_binary, port_open
 from tests.pipeline import every
 
 SERVICES = ("bridge", "actuator", "admission", "gang")

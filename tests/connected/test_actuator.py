@@ -17,12 +17,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from libs.bus import Bus
-from libs.runner import Runner
-from libs.testing.nats import running_nats
-from libs.testing.sim import running_sim
-from proto import subjects
-from proto.actions import (
+from baton.libs.bus import Bus
+from baton.libs.runner import Runner
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.proto import subjects
+from baton.proto.actions import (
     ActionResult,
     Annotate,
     AnyAction,
@@ -35,12 +35,12 @@ from proto.actions import (
     SetTaint,
     action_subject,
 )
-from proto.deadletter import DeadLetter
-from proto.k8s import Taint
-from services.actuator import core
-from services.actuator import main as actuator_main
-from services.actuator.calling import Api
-from services.simcluster.objects import ApiError as SimApiError
+from baton.proto.deadletter import DeadLetter
+from baton.proto.k8s import Taint
+from baton.services.actuator import core
+from baton.services.actuator import main as actuator_main
+from baton.services.actuator.calling import Api
+from baton.services.simcluster.objects import ApiError as SimApiError
 from tests.pipeline import stop
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from proto.actions import Binding
+from baton.proto.actions import Binding
 from tests.connected.test_actuator import NS, Env, actuator, bind_gang, env, make_pods
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
-from libs.bus import Bus
-from libs.testing.nats import running_nats
-from libs.testing.sim import running_sim
-from proto import subjects
-from proto.actions import ActionResult, AnyAction, SetLabels, SetTaint
-from proto.k8s import Taint
-from services.actuator import core
-from services.actuator import main as actuator_main
-from services.actuator.calling import Api
+from baton.libs.bus import Bus
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.proto import subjects
+from baton.proto.actions import ActionResult, AnyAction, SetLabels, SetTaint
+from baton.proto.k8s import Taint
+from baton.services.actuator import core
+from baton.services.actuator import main as actuator_main
+from baton.services.actuator.calling import Api
 from tests.pipeline import stop
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]

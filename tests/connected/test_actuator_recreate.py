@@ -18,11 +18,11 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from libs.bus import Bus
-from libs.testing.nats import running_nats
-from libs.testing.sim import Sim, running_sim
-from proto import subjects
-from proto.actions import (
+from baton.libs.bus import Bus
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import Sim, running_sim
+from baton.proto import subjects
+from baton.proto.actions import (
     ActionResult,
     Annotate,
     AnyAction,
@@ -30,12 +30,12 @@ from proto.actions import (
     Binding,
     RecreatePod,
 )
-from proto.keys import ADMITTED, RECREATED_FROM
-from services.actuator import core
-from services.actuator import main as actuator_main
-from services.actuator.calling import Api
-from services.admission.serving import Webhook, serve_webhook, tls_context
-from services.simcluster.objects import ApiError as SimApiError
+from baton.proto.keys import ADMITTED, RECREATED_FROM
+from baton.services.actuator import core
+from baton.services.actuator import main as actuator_main
+from baton.services.actuator.calling import Api
+from baton.services.admission.serving import Webhook, serve_webhook, tls_context
+from baton.services.simcluster.objects import ApiError as SimApiError
 from tests.connected.test_webhook import Served, make_cert, state_with_teams
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]

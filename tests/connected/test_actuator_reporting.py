@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from libs.testing.sim import Sim, running_sim
-from proto.actions import (
+from baton.libs.testing.sim import Sim, running_sim
+from baton.proto.actions import (
     GroupStatus,
     ObjectRef,
     PodRef,
@@ -19,10 +19,10 @@ from proto.actions import (
     SetPodCondition,
     StatusCondition,
 )
-from proto.k8s import UPSTREAM_API
-from services.actuator import applying
-from services.actuator.calling import Api
-from services.actuator.eventing import EventWrite
+from baton.proto.k8s import UPSTREAM_API
+from baton.services.actuator import applying
+from baton.services.actuator.calling import Api
+from baton.services.actuator.eventing import EventWrite
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 NS = "ml"

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from libs.bus import Bus
-from libs.testing.nats import running_nats
-from proto import codec, subjects
-from proto import telemetry as t
-from services.agent import core
-from services.agent.main import Settings, once
-from services.agent.readings import Tick
-from services.agent.shell import Agent
-from services.agent.simulated import SimHardware
+from baton.libs.bus import Bus
+from baton.libs.testing.nats import running_nats
+from baton.proto import codec, subjects
+from baton.proto import telemetry as t
+from baton.services.agent import core
+from baton.services.agent.main import Settings, once
+from baton.services.agent.readings import Tick
+from baton.services.agent.shell import Agent
+from baton.services.agent.simulated import SimHardware
 from tests.fake_hardware import XID_79, FakeHardware, node_document, serving_hardware
 from tests.pipeline import until
 

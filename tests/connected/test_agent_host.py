@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from services.agent import kmsg
-from services.agent.backends import KernelLogPoller
-from services.agent.readings import Backend
+from baton.services.agent import kmsg
+from baton.services.agent.backends import KernelLogPoller
+from baton.services.agent.readings import Backend
 from tests.unit.test_agent_kmsg import JOURNAL_ENTRY
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
@@ -92,7 +92,7 @@ def test_kernel_log_poller_names_why_it_cannot_read() -> None:
 
 def test_baton_agent_once_json_on_this_machine() -> None:
     """The command as an operator runs it on a node (a process: it configures logging)."""
-    command = [sys.executable, "-m", "services.cli", "agent", "--once", "--json"]
+    command = [sys.executable, "-m", "baton.services.cli", "agent", "--once", "--json"]
     done = subprocess.run(
         [*command, "--node", "test-node-1"], capture_output=True, text=True, timeout=60, check=False
     )

@@ -14,20 +14,20 @@ from typing import Any
 import msgspec
 import pytest
 
-from libs.bus import Bus
-from libs.runner import Runner
-from libs.testing.builders import pod
-from libs.testing.nats import running_nats
-from proto import subjects
-from proto.actions import Annotate
-from proto.admission import TeamsLoaded
-from proto.bandwidth import Allocation, NodeEgress, PodEgress, egress_subject
-from proto.codec import decode
-from proto.k8s import PodEvent
-from proto.teams import Egress, Team, TeamConfig
-from services.agent.egress import FleetEgress, Follower
-from services.bandwidth import core
-from services.bandwidth.main import SPEC, Settings
+from baton.libs.bus import Bus
+from baton.libs.runner import Runner
+from baton.libs.testing.builders import pod
+from baton.libs.testing.nats import running_nats
+from baton.proto import subjects
+from baton.proto.actions import Annotate
+from baton.proto.admission import TeamsLoaded
+from baton.proto.bandwidth import Allocation, NodeEgress, PodEgress, egress_subject
+from baton.proto.codec import decode
+from baton.proto.k8s import PodEvent
+from baton.proto.teams import Egress, Team, TeamConfig
+from baton.services.agent.egress import FleetEgress, Follower
+from baton.services.bandwidth import core
+from baton.services.bandwidth.main import SPEC, Settings
 from tests.pipeline import running, until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
@@ -199,7 +199,7 @@ async def test_annotations_go_to_the_actuator_only_when_asked(tmp_path: Path) ->
 async def test_a_recorded_session_replays_to_the_same_limits(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from services.cli import recording, replay
+    from baton.services.cli import recording, replay
     from tests.connected.test_replay import history_settled
 
     path = tmp_path / "session.jsonl"

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from libs.bus import Bus, Subscription
-from libs.kube import Options
-from libs.runner import Runner
-from libs.testing.nats import running_nats
-from libs.testing.sim import Sim, running_sim
-from proto import k8s, subjects
-from services.bridge import core
-from services.bridge import main as bridge_main
+from baton.libs.bus import Bus, Subscription
+from baton.libs.kube import Options
+from baton.libs.runner import Runner
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import Sim, running_sim
+from baton.proto import k8s, subjects
+from baton.services.bridge import core
+from baton.services.bridge import main as bridge_main
 from tests.pipeline import stop, until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
@@ -277,7 +277,7 @@ async def test_six_consumers_cost_the_api_server_one_watch_per_kind(nats_url: st
 async def test_a_kind_the_server_does_not_serve_does_not_block_readiness(nats_url: str) -> None:
     import dataclasses
 
-    from libs.kube import NODES, POD_GROUPS
+    from baton.libs.kube import NODES, POD_GROUPS
 
     missing = dataclasses.replace(POD_GROUPS, path="/apis/scheduling.example.io/v1/podgroups")
     async with running_sim() as sim:
@@ -302,7 +302,7 @@ async def test_the_upstream_pod_group_kind_is_read_at_the_version_the_server_ser
     the reflector lists and watches v1alpha2."""
     import dataclasses
 
-    from libs.kube import UPSTREAM_POD_GROUPS, Reflector
+    from baton.libs.kube import UPSTREAM_POD_GROUPS, Reflector
 
     only_alpha = dataclasses.replace(
         UPSTREAM_POD_GROUPS, path="/apis/scheduling.k8s.io/v1gamma1/podgroups"

@@ -11,13 +11,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from libs.bus import Bus, Message, Outgoing
-from libs.bus.streams import ACTIONS, DEADLETTER, HISTORY, K8S
-from libs.testing.nats import running_nats
-from proto import subjects
-from proto.actions import AnyAction, Cordon
-from proto.deadletter import DeadLetter
-from proto.k8s import K8sEvent, Pod, PodEvent
+from baton.libs.bus import Bus, Message, Outgoing
+from baton.libs.bus.streams import ACTIONS, DEADLETTER, HISTORY, K8S
+from baton.libs.testing.nats import running_nats
+from baton.proto import subjects
+from baton.proto.actions import AnyAction, Cordon
+from baton.proto.deadletter import DeadLetter
+from baton.proto.k8s import K8sEvent, Pod, PodEvent
 from tests.pipeline import until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]

@@ -12,8 +12,8 @@ import sys
 import aiohttp
 import pytest
 
-from libs.runner.metrics import HANDLED
-from libs.runtime import run_until_signalled, serve_ops
+from baton.libs.runner.metrics import HANDLED
+from baton.libs.runtime import run_until_signalled, serve_ops
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(30)]
 

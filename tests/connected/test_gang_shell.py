@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from libs.bus import Bus
-from libs.runner import Runner
-from libs.testing.builders import gang, node
-from libs.testing.nats import running_nats
-from proto import subjects
-from proto.actions import ActionResult, AnyAction, BindGang
-from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
-from proto.placement import AnyPlacement, GangPlaced, GangUnschedulable
-from services.gang import core
-from services.gang.main import SPEC, Settings
+from baton.libs.bus import Bus
+from baton.libs.runner import Runner
+from baton.libs.testing.builders import gang, node
+from baton.libs.testing.nats import running_nats
+from baton.proto import subjects
+from baton.proto.actions import ActionResult, AnyAction, BindGang
+from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from baton.proto.placement import AnyPlacement, GangPlaced, GangUnschedulable
+from baton.services.gang import core
+from baton.services.gang.main import SPEC, Settings
 from tests.pipeline import running
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]

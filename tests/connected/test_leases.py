@@ -12,18 +12,18 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from libs.bus import Bus
-from libs.runner import Runner
-from libs.runner.leasing import Fences, Lease
-from libs.runtime.settings import Base
-from libs.testing.nats import running_nats
-from libs.testing.sim import running_sim
-from proto import subjects
-from proto.actions import ActionResult, AnyAction, SetLabels, action_subject
-from proto.runner import Started
-from services.actuator import core as actuator_core
-from services.actuator import main as actuator_main
-from services.actuator.calling import Api
+from baton.libs.bus import Bus
+from baton.libs.runner import Runner
+from baton.libs.runner.leasing import Fences, Lease
+from baton.libs.runtime.settings import Base
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.proto import subjects
+from baton.proto.actions import ActionResult, AnyAction, SetLabels, action_subject
+from baton.proto.runner import Started
+from baton.services.actuator import core as actuator_core
+from baton.services.actuator import main as actuator_main
+from baton.services.actuator.calling import Api
 from tests.connected.test_runner import SPEC, pod_event
 from tests.pipeline import stop, until
 

@@ -18,24 +18,24 @@ import nats.errors
 import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
-from libs.bus import Bus
-from libs.runner import access
-from libs.testing.nats import running_nats
-from libs.testing.sim import running_sim
-from proto import subjects
-from proto.actions import ActionResult, SetTaint, action_subject
-from proto.codec import encode
-from proto.k8s import Taint
-from proto.telemetry import Heartbeat
-from services.actuator import core as actuator_core
-from services.actuator import main as actuator
-from services.actuator.calling import Api
-from services.admission import main as admission
-from services.bandwidth import main as bandwidth
-from services.cli.natsconfig import specs
-from services.gang import main as gang
-from services.health import main as health
-from services.reporter import main as reporter
+from baton.libs.bus import Bus
+from baton.libs.runner import access
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.proto import subjects
+from baton.proto.actions import ActionResult, SetTaint, action_subject
+from baton.proto.codec import encode
+from baton.proto.k8s import Taint
+from baton.proto.telemetry import Heartbeat
+from baton.services.actuator import core as actuator_core
+from baton.services.actuator import main as actuator
+from baton.services.actuator.calling import Api
+from baton.services.admission import main as admission
+from baton.services.bandwidth import main as bandwidth
+from baton.services.cli.natsconfig import specs
+from baton.services.gang import main as gang
+from baton.services.health import main as health
+from baton.services.reporter import main as reporter
 from tests.pipeline import running, stop, until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
@@ -229,7 +229,7 @@ async def test_a_node_agent_reaches_only_its_own_nodes_subjects(tmp_path: Path) 
 
 
 async def test_services_connect_over_tls_with_their_credentials(tmp_path: Path) -> None:
-    from services.admission.certificates import self_signed
+    from baton.services.admission.certificates import self_signed
 
     cert, key = self_signed(str(tmp_path / "tls"), hosts=("127.0.0.1",), days=1)
     found = access.users(specs(), C)
@@ -259,7 +259,7 @@ async def test_only_the_actuator_may_change_a_streams_configuration(tmp_path: Pa
 
     from nats.js.api import RePublish
 
-    from libs.bus import streams
+    from baton.libs.bus import streams
 
     async with secured_nats(tmp_path) as nats_:
         admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")

@@ -8,16 +8,16 @@ import asyncio
 
 import pytest
 
-from libs.bus import Bus
-from libs.testing.builders import node
-from libs.testing.nats import running_nats
-from proto import subjects
-from proto.actions import ActionResult, SetTaint, action_subject
-from proto.deadletter import PAYLOAD_COPY, DeadLetter
-from proto.k8s import NodeEvent, Taint
-from services.actuator import main as actuator
-from services.admission import main as admission
-from services.gang import main as gang
+from baton.libs.bus import Bus
+from baton.libs.testing.builders import node
+from baton.libs.testing.nats import running_nats
+from baton.proto import subjects
+from baton.proto.actions import ActionResult, SetTaint, action_subject
+from baton.proto.deadletter import PAYLOAD_COPY, DeadLetter
+from baton.proto.k8s import NodeEvent, Taint
+from baton.services.actuator import main as actuator
+from baton.services.admission import main as admission
+from baton.services.gang import main as gang
 from tests.pipeline import running, stop, until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(120)]

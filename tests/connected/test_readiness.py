@@ -9,10 +9,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from libs.runner.serving import serve
-from libs.testing.nats import running_nats
-from services.cli.processes import free_port
-from services.gang import main as gang
+from baton.libs.runner.serving import serve
+from baton.libs.testing.nats import running_nats
+from baton.services.cli.processes import free_port
+from baton.services.gang import main as gang
 from tests.pipeline import stop, until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(120)]

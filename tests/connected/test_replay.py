@@ -16,11 +16,11 @@ from typing import Any
 import nats
 import pytest
 
-from libs.testing.nats import running_nats
-from libs.testing.sim import Sim, running_sim
-from proto import subjects
-from services.cli import recording, replay
-from services.simcluster.workload import Job
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import Sim, running_sim
+from baton.proto import subjects
+from baton.services.cli import recording, replay
+from baton.services.simcluster.workload import Job
 from tests.pipeline import drain_as_health_does, running_services, until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(180)]

@@ -12,17 +12,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from libs.bus import Bus
-from libs.bus.pulling import Puller
-from libs.runner import BusFeed, Input, Route, Runner, Spec, Timer
-from libs.runtime.settings import Base
-from libs.testing.nats import running_nats
-from proto import subjects, telemetry
-from proto.actions import AnyAction, Cordon, action_subject
-from proto.deadletter import DeadLetter
-from proto.k8s import Pod, PodEvent
-from proto.runner import Started, Tick
-from proto.telemetry import GpuReport
+from baton.libs.bus import Bus
+from baton.libs.bus.pulling import Puller
+from baton.libs.runner import BusFeed, Input, Route, Runner, Spec, Timer
+from baton.libs.runtime.settings import Base
+from baton.libs.testing.nats import running_nats
+from baton.proto import subjects, telemetry
+from baton.proto.actions import AnyAction, Cordon, action_subject
+from baton.proto.deadletter import DeadLetter
+from baton.proto.k8s import Pod, PodEvent
+from baton.proto.runner import Started, Tick
+from baton.proto.telemetry import GpuReport
 from tests.pipeline import every, stop, until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]

@@ -14,9 +14,9 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from libs.testing.sim import Sim, running_sim
-from services.simcluster import main, trace
-from services.simcluster.spec import Delays
+from baton.libs.testing.sim import Sim, running_sim
+from baton.services.simcluster import main, trace
+from baton.services.simcluster.spec import Delays
 from tests.pipeline import until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
@@ -246,7 +246,7 @@ async def test_baton_sim_serves_until_sigterm(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "services.simcluster.main",
+        "baton.services.simcluster.main",
         "--nodes",
         "3",
         "--listen",

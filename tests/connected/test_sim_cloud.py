@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from libs.testing.sim import running_sim
-from services.simcluster import spec
-from services.simcluster.topology import MAX_SIZE, MIN_SIZE
+from baton.libs.testing.sim import running_sim
+from baton.services.simcluster import spec
+from baton.services.simcluster.topology import MAX_SIZE, MIN_SIZE
 from tests.pipeline import until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]

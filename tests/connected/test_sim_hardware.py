@@ -14,11 +14,11 @@ import msgspec
 import pytest
 from kubernetes_asyncio import client
 
-from libs.testing.sim import Sim, running_sim
-from services.simcluster import fault_trace, main
-from services.simcluster.kubeconfig import write_kubeconfig
-from services.simcluster.spec import Delays
-from services.simcluster.targets import Target
+from baton.libs.testing.sim import Sim, running_sim
+from baton.services.simcluster import fault_trace, main
+from baton.services.simcluster.kubeconfig import write_kubeconfig
+from baton.services.simcluster.spec import Delays
+from baton.services.simcluster.targets import Target
 from tests.pipeline import until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]

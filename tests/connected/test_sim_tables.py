@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from libs.testing.sim import Sim, running_sim
+from baton.libs.testing.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 TABLE = (

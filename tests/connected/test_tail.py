@@ -8,17 +8,17 @@ import time
 
 import pytest
 
-from libs.bus import Bus
-from libs.testing.nats import running_nats
-from proto import subjects
-from proto.k8s import Node, NodeEvent
+from baton.libs.bus import Bus
+from baton.libs.testing.nats import running_nats
+from baton.proto import subjects
+from baton.proto.k8s import Node, NodeEvent
 
 pytestmark = pytest.mark.connected
 
 
 async def tail(url: str, *args: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.cli", "tail", "--nats", url, "--cluster", "c1", *args,
+        sys.executable, "-m", "baton.services.cli", "tail", "--nats", url, "--cluster", "c1", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), timeout=60)
@@ -111,7 +111,7 @@ async def test_a_closed_pipe_ends_the_tail_quietly() -> None:
     async with running_nats() as url:
         await _publish_nodes(url, *((f"n{i}", time.time()) for i in range(50)))
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.cli", "tail", "--nats", url, "k8s.node.>",
+            sys.executable, "-m", "baton.services.cli", "tail", "--nats", url, "k8s.node.>",
             "--since", "all", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert process.stdout is not None and process.stderr is not None

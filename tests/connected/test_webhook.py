@@ -17,13 +17,13 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from libs.testing.sim import running_sim
-from proto.admission import PodMutated, PodRejected
-from proto.k8s import GPU, Node, NodeEvent, PodGroup, PodGroupEvent
-from services.admission import core, main
-from services.admission.certificates import self_signed
-from services.admission.serving import Webhook, serve_webhook, tls_context
-from services.admission.teams import parse
+from baton.libs.testing.sim import running_sim
+from baton.proto.admission import PodMutated, PodRejected
+from baton.proto.k8s import GPU, Node, NodeEvent, PodGroup, PodGroupEvent
+from baton.services.admission import core, main
+from baton.services.admission.certificates import self_signed
+from baton.services.admission.serving import Webhook, serve_webhook, tls_context
+from baton.services.admission.teams import parse
 
 pytestmark = pytest.mark.connected
 
@@ -389,7 +389,7 @@ async def test_baton_install_webhook_registers_it_with_a_simulated_cluster(
     async with running_sim() as sim:
         for _ in range(2):
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "services.cli", "install-webhook", "--url", webhook.url,
+                sys.executable, "-m", "baton.services.cli", "install-webhook", "--url", webhook.url,
                 "--ca", str(tmp_path / "tls.crt"), "--kubeconfig", str(sim.kubeconfig),
                 "--wait", "30", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip

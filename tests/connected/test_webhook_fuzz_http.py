@@ -15,7 +15,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.admission.serving import Webhook
+from baton.services.admission.serving import Webhook
 from tests.unit.test_webhook_fuzz import NASTY, STATE, bodies
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(300)]

@@ -17,18 +17,18 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiException, CoreV1Api, CustomObjectsApi
 
-from libs.bus import Bus
-from libs.testing.nats import running_nats
-from libs.testing.sim import running_sim
-from proto import health, keys, subjects
-from proto.autoscaler import AnyAutoscaler, ScaledUp, ScaleRefused, ScaleReverted
-from proto.codec import decode
-from proto.health import Remediate
-from services.admission import main as admission
-from services.autoscaler import main as autoscaler
-from services.gang import main as gang
-from services.simcluster import spec
-from services.simcluster.store import ApiError
+from baton.libs.bus import Bus
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.proto import health, keys, subjects
+from baton.proto.autoscaler import AnyAutoscaler, ScaledUp, ScaleRefused, ScaleReverted
+from baton.proto.codec import decode
+from baton.proto.health import Remediate
+from baton.services.admission import main as admission
+from baton.services.autoscaler import main as autoscaler
+from baton.services.gang import main as gang
+from baton.services.simcluster import spec
+from baton.services.simcluster.store import ApiError
 from tests.pipeline import running, running_services, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -185,8 +185,8 @@ async def test_a_node_health_asks_to_replace_is_deleted_and_replaced() -> None:
 
 def test_baton_up_autoscale_grows_the_pool_and_shows_it() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "services.cli", "up", "--nodes", "8", "--workload", "synthetic",
-         "--autoscale", "--duration", "45"],
+        [sys.executable, "-m", "baton.services.cli", "up", "--nodes", "8", "--workload",
+         "synthetic", "--autoscale", "--duration", "45"],
         capture_output=True, text=True, timeout=170, check=False,
     )  # fmt: skip
     output = result.stdout + result.stderr
@@ -226,8 +226,8 @@ async def test_a_recorded_run_replays_identically_for_the_autoscaler_and_balloon
 ) -> None:
     """Balloons, their deficit and a gang growing the pool: recorded (HISTORY) and
     replayed into fresh cores, the same decisions and actions."""
-    from services.balloon import main as balloon
-    from services.cli import recording, replay
+    from baton.services.balloon import main as balloon
+    from baton.services.cli import recording, replay
 
     held = balloon.Settings(static_nodes=1, priority_class="", tick_s=0.2)
     async with (

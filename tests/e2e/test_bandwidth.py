@@ -16,15 +16,15 @@ import msgspec
 import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
-from libs.bus import Bus
-from libs.testing.nats import running_nats
-from libs.testing.sim import running_sim
-from proto.admission import TeamsLoaded
-from proto.bandwidth import NodeLimits
-from proto.codec import Undecodable, decode
-from proto.teams import Egress, Team, TeamConfig
-from services.agent.egress import FleetEgress
-from services.bandwidth.main import SPEC, Settings
+from baton.libs.bus import Bus
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.proto.admission import TeamsLoaded
+from baton.proto.bandwidth import NodeLimits
+from baton.proto.codec import Undecodable, decode
+from baton.proto.teams import Egress, Team, TeamConfig
+from baton.services.agent.egress import FleetEgress
+from baton.services.bandwidth.main import SPEC, Settings
 from tests.pipeline import running, running_services, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]

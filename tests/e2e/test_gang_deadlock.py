@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from libs.runner import Runner
-from libs.testing.nats import running_nats
-from libs.testing.sim import Sim, running_sim
-from services.gang.core import State
-from services.simcluster.workload import Job
+from baton.libs.runner import Runner
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import Sim, running_sim
+from baton.services.gang.core import State
+from baton.services.simcluster.workload import Job
 from tests.pipeline import drain_as_health_does, running_services, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
-from libs.testing.nats import running_nats
-from libs.testing.sim import running_sim
-from proto.keys import PREEMPTIBLE
-from services.gang import main as gang
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.proto.keys import PREEMPTIBLE
+from baton.services.gang import main as gang
 from tests.pipeline import running_services, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from libs.testing.nats import running_nats
-from libs.testing.sim import Sim, running_sim
-from proto import keys
-from services.cli import why
-from services.reporter import main as reporter
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import Sim, running_sim
+from baton.proto import keys
+from baton.services.cli import why
+from baton.services.reporter import main as reporter
 from tests.pipeline import running_services, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]

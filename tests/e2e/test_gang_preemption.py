@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from libs.testing.nats import running_nats
-from libs.testing.sim import running_sim
-from services.gang import main as gang
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.services.gang import main as gang
 from tests.pipeline import running_services, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from libs.bus import Bus
-from libs.runner import Runner, serve
-from libs.testing.nats import running_nats
-from libs.testing.sim import running_sim
-from services.actuator import main as actuator_main
-from services.admission import main as admission_main
-from services.bridge import main as bridge_main
-from services.gang import main as gang_main
-from services.reporter import main as reporter_main
+from baton.libs.bus import Bus
+from baton.libs.runner import Runner, serve
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.services.actuator import main as actuator_main
+from baton.services.admission import main as admission_main
+from baton.services.bridge import main as bridge_main
+from baton.services.gang import main as gang_main
+from baton.services.reporter import main as reporter_main
 from tests.connected.test_webhook import make_cert
 from tests.e2e.test_admission_borrow_reclaim import register_webhooks, submit, tasks
 from tests.pipeline import until

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from libs.testing.nats import running_nats
-from libs.testing.sim import running_sim
-from proto.keys import ADMITTED, DRAINING, RECREATED_FROM
-from services.health import main as health
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.proto.keys import ADMITTED, DRAINING, RECREATED_FROM
+from baton.services.health import main as health
 from tests.pipeline import running_services, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]

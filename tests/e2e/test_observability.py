@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.cli.stack import SERVICES
+from baton.services.cli.stack import SERVICES
 from tests.metrics_rules import problems
 from tests.pipeline import until_sync
 
@@ -63,7 +63,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     tmp = tmp_path_factory.mktemp("up")
     teams, endpoints = tmp / "teams.yaml", tmp / "endpoints.env"
     teams.write_text(yaml.safe_dump(TEAMS))
-    argv = [sys.executable, "-m", "services.cli", "up", "--nodes", "16", "--workload",
+    argv = [sys.executable, "-m", "baton.services.cli", "up", "--nodes", "16", "--workload",
             "synthetic", "--teams", str(teams), "--endpoints-file", str(endpoints),
             "--duration", "240", *(["--prometheus"] if PROMETHEUS else [])]  # fmt: skip
     log = (tmp / "up.log").open("w")
@@ -116,7 +116,7 @@ def test_every_service_exposes_metrics_by_the_naming_rules(up: Up) -> None:
 
 def test_baton_status_prints_teams_and_services_from_the_bus(up: Up) -> None:
     env = {**os.environ, "BATON_NATS_URL": up.env["BATON_NATS_URL"]}  # as the README says
-    done = subprocess.run([sys.executable, "-m", "services.cli", "status"], env=env,
+    done = subprocess.run([sys.executable, "-m", "baton.services.cli", "status"], env=env,
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from libs.runtime.ops import OPS_PORTS
+from baton.libs.runtime.ops import OPS_PORTS
 from tests.pipeline import until_sync
 from tests.readme import INSTALL, ROOT, scenario
 from tests.readme import commands as readme_commands

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from libs.bus import Bus, Outgoing
-from libs.testing.builders import gang, node, pod
-from libs.testing.nats import running_nats
-from libs.testing.sim import Sim, running_sim
-from proto import subjects
-from proto.actions import ActionResult, AnyAction, SetLabels, action_subject
-from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
-from services.cli.processes import Child, baton
+from baton.libs.bus import Bus, Outgoing
+from baton.libs.testing.builders import gang, node, pod
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import Sim, running_sim
+from baton.proto import subjects
+from baton.proto.actions import ActionResult, AnyAction, SetLabels, action_subject
+from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from baton.services.cli.processes import Child, baton
 from tests.pipeline import every
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from libs.testing.nats import running_nats
-from libs.testing.sim import running_sim
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 def test_baton_up_runs_the_synthetic_workload_to_completion(tmp_path: Path) -> None:
     endpoints = tmp_path / "endpoints.env"
     result = subprocess.run(
-        [sys.executable, "-m", "services.cli", "up", "--nodes", "16", "--workload", "synthetic",
-         "--duration", "40", "--endpoints-file", str(endpoints)],
+        [sys.executable, "-m", "baton.services.cli", "up", "--nodes", "16", "--workload",
+         "synthetic", "--duration", "40", "--endpoints-file", str(endpoints)],
         capture_output=True, text=True, timeout=170, check=False,
     )  # fmt: skip
     output = result.stdout + result.stderr
@@ -51,7 +51,7 @@ async def test_baton_up_runs_against_an_existing_cluster_and_nats(tmp_path: Path
     """--kubeconfig and --nats: no simcluster or nats-server of its own, no webhook install."""
     async with running_nats() as url, running_sim(nodes=8) as sim:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.cli", "up", "--kubeconfig", str(sim.kubeconfig),
+            sys.executable, "-m", "baton.services.cli", "up", "--kubeconfig", str(sim.kubeconfig),
             "--nats", url, "--services", "bridge,gang,actuator", "--duration", "12",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
@@ -69,12 +69,12 @@ async def test_a_recorded_baton_up_run_replays_identically_for_gang_and_admissio
 ) -> None:
     """Record what `baton up` did (HISTORY), then replay it into fresh cores: the same
     placements, verdicts, admissions and actions, from the same code path as live."""
-    from services.cli import recording, replay
-    from services.simcluster.workload import Job
+    from baton.services.cli import recording, replay
+    from baton.services.simcluster.workload import Job
 
     async with running_nats() as url, running_sim(nodes=8) as sim:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.cli", "up", "--kubeconfig", str(sim.kubeconfig),
+            sys.executable, "-m", "baton.services.cli", "up", "--kubeconfig", str(sim.kubeconfig),
             "--nats", url, "--services", "bridge,gang,actuator,admission", "--duration", "30",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip

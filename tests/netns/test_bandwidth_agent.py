@@ -18,17 +18,17 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from libs.bus import Bus
-from libs.testing.builders import pod
-from libs.testing.nats import running_nats
-from proto import subjects
-from proto.admission import TeamsLoaded
-from proto.k8s import PodEvent
-from proto.teams import Egress as TeamEgress
-from proto.teams import Team, TeamConfig
-from services.agent.egress import Egress, Netlink
-from services.agent.shaping import Layout
-from services.bandwidth.main import SPEC, Settings
+from baton.libs.bus import Bus
+from baton.libs.testing.builders import pod
+from baton.libs.testing.nats import running_nats
+from baton.proto import subjects
+from baton.proto.admission import TeamsLoaded
+from baton.proto.k8s import PodEvent
+from baton.proto.teams import Egress as TeamEgress
+from baton.proto.teams import Team, TeamConfig
+from baton.services.agent.egress import Egress, Netlink
+from baton.services.agent.shaping import Layout
+from baton.services.bandwidth.main import SPEC, Settings
 from tests.netns.topology import INTERNAL, INTERNET_HOST, Topology, missing, result
 from tests.pipeline import running
 

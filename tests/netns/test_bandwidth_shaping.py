@@ -15,14 +15,14 @@ from collections.abc import Iterator
 import pytest
 from pyroute2 import IPRoute
 
-from proto.admission import TeamsLoaded
-from proto.bandwidth import BandwidthPolicy, NodeLimits, TeamEgress
-from proto.k8s import PodEvent
-from proto.runner import Tick
-from proto.teams import Egress, Team, TeamConfig
-from services.agent import counting
-from services.agent.shaping import Layout, Shaper
-from services.bandwidth import core
+from baton.proto.admission import TeamsLoaded
+from baton.proto.bandwidth import BandwidthPolicy, NodeLimits, TeamEgress
+from baton.proto.k8s import PodEvent
+from baton.proto.runner import Tick
+from baton.proto.teams import Egress, Team, TeamConfig
+from baton.services.agent import counting
+from baton.services.agent.shaping import Layout, Shaper
+from baton.services.bandwidth import core
 from tests.netns.topology import (
     INTERNAL,
     INTERNET_HOST,

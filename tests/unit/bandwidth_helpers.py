@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from libs.testing.builders import pod
-from proto.bandwidth import (
+from baton.libs.testing.builders import pod
+from baton.proto.bandwidth import (
     Allocation,
     BandwidthPolicy,
     NodeEgress,
@@ -13,9 +13,9 @@ from proto.bandwidth import (
     PodEgress,
     TeamEgress,
 )
-from proto.k8s import Pod, PodEvent
-from proto.runner import Tick
-from services.bandwidth import core
+from baton.proto.k8s import Pod, PodEvent
+from baton.proto.runner import Tick
+from baton.services.bandwidth import core
 
 M = 1_000_000
 

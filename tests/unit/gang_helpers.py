@@ -6,10 +6,10 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from proto.actions import ActionResult, BindGang
-from proto.k8s import Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
-from proto.placement import GangPlaced, GangUnschedulable
-from services.gang import core
+from baton.proto.actions import ActionResult, BindGang
+from baton.proto.k8s import Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
+from baton.proto.placement import GangPlaced, GangUnschedulable
+from baton.services.gang import core
 
 Obj = Node | Pod | PodGroup
 

@@ -7,13 +7,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from libs.testing.builders import node, pod
-from proto import keys
-from proto.health import HealthPolicy, Note
-from proto.k8s import Condition, Node, NodeEvent, Pod, PodEvent
-from proto.runner import Tick
-from proto.telemetry import Disk, GpuReport, GpuStatus, Nic, NodeReport, XidEvent
-from services.health import checks, core, moving
+from baton.libs.testing.builders import node, pod
+from baton.proto import keys
+from baton.proto.health import HealthPolicy, Note
+from baton.proto.k8s import Condition, Node, NodeEvent, Pod, PodEvent
+from baton.proto.runner import Tick
+from baton.proto.telemetry import Disk, GpuReport, GpuStatus, Nic, NodeReport, XidEvent
+from baton.services.health import checks, core, moving
 
 T = TypeVar("T")
 

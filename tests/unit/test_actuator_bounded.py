@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from services.actuator.binding import bounded
+from baton.services.actuator.binding import bounded
 
 pytestmark = pytest.mark.unit
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from proto.actions import BindGang, Binding, Cordon, EvictGang
-from services.actuator import core
-from services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle
+from baton.proto.actions import BindGang, Binding, Cordon, EvictGang
+from baton.services.actuator import core
+from baton.services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle
 
 pytestmark = pytest.mark.unit
 

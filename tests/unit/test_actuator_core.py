@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from proto.actions import (
+from baton.proto.actions import (
     BindGang,
     Binding,
     Cordon,
@@ -15,9 +15,18 @@ from proto.actions import (
     RecreatePod,
     SetTaint,
 )
-from proto.k8s import Taint
-from services.actuator import core, pacing, retrying
-from services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle, Tick, WakeAt
+from baton.proto.k8s import Taint
+from baton.services.actuator import core, pacing, retrying
+from baton.services.actuator.core import (
+    Apply,
+    Arrived,
+    Finished,
+    Limits,
+    Report,
+    Settle,
+    Tick,
+    WakeAt,
+)
 
 pytestmark = pytest.mark.unit
 

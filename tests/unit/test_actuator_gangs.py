@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proto.actions import Binding
-from services.actuator.gangs import Member, Undo, gang_error, gang_outcome, plan_rollback
+from baton.proto.actions import Binding
+from baton.services.actuator.gangs import Member, Undo, gang_error, gang_outcome, plan_rollback
 
 pytestmark = pytest.mark.unit
 

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from libs.runtime import SettingsError, load_settings
-from proto.actions import PodTemplate, RecreatePod
-from proto.k8s import Toleration
-from proto.keys import PLACEMENT_MARKS, RECREATED_FROM
-from services.actuator import podspec, recreating
-from services.actuator.main import PREFIX, Settings
-from services.actuator.shell import result_subject
+from baton.libs.runtime import SettingsError, load_settings
+from baton.proto.actions import PodTemplate, RecreatePod
+from baton.proto.k8s import Toleration
+from baton.proto.keys import PLACEMENT_MARKS, RECREATED_FROM
+from baton.services.actuator import podspec, recreating
+from baton.services.actuator.main import PREFIX, Settings
+from baton.services.actuator.shell import result_subject
 
 pytestmark = pytest.mark.unit
 

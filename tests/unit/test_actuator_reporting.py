@@ -8,17 +8,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from proto.actions import (
+from baton.proto.actions import (
     GroupStatus,
     ObjectRef,
     RecordEvent,
     SetGroupStatus,
     SetTaint,
 )
-from proto.k8s import Taint
-from services.actuator import core
-from services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle, WakeAt
-from services.actuator.eventing import EventLimits
+from baton.proto.k8s import Taint
+from baton.services.actuator import core
+from baton.services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle, WakeAt
+from baton.services.actuator.eventing import EventLimits
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from services.admission.certificates import CertificateError, make, self_signed
+from baton.services.admission.certificates import CertificateError, make, self_signed
 
 pytestmark = pytest.mark.unit
 

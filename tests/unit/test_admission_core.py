@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from proto.actions import Annotate, EvictGang, SetLabels, SetTaint
-from proto.admission import (
+from baton.proto.actions import Annotate, EvictGang, SetLabels, SetTaint
+from baton.proto.admission import (
     GangAdmitted,
     GangPreempted,
     GangQueued,
@@ -15,9 +15,9 @@ from proto.admission import (
     NodeTeamChanged,
     TeamsLoaded,
 )
-from proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent, Taint
-from services.admission import core
-from services.admission.teams import TeamConfigError, parse
+from baton.proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent, Taint
+from baton.services.admission import core
+from baton.services.admission.teams import TeamConfigError, parse
 
 pytestmark = pytest.mark.unit
 

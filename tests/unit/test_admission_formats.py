@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from libs.testing.builders import pod, pod_group
-from proto.actions import Annotate
-from proto.admission import GangAdmitted, GangQueued
-from proto.k8s import GPU, UPSTREAM_API, GangRef, Node, NodeEvent, PodEvent, PodGroupEvent
-from proto.keys import ADMITTED
-from services.admission import core
-from services.admission.teams import parse
+from baton.libs.testing.builders import pod, pod_group
+from baton.proto.actions import Annotate
+from baton.proto.admission import GangAdmitted, GangQueued
+from baton.proto.k8s import GPU, UPSTREAM_API, GangRef, Node, NodeEvent, PodEvent, PodGroupEvent
+from baton.proto.keys import ADMITTED
+from baton.services.admission import core
+from baton.services.admission.teams import parse
 
 pytestmark = pytest.mark.unit
 

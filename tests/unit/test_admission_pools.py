@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from proto.admission import GangAdmitted, GangQueued
-from proto.k8s import MachineDeployment, MachineDeploymentEvent
+from baton.proto.admission import GangAdmitted, GangQueued
+from baton.proto.k8s import MachineDeployment, MachineDeploymentEvent
 from tests.unit.test_admission_core import TWO_TEAMS, cluster, feed, node, of, submit
 
 pytestmark = pytest.mark.unit

@@ -8,10 +8,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from proto.actions import EvictGang
-from proto.admission import GangAdmitted, GangPreempted, GangQueued
-from proto.runner import Tick
-from services.admission.core import queueing
+from baton.proto.actions import EvictGang
+from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
+from baton.proto.runner import Tick
+from baton.services.admission.core import queueing
 from tests.unit.test_admission_core import cluster, feed, group, node, of, pods, submit
 
 pytestmark = pytest.mark.unit

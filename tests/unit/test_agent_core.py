@@ -8,9 +8,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from proto import telemetry as t
-from services.agent import changes, core
-from services.agent.readings import (
+from baton.proto import telemetry as t
+from baton.services.agent import changes, core
+from baton.services.agent.readings import (
     AnyReading,
     Backend,
     GpuProcess,

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from proto.bandwidth import NodeLimits, PodLimit
-from services.agent import traffic
-from services.agent.egress import FleetEgress, Follower
+from baton.proto.bandwidth import NodeLimits, PodLimit
+from baton.services.agent import traffic
+from baton.services.agent.egress import FleetEgress, Follower
 
 pytestmark = pytest.mark.unit
 M = 1_000_000

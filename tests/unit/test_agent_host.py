@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proto.telemetry import Disk, Nic
-from services.agent import disks, nics
+from baton.proto.telemetry import Disk, Nic
+from baton.services.agent import disks, nics
 
 pytestmark = pytest.mark.unit
 

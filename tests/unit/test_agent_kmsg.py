@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from services.agent import kmsg
+from baton.services.agent import kmsg
 
 pytestmark = pytest.mark.unit
 

@@ -9,8 +9,8 @@ from typing import Any
 import pynvml as N
 import pytest
 
-from services.agent import nvml
-from services.agent.readings import Backend, GpuProcess, Gpus
+from baton.services.agent import nvml
+from baton.services.agent.readings import Backend, GpuProcess, Gpus
 
 pytestmark = pytest.mark.unit
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from libs.runtime import SettingsError
-from services.agent.main import Settings, load, node_name, run, wire
+from baton.libs.runtime import SettingsError
+from baton.services.agent.main import Settings, load, node_name, run, wire
 
 pytestmark = pytest.mark.unit
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from proto.bandwidth import NodeLimits, PodLimit
-from services.agent import counting
-from services.agent.shaping import (
+from baton.proto.bandwidth import NodeLimits, PodLimit
+from baton.services.agent import counting
+from baton.services.agent.shaping import (
     INTERNAL,
     INTERNAL_BIT,
     OTHER,

@@ -7,10 +7,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from proto.telemetry import Disk, GpuReport, GpuStatus, Nic
-from services.agent import core, simulated
-from services.agent.readings import AnyReading, GpuProcess, Gpus, Host, Pods, Power, XidSeen
-from services.agent.shell import Agent, latest_reports
+from baton.proto.telemetry import Disk, GpuReport, GpuStatus, Nic
+from baton.services.agent import core, simulated
+from baton.services.agent.readings import AnyReading, GpuProcess, Gpus, Host, Pods, Power, XidSeen
+from baton.services.agent.shell import Agent, latest_reports
 
 pytestmark = pytest.mark.unit
 

@@ -8,16 +8,22 @@ from typing import Any
 import msgspec
 import pytest
 
-from libs.testing.builders import balloon, node, pod
-from proto import keys
-from proto.actions import ActionResult, MarkNode, ScaleMachineDeployment
-from proto.admission import GangAdmitted, GangQueued
-from proto.autoscaler import AutoscalerPolicy, ScaledDown, ScaledUp, ScaleRefused, ScaleReverted
-from proto.balloon import Headroom
-from proto.k8s import MachineDeployment, MachineDeploymentEvent, Node, NodeEvent, PodEvent
-from proto.placement import GangPlaced, GangUnschedulable, Need
-from proto.runner import Tick
-from services.autoscaler import core
+from baton.libs.testing.builders import balloon, node, pod
+from baton.proto import keys
+from baton.proto.actions import ActionResult, MarkNode, ScaleMachineDeployment
+from baton.proto.admission import GangAdmitted, GangQueued
+from baton.proto.autoscaler import (
+    AutoscalerPolicy,
+    ScaledDown,
+    ScaledUp,
+    ScaleRefused,
+    ScaleReverted,
+)
+from baton.proto.balloon import Headroom
+from baton.proto.k8s import MachineDeployment, MachineDeploymentEvent, Node, NodeEvent, PodEvent
+from baton.proto.placement import GangPlaced, GangUnschedulable, Need
+from baton.proto.runner import Tick
+from baton.services.autoscaler import core
 
 pytestmark = pytest.mark.unit
 GPU = keys.GPU
@@ -292,7 +298,7 @@ def test_no_scale_down_while_the_pool_grows() -> None:
 
 
 def test_subjects_of_gangs_and_balloon_deficits() -> None:
-    from proto.autoscaler import subject
+    from baton.proto.autoscaler import subject
 
     up = ScaledUp(gang="balloon/default/h100", pool="default/h100", nodes=1, replicas=3,
                   action_id="a", at=0)  # fmt: skip
@@ -302,8 +308,8 @@ def test_subjects_of_gangs_and_balloon_deficits() -> None:
 
 
 def test_health_replace_is_delete_and_replace() -> None:
-    from proto.autoscaler import NodeReplaced
-    from proto.health import Remediate
+    from baton.proto.autoscaler import NodeReplaced
+    from baton.proto.health import Remediate
 
     fed = Fed()
     idle_cluster(fed, lo=3)  # at min size: replacing still works (the pool grows back)
@@ -344,7 +350,7 @@ def test_a_tainted_pool_is_not_grown_for_pods_that_do_not_tolerate_it() -> None:
 
 
 def test_the_machine_behind_the_node_is_marked_too() -> None:
-    from proto.actions import Annotate
+    from baton.proto.actions import Annotate
 
     fed = Fed()
     fed(md("h100", 2, lo=1))

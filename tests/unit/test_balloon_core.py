@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from libs.testing.builders import node, pod
-from proto import keys
-from proto.actions import ActionResult, Binding, CreatePod, DeletePod
-from proto.balloon import BalloonPolicy, Headroom
-from proto.k8s import MachineDeployment, MachineDeploymentEvent, NodeEvent, PodEvent
-from proto.placement import GangPlaced
-from proto.runner import Tick
-from services.balloon import core
+from baton.libs.testing.builders import node, pod
+from baton.proto import keys
+from baton.proto.actions import ActionResult, Binding, CreatePod, DeletePod
+from baton.proto.balloon import BalloonPolicy, Headroom
+from baton.proto.k8s import MachineDeployment, MachineDeploymentEvent, NodeEvent, PodEvent
+from baton.proto.placement import GangPlaced
+from baton.proto.runner import Tick
+from baton.services.balloon import core
 
 pytestmark = pytest.mark.unit
 
@@ -145,7 +145,7 @@ def test_quantile() -> None:
 
 
 def buffer(name: str, replicas: int, pool: str = "") -> Any:
-    from proto.k8s import CapacityBuffer, CapacityBufferEvent
+    from baton.proto.k8s import CapacityBuffer, CapacityBufferEvent
 
     labels = {keys.POOL: pool} if pool else {}
     declared = CapacityBuffer(namespace="ml", name=name, uid=f"u-{name}", replicas=replicas,
@@ -163,7 +163,7 @@ def test_capacity_buffers_declare_headroom_per_pool_capped() -> None:
     fed(buffer("huge", 10, pool="h100"))
     n, why = core.want(fed.state, "default/h100", 0)
     assert n == 5 and "CapacityBuffers ask 14" in why and "capped at 5" in why
-    from proto.k8s import CapacityBuffer, CapacityBufferEvent
+    from baton.proto.k8s import CapacityBuffer, CapacityBufferEvent
 
     gone = CapacityBuffer(namespace="ml", name="huge", uid="u-huge")
     fed(CapacityBufferEvent(op="delete", at=1, capacity_buffer=gone))
@@ -198,8 +198,8 @@ def test_per_team_headroom_is_held_on_each_teams_own_nodes() -> None:
 
 
 def test_a_team_deficit_grows_the_pool_in_the_autoscaler() -> None:
-    from proto.autoscaler import AutoscalerPolicy, ScaledUp
-    from services.autoscaler import core as autoscaler
+    from baton.proto.autoscaler import AutoscalerPolicy, ScaledUp
+    from baton.services.autoscaler import core as autoscaler
 
     state = autoscaler.initial(AutoscalerPolicy())
     pool = MachineDeployment(namespace="default", name="h100", uid="u", replicas=1, min_size=0,
@@ -215,7 +215,7 @@ def test_a_team_deficit_grows_the_pool_in_the_autoscaler() -> None:
 
 
 def test_a_teams_capacity_buffer_counts_for_that_team_only() -> None:
-    from proto.k8s import CapacityBuffer, CapacityBufferEvent
+    from baton.proto.k8s import CapacityBuffer, CapacityBufferEvent
 
     fed = Fed(static_nodes=0, teams=("a", "b"))
     fed(md())

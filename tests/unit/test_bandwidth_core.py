@@ -8,14 +8,14 @@ import math
 import msgspec
 import pytest
 
-from proto.actions import Annotate
-from proto.admission import TeamsLoaded
-from proto.bandwidth import Capacity, NodeEgress, PodEgress, TeamEgress, Tier
-from proto.k8s import Pod, PodEvent
-from proto.runner import Tick
-from proto.teams import Egress, Team, TeamConfig
-from services.bandwidth import core, damping, demand, fairshare
-from services.bandwidth.policy import PolicyError, load, parse_rate
+from baton.proto.actions import Annotate
+from baton.proto.admission import TeamsLoaded
+from baton.proto.bandwidth import Capacity, NodeEgress, PodEgress, TeamEgress, Tier
+from baton.proto.k8s import Pod, PodEvent
+from baton.proto.runner import Tick
+from baton.proto.teams import Egress, Team, TeamConfig
+from baton.services.bandwidth import core, damping, demand, fairshare
+from baton.services.bandwidth.policy import PolicyError, load, parse_rate
 from tests.unit.bandwidth_helpers import (
     M,
     limit_of,
@@ -311,7 +311,7 @@ def test_the_batch_wants_follow_the_same_table() -> None:
 
 
 def test_endpoint_addresses_outside_the_cidrs_are_internal_on_every_node() -> None:
-    from proto.k8s import Endpoint, EndpointSlice, EndpointSliceEvent
+    from baton.proto.k8s import Endpoint, EndpointSlice, EndpointSliceEvent
 
     p = policy(A3, B1, internal_cidrs=("10.0.0.0/8",), endpoint_addresses=2)
     state = started(p, running("a-0", team="a", node="n1"), running("b-0", team="b", node="n2"))
@@ -363,7 +363,7 @@ def test_annotations_follow_limits_beyond_hysteresis_within_a_budget() -> None:
 
 
 def test_an_annotation_within_the_hysteresis_is_left_alone() -> None:
-    from services.bandwidth import annotating
+    from baton.services.bandwidth import annotating
 
     p = policy(hysteresis=0.05, hysteresis_bps=1 * M)
     pod = core.Shaped(namespace="n", name="x", uid="u", node="n1", ips=("10.0.0.1",),
@@ -390,7 +390,7 @@ def test_ticks_are_wanted_only_while_something_moved() -> None:
 
 def test_a_team_config_without_egress_values_crosses_the_bus() -> None:
     """TeamsLoaded carries defaults (an empty limit, an empty minimum): they must decode."""
-    from proto import codec
+    from baton.proto import codec
 
     loaded = teams(a=1)
     assert codec.decode(codec.encode(loaded), TeamsLoaded) == loaded

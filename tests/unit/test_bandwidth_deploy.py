@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from services.bandwidth.main import load
-from services.cli.main import COMMANDS
+from baton.services.bandwidth.main import load
+from baton.services.cli.main import COMMANDS
 
 pytestmark = pytest.mark.unit
 

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proto import codec
-from proto.admission import TeamsLoaded
-from proto.bandwidth import BandwidthPolicy, Capacity, NodeEgress, PodEgress, TeamEgress
-from proto.k8s import Endpoint, EndpointSlice, EndpointSliceEvent, PodEvent
-from proto.runner import Tick
-from proto.teams import Egress, Team, TeamConfig
-from services.bandwidth import core, reference
+from baton.proto import codec
+from baton.proto.admission import TeamsLoaded
+from baton.proto.bandwidth import BandwidthPolicy, Capacity, NodeEgress, PodEgress, TeamEgress
+from baton.proto.k8s import Endpoint, EndpointSlice, EndpointSliceEvent, PodEvent
+from baton.proto.runner import Tick
+from baton.proto.teams import Egress, Team, TeamConfig
+from baton.services.bandwidth import core, reference
 from tests.unit.bandwidth_helpers import M, running
 
 pytestmark = pytest.mark.unit
@@ -186,7 +186,7 @@ def test_a_float_excess_comes_off_the_largest_share_in_both(
 ) -> None:
     """Shares that round up past the capacity (found only with levels nudged up: real float
     error rarely does it) lose the excess from the largest, by uid, in both rounds."""
-    from services.bandwidth import allocating, incremental
+    from baton.services.bandwidth import allocating, incremental
 
     equal_level, level = allocating.equal_level, incremental._level
     monkeypatch.setattr(allocating, "equal_level", lambda c, w: equal_level(c, w) * (1 + 1e-6))

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proto import codec
-from proto.bandwidth import DEFAULT_TIERS, TeamEgress
-from services.bandwidth import allocating, core
-from services.bandwidth.fairshare import INF
+from baton.proto import codec
+from baton.proto.bandwidth import DEFAULT_TIERS, TeamEgress
+from baton.services.bandwidth import allocating, core
+from baton.services.bandwidth.fairshare import INF
 from tests.unit.bandwidth_helpers import M, measure, policy, running, started, tick
 
 pytestmark = pytest.mark.unit

@@ -6,10 +6,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from proto import k8s
-from proto.deadletter import DeadLetter
-from services.bridge import core, shell
-from services.bridge.bounds import Bounds
+from baton.proto import k8s
+from baton.proto.deadletter import DeadLetter
+from baton.services.bridge import core, shell
+from baton.services.bridge.bounds import Bounds
 
 pytestmark = pytest.mark.unit
 

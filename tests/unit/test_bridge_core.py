@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from proto import k8s
-from services.bridge import core
+from baton.proto import k8s
+from baton.services.bridge import core
 
 pytestmark = pytest.mark.unit
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from libs.runtime import SettingsError
-from services.bridge.main import Settings, settings_from
+from baton.libs.runtime import SettingsError
+from baton.services.bridge.main import Settings, settings_from
 
 pytestmark = pytest.mark.unit
 

@@ -2,12 +2,12 @@ import datetime as dt
 
 import pytest
 
-from proto import keys
-from proto.health import Control, StateChanged, Withheld
-from proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, Taint
-from services.cli import tail
-from services.cli.main import COMMANDS, main
-from services.cli.view import ServiceHealth, View, gang_states, gpu_usage, summarize, text
+from baton.proto import keys
+from baton.proto.health import Control, StateChanged, Withheld
+from baton.proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, Taint
+from baton.services.cli import tail
+from baton.services.cli.main import COMMANDS, main
+from baton.services.cli.view import ServiceHealth, View, gang_states, gpu_usage, summarize, text
 
 pytestmark = pytest.mark.unit
 
@@ -20,7 +20,7 @@ def test_unknown_command_is_refused_with_usage(capsys: pytest.CaptureFixture[str
 def test_every_command_names_an_importable_target() -> None:
     for name, (target, _) in COMMANDS.items():
         module, _, function = target.partition(":")
-        assert module.startswith("services.") and function == "run", name
+        assert module.startswith("baton.services.") and function == "run", name
 
 
 def _pod(name: str, *, node: str = "", phase: str = "Pending", gpus: int = 8) -> PodEvent:
@@ -129,7 +129,7 @@ def test_gangs_are_waiting_running_or_done_by_their_pods() -> None:
 def test_up_takes_named_workloads_and_refuses_a_missing_trace(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from services.cli.up import parse_args
+    from baton.services.cli.up import parse_args
 
     assert parse_args(["--workload", "philly-sample"]).workload == "philly-sample"
     with pytest.raises(SystemExit):
@@ -138,7 +138,7 @@ def test_up_takes_named_workloads_and_refuses_a_missing_trace(
 
 
 def test_bus_rates_are_messages_since_the_last_update() -> None:
-    from services.cli.up import update_rates
+    from baton.services.cli.up import update_rates
 
     view = View()
     view.counts["k8s"] += 30

@@ -10,9 +10,9 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from proto import keys
-from proto.admission import GangAdmitted, GangQueued, TeamsLoaded
-from proto.k8s import (
+from baton.proto import keys
+from baton.proto.admission import GangAdmitted, GangQueued, TeamsLoaded
+from baton.proto.k8s import (
     GPU,
     Node,
     NodeEvent,
@@ -22,11 +22,11 @@ from proto.k8s import (
     PodGroupEvent,
     Taint,
 )
-from proto.runner import Started
-from services.admission.teams import parse
-from services.cli.screen import draw
-from services.cli.stack import SERVICES
-from services.cli.view import RECENT, ServiceHealth, View, summarize, teams_now, text
+from baton.proto.runner import Started
+from baton.services.admission.teams import parse
+from baton.services.cli.screen import draw
+from baton.services.cli.stack import SERVICES
+from baton.services.cli.view import RECENT, ServiceHealth, View, summarize, teams_now, text
 
 pytestmark = pytest.mark.unit
 
@@ -133,8 +133,8 @@ def test_the_full_screen_keeps_endpoints_and_wraps_long_reasons() -> None:
 
 
 def test_status_reads_the_actuators_own_consumer() -> None:
-    from services.actuator.shell import DURABLE
-    from services.cli.following import ACTUATOR_CONSUMER
+    from baton.services.actuator.shell import DURABLE
+    from baton.services.cli.following import ACTUATOR_CONSUMER
 
     assert ACTUATOR_CONSUMER == DURABLE
 

@@ -1,8 +1,8 @@
 import pytest
 
-from proto import codec
-from proto.actions import AnyAction, BindGang, Binding
-from proto.k8s import K8sEvent, Node, NodeEvent, Pod, PodEvent, Taint, Toleration
+from baton.proto import codec
+from baton.proto.actions import AnyAction, BindGang, Binding
+from baton.proto.k8s import K8sEvent, Node, NodeEvent, Pod, PodEvent, Taint, Toleration
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from libs.runtime.ops import OPS_PORTS
+from baton.libs.runtime.ops import OPS_PORTS
 
 pytestmark = pytest.mark.unit
 
@@ -250,9 +250,9 @@ def test_the_image_user_matches_the_manifests_and_ignores_the_rest() -> None:
 
 
 def test_compose_runs_real_commands_with_flags_they_accept() -> None:
-    from services.cli.installing import parse_args as install_args
-    from services.cli.main import COMMANDS
-    from services.simcluster.main import parse_args
+    from baton.services.cli.installing import parse_args as install_args
+    from baton.services.cli.main import COMMANDS
+    from baton.services.simcluster.main import parse_args
 
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
     commands = {

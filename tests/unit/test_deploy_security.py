@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from libs.runner import access
-from services.cli.natsconfig import specs
+from baton.libs.runner import access
+from baton.services.cli.natsconfig import specs
 from tests.unit.test_deploy import AGENTS, BASE, CONTROL, of, render, workloads
 
 pytestmark = pytest.mark.unit

@@ -9,12 +9,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from libs.kube import kinds, slimming, wire
-from libs.testing.builders import RACK, node, pod, pod_group, view
-from libs.view import quorum
-from proto import keys
-from proto.k8s import UPSTREAM_API, GangRef, Node, PodGroupEvent
-from services.bridge import core as bridge
+from baton.libs.kube import kinds, slimming, wire
+from baton.libs.testing.builders import RACK, node, pod, pod_group, view
+from baton.libs.view import quorum
+from baton.proto import keys
+from baton.proto.k8s import UPSTREAM_API, GangRef, Node, PodGroupEvent
+from baton.services.bridge import core as bridge
 from tests.unit.gang_helpers import binds, make, tick, verdicts
 
 pytestmark = pytest.mark.unit

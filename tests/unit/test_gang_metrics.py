@@ -3,9 +3,9 @@
 import pytest
 from prometheus_client import REGISTRY
 
-from libs.testing.builders import gang, node
-from proto import keys
-from services.gang import metrics, shell
+from baton.libs.testing.builders import gang, node
+from baton.proto import keys
+from baton.services.gang import metrics, shell
 from tests.unit.gang_helpers import make, placed, tick
 
 pytestmark = pytest.mark.unit

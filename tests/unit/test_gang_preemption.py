@@ -7,12 +7,12 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from libs.testing.builders import gang, node
-from proto import keys
-from proto.actions import EvictGang, RecreatePod
-from proto.k8s import Node
-from proto.placement import GangRestarted
-from services.gang import core
+from baton.libs.testing.builders import gang, node
+from baton.proto import keys
+from baton.proto.actions import EvictGang, RecreatePod
+from baton.proto.k8s import Node
+from baton.proto.placement import GangRestarted
+from baton.services.gang import core
 from tests.unit.gang_helpers import apply, binds, feed, make, tick
 
 pytestmark = pytest.mark.unit

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from libs.testing.builders import BLOCK, RACK, ZONE, gang, node, pod
-from proto.k8s import Node
+from baton.libs.testing.builders import BLOCK, RACK, ZONE, gang, node, pod
+from baton.proto.k8s import Node
 from tests.unit.gang_helpers import binds, make, placed, tick, verdicts
 
 pytestmark = pytest.mark.unit

@@ -5,11 +5,19 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from proto import keys
-from proto.actions import ActionResult, Cordon, CreatePod, DeletePod, Evict, MarkNode, SetTaint
-from proto.health import HealthPolicy, Heard, Note, Remediate, Silence, StateChanged
-from proto.k8s import NodeEvent
-from services.health import core, states
+from baton.proto import keys
+from baton.proto.actions import (
+    ActionResult,
+    Cordon,
+    CreatePod,
+    DeletePod,
+    Evict,
+    MarkNode,
+    SetTaint,
+)
+from baton.proto.health import HealthPolicy, Heard, Note, Remediate, Silence, StateChanged
+from baton.proto.k8s import NodeEvent
+from baton.services.health import core, states
 from tests.unit.health_helpers import (
     QUIET,
     changed,

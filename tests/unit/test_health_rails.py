@@ -6,14 +6,14 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from libs.testing.builders import node
-from proto import keys
-from proto.actions import CreatePod, MarkNode
-from proto.health import Control, HealthPolicy, Note, StateChanged, Withheld
-from proto.k8s import Node
-from services.health import core
-from services.health.rails import Domain, Rails, SlowStart, domains
-from services.health.states import TAINTS
+from baton.libs.testing.builders import node
+from baton.proto import keys
+from baton.proto.actions import CreatePod, MarkNode
+from baton.proto.health import Control, HealthPolicy, Note, StateChanged, Withheld
+from baton.proto.k8s import Node
+from baton.services.health import core
+from baton.services.health.rails import Domain, Rails, SlowStart, domains
+from baton.services.health.states import TAINTS
 from tests.unit.health_helpers import (
     QUIET,
     changed,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from proto.health import HealthPolicy
-from proto.k8s import Condition
-from proto.telemetry import Disk, GpuReport, GpuStatus, Nic, NodeReport
-from services.health import rules, states
+from baton.proto.health import HealthPolicy
+from baton.proto.k8s import Condition
+from baton.proto.telemetry import Disk, GpuReport, GpuStatus, Nic, NodeReport
+from baton.services.health import rules, states
 
 pytestmark = pytest.mark.unit
 POLICY = HealthPolicy()
@@ -116,5 +116,7 @@ def test_every_rule_name_is_unique_and_policy_overrides_durations() -> None:
 
 def test_the_docs_print_the_tables_as_they_are() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "health.md").read_text()
-    assert rules.markdown() in text, "refresh docs/health.md: python -m services.health.rules"
-    assert states.markdown() in text, "refresh docs/health.md: python -m services.health.states"
+    assert rules.markdown() in text, "refresh docs/health.md: python -m baton.services.health.rules"
+    assert states.markdown() in text, (
+        "refresh docs/health.md: python -m baton.services.health.states"
+    )

@@ -8,11 +8,11 @@ import msgspec
 import pytest
 import yaml
 
-from libs.runtime import SettingsError, load_settings
-from proto.health import HealthPolicy, Heard, Silence
-from services.cli.main import COMMANDS
-from services.health.heartbeats import Beats, outgoing
-from services.health.main import PREFIX, SPEC, Settings
+from baton.libs.runtime import SettingsError, load_settings
+from baton.proto.health import HealthPolicy, Heard, Silence
+from baton.services.cli.main import COMMANDS
+from baton.services.health.heartbeats import Beats, outgoing
+from baton.services.health.main import PREFIX, SPEC, Settings
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from libs.kube.kinds import (
+from baton.libs.kube.kinds import (
     ENDPOINT_SLICES,
     NODES,
     POD_GROUPS,
@@ -15,9 +15,9 @@ from libs.kube.kinds import (
     Failure,
     decode_status,
 )
-from libs.kube.slimming import kept_annotations
-from proto import k8s
-from proto.codec import Undecodable
+from baton.libs.kube.slimming import kept_annotations
+from baton.proto import k8s
+from baton.proto.codec import Undecodable
 
 pytestmark = pytest.mark.unit
 

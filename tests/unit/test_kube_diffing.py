@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from libs.kube import diffing
-from libs.kube.kinds import NODES, PODS, Change
-from proto import k8s
+from baton.libs.kube import diffing
+from baton.libs.kube.kinds import NODES, PODS, Change
+from baton.proto import k8s
 
 pytestmark = pytest.mark.unit
 

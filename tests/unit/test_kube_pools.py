@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from libs.kube.kinds import CAPACITY_BUFFERS, MACHINE_DEPLOYMENTS
-from proto import k8s, keys
+from baton.libs.kube.kinds import CAPACITY_BUFFERS, MACHINE_DEPLOYMENTS
+from baton.proto import k8s, keys
 
 pytestmark = pytest.mark.unit
 
@@ -54,7 +54,7 @@ def test_a_capacity_buffer_is_its_replicas_and_its_pool_label() -> None:
 
 
 def test_daemonset_and_static_pods_are_marked_daemon() -> None:
-    from libs.kube.kinds import PODS
+    from baton.libs.kube.kinds import PODS
 
     def slim(meta: dict[str, object]) -> k8s.Pod:
         body = {"metadata": {"name": "p", "namespace": "n", "uid": "u", **meta}, "spec": {}}

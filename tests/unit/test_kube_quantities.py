@@ -4,7 +4,12 @@ from fractions import Fraction
 
 import pytest
 
-from libs.kube.quantities import InvalidQuantity, canonical, canonical_resources, parse_quantity
+from baton.libs.kube.quantities import (
+    InvalidQuantity,
+    canonical,
+    canonical_resources,
+    parse_quantity,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from libs.bus.connection import credentials
-from libs.runner import access
-from proto import subjects
-from services.cli.natsconfig import run, specs
+from baton.libs.bus.connection import credentials
+from baton.libs.runner import access
+from baton.proto import subjects
+from baton.services.cli.natsconfig import run, specs
 
 pytestmark = pytest.mark.unit
 C = "c1"
@@ -95,8 +95,8 @@ def test_baton_nats_config_keeps_passwords_and_refuses_a_bad_node(tmp_path, caps
 
 
 def test_an_agent_connects_with_its_own_nodes_url(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from libs.runtime import SettingsError
-    from services.agent.main import Settings, nats_url
+    from baton.libs.runtime import SettingsError
+    from baton.services.agent.main import Settings, nats_url
 
     (tmp_path / "agent-gpu-1_rack").write_text("nats://agent-gpu-1_rack:pw@nats:4222\n")
     settings = Settings(nats_credentials_dir=str(tmp_path))
@@ -110,8 +110,8 @@ def test_an_agent_connects_with_its_own_nodes_url(tmp_path) -> None:  # type: ig
 def test_every_service_baton_up_runs_has_a_nats_user() -> None:
     """A new service needs its user (services.cli.natsconfig.RUNNERS) and its decisions'
     subjects in ``Spec.publishes``; without a user ``baton up`` would run it as admin."""
-    from services.cli.natsconfig import RUNNERS
-    from services.cli.stack import SERVICES, available
+    from baton.services.cli.natsconfig import RUNNERS
+    from baton.services.cli.stack import SERVICES, available
 
     missing = [s for s in SERVICES if s != "agent" and available(s) and s not in RUNNERS]
     assert missing == [], f"add {missing} to RUNNERS and declare their Spec.publishes"

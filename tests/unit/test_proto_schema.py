@@ -8,8 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from proto import codec, schema
-from proto.deadletter import DeadLetter
+from baton.proto import codec, schema
+from baton.proto.deadletter import DeadLetter
 
 pytestmark = pytest.mark.unit
 

@@ -8,13 +8,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from libs.testing.builders import gang, node
-from proto.k8s import NodeEvent, PodEvent, PodGroupEvent
-from proto.placement import GangPlaced, GangPolicy, GangUnschedulable
-from proto.runner import Started, Tick
-from services.cli import recording, replay
-from services.cli.services import replayable
-from services.gang import core
+from baton.libs.testing.builders import gang, node
+from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from baton.proto.placement import GangPlaced, GangPolicy, GangUnschedulable
+from baton.proto.runner import Started, Tick
+from baton.services.cli import recording, replay
+from baton.services.cli.services import replayable
+from baton.services.gang import core
 
 pytestmark = pytest.mark.unit
 GANG = replayable()["gang"]

@@ -7,14 +7,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from libs.testing.builders import node, pod, pod_group
-from proto import keys
-from proto.actions import Binding, RecordEvent, SetGroupStatus, SetPodCondition
-from proto.admission import GangQueued
-from proto.k8s import GangRef, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
-from proto.placement import GangPlaced, GangUnschedulable, Need
-from proto.runner import Tick
-from services.reporter import core, telling
+from baton.libs.testing.builders import node, pod, pod_group
+from baton.proto import keys
+from baton.proto.actions import Binding, RecordEvent, SetGroupStatus, SetPodCondition
+from baton.proto.admission import GangQueued
+from baton.proto.k8s import GangRef, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
+from baton.proto.placement import GangPlaced, GangUnschedulable, Need
+from baton.proto.runner import Tick
+from baton.services.reporter import core, telling
 
 pytestmark = pytest.mark.unit
 

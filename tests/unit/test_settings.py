@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from libs.runtime import SettingsError, load_settings
+from baton.libs.runtime import SettingsError, load_settings
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from services.simcluster import conditions, spec, topology
-from services.simcluster.cloud import Cloud
-from services.simcluster.store import Store
+from baton.services.simcluster import conditions, spec, topology
+from baton.services.simcluster.cloud import Cloud
+from baton.services.simcluster.store import Store
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from services.simcluster import faults, hardware, xids
-from services.simcluster.hardware import Gpu, NodeHardware
-from services.simcluster.hardware_feed import HardwareFeed
-from services.simcluster.history import Expired
+from baton.services.simcluster import faults, hardware, xids
+from baton.services.simcluster.hardware import Gpu, NodeHardware
+from baton.services.simcluster.hardware_feed import HardwareFeed
+from baton.services.simcluster.history import Expired
 
 pytestmark = pytest.mark.unit
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from services.simcluster import objects, openapi
-from services.simcluster.conversions import EVENTS_V1, version_view
-from services.simcluster.objects import ApiError
-from services.simcluster.resources import BY_KEY, RESOURCES
+from baton.services.simcluster import objects, openapi
+from baton.services.simcluster.conversions import EVENTS_V1, version_view
+from baton.services.simcluster.objects import ApiError
+from baton.services.simcluster.resources import BY_KEY, RESOURCES
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.simcluster import fault_cli, main
+from baton.services.simcluster import fault_cli, main
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.simcluster import conditions, quantities, spec, topology
+from baton.services.simcluster import conditions, quantities, spec, topology
 
 pytestmark = pytest.mark.unit
 
@@ -130,7 +130,7 @@ def test_quantities(name: str, value: str, expected: int) -> None:
 
 
 def test_a_bad_quantity_names_the_resource() -> None:
-    from libs.kube.quantities import InvalidQuantity
+    from baton.libs.kube.quantities import InvalidQuantity
 
     with pytest.raises(InvalidQuantity, match="memory: '1Zi' is not a Kubernetes quantity"):
         quantities.parse("memory", "1Zi")

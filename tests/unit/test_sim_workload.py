@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from services.simcluster import trace, workload
-from services.simcluster.workload import Job
+from baton.services.simcluster import trace, workload
+from baton.services.simcluster.workload import Job
 
 pytestmark = pytest.mark.unit
 

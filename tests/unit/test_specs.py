@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from libs.runtime import load_settings
-from services.cli.services import replayable
+from baton.libs.runtime import load_settings
+from baton.services.cli.services import replayable
 
 pytestmark = pytest.mark.unit
 SERVICES = replayable()

@@ -1,7 +1,7 @@
 import pytest
 
-from proto import subjects
-from proto.subjects import InvalidName
+from baton.proto import subjects
+from baton.proto.subjects import InvalidName
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from proto import keys
-from proto.k8s import GPU, Node, NodeEvent, PodGroup, PodGroupEvent
-from services.admission import core, webhook
-from services.admission.teams import parse
+from baton.proto import keys
+from baton.proto.k8s import GPU, Node, NodeEvent, PodGroup, PodGroupEvent
+from baton.services.admission import core, webhook
+from baton.services.admission.teams import parse
 
 pytestmark = pytest.mark.unit
 

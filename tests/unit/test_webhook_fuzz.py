@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proto import keys
-from proto.k8s import GPU, Node, NodeEvent
-from services.admission import core, webhook
-from services.admission.teams import parse
+from baton.proto import keys
+from baton.proto.k8s import GPU, Node, NodeEvent
+from baton.services.admission import core, webhook
+from baton.services.admission.teams import parse
 
 pytestmark = pytest.mark.unit
 

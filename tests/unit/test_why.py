@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from libs.testing.builders import pod, pod_group
-from proto import keys
-from proto.actions import ActionResult, Binding
-from proto.admission import GangAdmitted, GangPreempted, GangQueued
-from proto.k8s import GangRef, PodEvent, PodGroupEvent
-from proto.placement import GangPlaced, GangUnschedulable, Need
-from services.cli import main as cli
-from services.cli import why
+from baton.libs.testing.builders import pod, pod_group
+from baton.proto import keys
+from baton.proto.actions import ActionResult, Binding
+from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
+from baton.proto.k8s import GangRef, PodEvent, PodGroupEvent
+from baton.proto.placement import GangPlaced, GangUnschedulable, Need
+from baton.services.cli import main as cli
+from baton.services.cli import why
 
 pytestmark = pytest.mark.unit
 
@@ -123,7 +123,7 @@ def test_a_gang_that_is_gone_still_has_its_story() -> None:
 
 
 def test_the_autoscalers_decisions_are_part_of_the_story() -> None:
-    from proto.autoscaler import ScaledUp, ScaleRefused, ScaleReverted
+    from baton.proto.autoscaler import ScaledUp, ScaleRefused, ScaleReverted
 
     members = [pod(f"job-{i}", namespace="ml", group="job", gpus=8) for i in range(4)]
     history = [

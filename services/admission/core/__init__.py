@@ -8,10 +8,10 @@ reclaim borrowed GPUs) and admission events saying what was decided and why.
 
 from __future__ import annotations
 
-from proto import keys
-from proto.actions import AnyAction
-from proto.admission import AnyAdmissionEvent, GangQueued, GangReleased, TeamsLoaded
-from proto.k8s import (
+from baton.proto import keys
+from baton.proto.actions import AnyAction
+from baton.proto.admission import AnyAdmissionEvent, GangQueued, GangReleased, TeamsLoaded
+from baton.proto.k8s import (
     GPU,
     SCHEDULER_NAME,
     EndpointSliceEvent,
@@ -22,11 +22,11 @@ from proto.k8s import (
     PodGroup,
     PodGroupEvent,
 )
-from proto.runner import Tick
-from services.admission.core import nodes, queueing
-from services.admission.core.gangs import Gang, Member
-from services.admission.core.state import State, recount_growth
-from services.admission.teams import DEFAULT, TeamConfig, is_default
+from baton.proto.runner import Tick
+from baton.services.admission.core import nodes, queueing
+from baton.services.admission.core.gangs import Gang, Member
+from baton.services.admission.core.state import State, recount_growth
+from baton.services.admission.teams import DEFAULT, TeamConfig, is_default
 
 __all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step", "wants_tick"]
 

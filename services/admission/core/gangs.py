@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from proto.k8s import PLUGINS_API
+from baton.proto.k8s import PLUGINS_API
 
 
 @dataclass(frozen=True, slots=True)

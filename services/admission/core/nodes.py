@@ -9,13 +9,13 @@ teams) owns every node and writes nothing. Moving a node only changes its label 
 
 from __future__ import annotations
 
-from libs.view import NodeView
-from proto import ids, keys
-from proto.actions import SetLabels, SetTaint
-from proto.admission import NodeTeamChanged
-from proto.k8s import Node, Taint
-from services.admission.core.state import State, node_gpus
-from services.admission.teams import is_default
+from baton.libs.view import NodeView
+from baton.proto import ids, keys
+from baton.proto.actions import SetLabels, SetTaint
+from baton.proto.admission import NodeTeamChanged
+from baton.proto.k8s import Node, Taint
+from baton.services.admission.core.state import State, node_gpus
+from baton.services.admission.teams import is_default
 
 Output = SetLabels | SetTaint | NodeTeamChanged
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import msgspec
 
-from proto import ids, keys
-from proto.actions import Annotate, AnyAction, Binding, EvictGang
-from proto.admission import GangAdmitted, GangPreempted, GangQueued
-from services.admission.core.gangs import ACTIVE, Gang, queue_key
-from services.admission.core.state import State, on_team
+from baton.proto import ids, keys
+from baton.proto.actions import Annotate, AnyAction, Binding, EvictGang
+from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
+from baton.services.admission.core.gangs import ACTIVE, Gang, queue_key
+from baton.services.admission.core.state import State, on_team
 
 __all__ = [
     "admit", "preempt", "queue_key", "queued", "reclaim_plan", "remark", "team_order", "wants_tick",

@@ -11,11 +11,11 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from libs.view import GangView, NodeView, View
-from proto import keys
-from proto.k8s import MachineDeployment
-from services.admission.core.gangs import ACTIVE, Gang, Member, queue_key
-from services.admission.teams import DEFAULT, Team, TeamConfig, is_default
+from baton.libs.view import GangView, NodeView, View
+from baton.proto import keys
+from baton.proto.k8s import MachineDeployment
+from baton.services.admission.core.gangs import ACTIVE, Gang, Member, queue_key
+from baton.services.admission.teams import DEFAULT, Team, TeamConfig, is_default
 
 
 def _nodes() -> View[GangView]:
