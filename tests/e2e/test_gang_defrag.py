@@ -16,7 +16,7 @@ from baton.proto.keys import PREEMPTIBLE
 from baton.services.gang import main as gang
 from tests.pipeline import running_services, until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 NS = "research"
 GANG = gang.Settings(cycle_interval=0.1, preempt_min_run_s=0, preempt_grace_s=0)
 

@@ -15,7 +15,7 @@ from baton.libs.testing.sim import running_sim
 from baton.services.gang import main as gang
 from tests.pipeline import running_services, until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 NS = "research"
 PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1", NS, "podgroups")
 # no minimum run time and no grace here, so the test does not wait for them

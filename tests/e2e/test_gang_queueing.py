@@ -26,7 +26,7 @@ from tests.connected.test_webhook import make_cert
 from tests.e2e.test_admission_borrow_reclaim import register_webhooks, submit, tasks
 from tests.pipeline import until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]  # its waits add up to 165 s
 
 TEAMS = """
 teams:
