@@ -67,6 +67,10 @@ EGRESS_LIMIT: Final = "baton.io/egress-limit"  # what bandwidth last wrote as th
 EGRESS_CAP: Final = "baton.io/egress-cap"  # the pod's own cap, saved when bandwidth took over
 
 # Baton's marks that belong to one admission or placement of a pod, not to what its
+# A namespace labelled WEBHOOK=SKIP is never sent to Baton's webhook: Baton's own pods
+# (deploy/base/namespace.yaml; health's preflight pods, which are bound by nodeName)
+WEBHOOK: Final = "baton.io/webhook"
+SKIP: Final = "skip"
 # author wrote: a RecreatePod copy drops them (the webhook refuses a new pod that
 # claims ``baton.io/admitted``; admission decides again for the copy).
 PLACEMENT_MARKS: Final = (ADMITTED, BORROWING, RECREATED_FROM)

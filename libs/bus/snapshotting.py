@@ -7,6 +7,7 @@ service that must follow on without a gap consumes with
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -21,6 +22,9 @@ from baton.libs.bus.pulling import Puller
 from baton.proto.codec import Undecodable, decode
 
 log = structlog.get_logger("baton.bus")
+
+
+IDLE_S = 2.0  # no message this long: re-read how many are still pending
 
 
 async def snapshot(
@@ -51,7 +55,14 @@ async def snapshot(
     await puller.start()
     try:
         while pending > 0:
-            raw = await puller.next()
+            try:
+                async with asyncio.timeout(IDLE_S):
+                    raw = await puller.next()
+            except TimeoutError:
+                # What was pending may be gone before it was delivered (a tombstone's TTL,
+                # a newer version of the subject): ask the server what is still left.
+                pending = (await js.consumer_info(stream, info.name)).num_pending or 0
+                continue
             pending = int(raw.metadata.num_pending)
             try:
                 events.append(decode(raw.data, type_))

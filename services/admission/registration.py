@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 from typing import Any, Literal
 
+from baton.proto import keys
+
 GROUP, VERSION = "admissionregistration.k8s.io", "v1"
 
 RULES = [
@@ -46,6 +48,12 @@ def configurations(
             "failurePolicy": failure_policy,
             "timeoutSeconds": 5,
             "rules": RULES,
+            # as deploy/base/admission.yaml: Baton's own namespaces are never sent here
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": keys.WEBHOOK, "operator": "NotIn", "values": [keys.SKIP]}
+                ]
+            },
             "clientConfig": {"url": base_url + path, "caBundle": bundle},
         }
         body = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,12 +49,13 @@ class WatchFeed:
         self.reflectors: list[Reflector] = []
         self._queue: asyncio.Queue[list[Any]] = asyncio.Queue(maxsize=QUEUE_BATCHES)
         self._tasks: list[asyncio.Task[None]] = []
+        self._rest: deque[Any] = deque()  # a batch larger than the runner takes at once
 
     @property
     def caught_up(self) -> bool:
         """Every kind listed, and nothing listed waits to be published."""
         synced = bool(self.reflectors) and all(r.synced for r in self.reflectors)
-        return synced and self._queue.empty()
+        return synced and self._queue.empty() and not self._rest
 
     async def start(self) -> Cut | None:
         held: list[k8s.K8sEvent] = await self.bus.snapshot(
@@ -83,10 +84,14 @@ class WatchFeed:
             await self._queue.put(batch)
 
     async def take(self, limit: int) -> list[Item]:
-        events = list(await self._queue.get())
-        while not self._queue.empty() and len(events) < limit:
-            events.extend(self._queue.get_nowait())
-        return [Item(event=e) for e in events]
+        """At most ``limit`` events: a relist of 100k objects is one reflector batch, and a
+        stop finishes only the batch in hand."""
+        if not self._rest:
+            self._rest.extend(await self._queue.get())
+        while not self._queue.empty() and len(self._rest) < limit:
+            self._rest.extend(self._queue.get_nowait())
+        count = min(limit, len(self._rest))
+        return [Item(event=self._rest.popleft()) for _ in range(count)]
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -23,6 +23,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from baton.libs.kube import api_client
+from baton.proto import keys
 from baton.services.admission.registration import GROUP, VERSION, configurations
 
 
@@ -108,12 +109,18 @@ PREFLIGHT_NAMESPACE = "baton-system"
 
 
 async def ensure_namespace(kubeconfig: Path, name: str) -> None:
+    """Baton's own namespace, labelled as deploy/base/namespace.yaml labels it: its pods
+    (health's preflight checks, bound by nodeName) never go through Baton's webhook."""
     api = await api_client(str(kubeconfig))
+    labels = {keys.WEBHOOK: keys.SKIP}
     try:
-        body = client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
-        await client.CoreV1Api(api).create_namespace(body)
-    except ApiException as exc:
-        if exc.status != 409:  # already there
-            raise
+        core = client.CoreV1Api(api)
+        body = client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels))
+        try:
+            await core.create_namespace(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            await core.patch_namespace(name, {"metadata": {"labels": labels}})  # already there
     finally:
         await api.close()

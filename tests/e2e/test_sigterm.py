@@ -110,6 +110,9 @@ async def test_bridge_stopped_mid_list_exits_in_its_grace_and_loses_nothing(
         pools = len(sim.store.list("machinedeployments", namespace=None)[0])
         objects = len(sim.store.list("pods", namespace=None)[0]) + 16 + pools  # + nodes, pools
         first = child("bridge", url, sim, tmp_path, 1)
+        # small pages: the list takes seconds, so the stop lands in it even when this test
+        # is slow to send it (a loaded machine)
+        first.env["BATON_BRIDGE_PAGE_SIZE"] = "50"
         first.start()
         try:
             await until(lambda: _more_than(bus, 200), what="the first list publishing",
