@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from baton.libs.kube.quantities import parse_quantity
 from baton.proto.actions import (
     Annotate,
     AnyAction,
@@ -30,6 +31,7 @@ from baton.proto.actions import (
     SetPodCondition,
     SetTaint,
 )
+from baton.proto.k8s import GPU
 from baton.services.actuator import binding, podspec, recreating, reporting
 from baton.services.actuator.calling import MERGE, ApiError, Obj, Session
 from baton.services.actuator.eventing import EventWrite
@@ -213,6 +215,14 @@ async def _annotate(s: Session, action: Annotate) -> Applied:
 
 async def _create_pod(s: Session, action: CreatePod) -> Applied:
     body = podspec.from_template(action.pod)
+    node, wants = action.pod.node_name, action.pod.requests.get(GPU, 0)
+    if node and wants:  # bound by name (health's preflight): no scheduler checks the fit
+        free = await _gpus_free(s, node)
+        if free < wants:
+            return "failed", (
+                f"node {node} has {free} GPU(s) free and the pod asks for {wants}: not created "
+                "(its kubelet would fail it, or the pods already there)"
+            )
     try:
         await s.call("create", s.api.core.create_namespaced_pod, action.pod.namespace, body)
     except ApiError as exc:
@@ -220,6 +230,24 @@ async def _create_pod(s: Session, action: CreatePod) -> Applied:
             return "already", ""
         raise
     return "applied", ""
+
+
+async def _gpus_free(s: Session, node: str) -> int:
+    """The node's allocatable GPUs less what its running and pending pods request, read
+    from the API now (a gang bound there a moment ago is counted)."""
+    got = await s.call("get", s.api.core.read_node, node)
+    allocatable = parse_quantity(str(got.get("status", {}).get("allocatable", {}).get(GPU, "0")))
+    listed = await s.call("list", s.api.core.list_pod_for_all_namespaces,
+                          field_selector=f"spec.nodeName={node}")  # fmt: skip
+    used = 0
+    for pod in listed.get("items", []):
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for container in pod.get("spec", {}).get("containers", []):
+            stated = container.get("resources") or {}
+            value = (stated.get("requests") or {}).get(GPU) or (stated.get("limits") or {}).get(GPU)
+            used += int(parse_quantity(str(value))) if value else 0
+    return int(allocatable) - int(used)
 
 
 async def _delete_pod(s: Session, action: DeletePod) -> Applied:

@@ -29,14 +29,16 @@ from baton.proto.actions import (
     BindGang,
     Binding,
     Cordon,
+    CreatePod,
     EvictGang,
     MarkNode,
+    PodTemplate,
     ScaleMachineDeployment,
     SetTaint,
     action_subject,
 )
 from baton.proto.deadletter import DeadLetter
-from baton.proto.k8s import Taint
+from baton.proto.k8s import GPU, Taint
 from baton.services.actuator import core
 from baton.services.actuator import main as actuator_main
 from baton.services.actuator.calling import Api
@@ -412,3 +414,33 @@ async def test_api_errors_are_retried_reread_or_reported(env: Env) -> None:
     assert "gave up after 2 attempts" in down.error and "503" in down.error
     assert letter.event.subject == f"baton.c1.action.cordon.{env.nodes[1]}"
     assert missing.outcome == "failed" and "404" in missing.error
+
+
+async def test_a_pod_bound_by_name_to_a_node_without_free_gpus_is_not_created(env: Env) -> None:
+    """Health's preflight pods name their node: the actuator checks the fit no scheduler
+    checks, so a gang bound there a moment before keeps the node (its kubelet would
+    otherwise fail one of them)."""
+    node = env.nodes[0]
+    await env.core.patch_node_status(node, {"status": {"capacity": {GPU: "8"},
+                                                      "allocatable": {GPU: "8"}}})  # fmt: skip
+    held = {"name": "main", "image": "pause", "resources": {"requests": {GPU: "8"}}}
+    worker = {"metadata": {"name": "worker", "namespace": NS},
+              "spec": {"nodeName": node, "containers": [held]}}  # fmt: skip
+    await env.core.create_namespaced_pod(NS, worker)
+
+    def preflight(id_: str, on: str) -> CreatePod:
+        pod = PodTemplate(namespace=NS, name=f"preflight-{on}", image="dcgm",
+                          requests={GPU: 8}, node_name=on, restart_policy="Never")  # fmt: skip
+        return CreatePod(id=id_, by="health", at=time.time(), priority="health", pod=pod)
+
+    async with actuator(env):
+        await env.publish("create-pod", preflight("busy", node), NS, "preflight-busy")
+        refused = await env.result("busy")
+        free = env.nodes[1]
+        await env.core.patch_node_status(free, {"status": {"capacity": {GPU: "8"},
+                                                          "allocatable": {GPU: "8"}}})  # fmt: skip
+        await env.publish("create-pod", preflight("idle", free), NS, "preflight-idle")
+        created = await env.result("idle")
+    assert refused.outcome == "failed" and "0 GPU(s) free" in refused.error, refused
+    assert await env.pod(f"preflight-{node}") is None
+    assert created.outcome == "applied", created
