@@ -4,7 +4,19 @@ See ``docs/runner.md``."""
 
 from baton.libs.runner.feeding import BusFeed, Cut, Feed, Item
 from baton.libs.runner.running import Runner
-from baton.libs.runner.serving import serve
+from baton.libs.runner.serving import run_spec, serve
 from baton.libs.runner.spec import Input, Route, Spec, Timer
 
-__all__ = ["BusFeed", "Cut", "Feed", "Input", "Item", "Route", "Runner", "Spec", "Timer", "serve"]
+__all__ = [
+    "BusFeed",
+    "Cut",
+    "Feed",
+    "Input",
+    "Item",
+    "Route",
+    "Runner",
+    "Spec",
+    "Timer",
+    "run_spec",
+    "serve",
+]

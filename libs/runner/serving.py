@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from baton.libs.bus import Bus
 from baton.libs.runner.leasing import Lease
 from baton.libs.runner.running import Runner
 from baton.libs.runner.spec import Spec
+from baton.libs.runtime.entry import run_service
 from baton.libs.runtime.ops import serve_ops
 from baton.libs.runtime.settings import Base
+
+S = TypeVar("S", bound=Base)
 
 
 async def serve(
@@ -52,3 +55,18 @@ async def serve(
             await ops.close()
     finally:
         await bus.close()
+
+
+def run_spec(
+    argv: list[str], spec: Spec[Any], *, prefix: str, load: Callable[[str | None], S], dry_run: str
+) -> int:
+    """``baton <service>`` for a service that is its ``Spec`` served as it is: settings
+    (``--settings``, ``<prefix>*`` variables), ``--dry-run``, then ``serve`` until stopped."""
+    return run_service(
+        argv,
+        name=spec.name,
+        description=f"{spec.description} Settings: {prefix}* variables.",
+        load=load,
+        serve=lambda settings: serve(spec, settings),
+        dry_run=dry_run,
+    )

@@ -10,8 +10,8 @@ import os
 
 import msgspec
 
-from baton.libs.runner import Input, Spec, Timer, serve
-from baton.libs.runtime import OPS_PORTS, load_settings, run_service
+from baton.libs.runner import Input, Spec, Timer, run_spec
+from baton.libs.runtime import OPS_PORTS, load_settings
 from baton.libs.runtime.settings import Base
 from baton.proto import keys
 from baton.proto.actions import ActionResult
@@ -99,11 +99,5 @@ def load(file: str | None) -> Settings:
 
 
 def run(argv: list[str]) -> int:
-    return run_service(
-        argv,
-        name="autoscaler",
-        description=SPEC.description + " Settings: BATON_AUTOSCALER_* variables.",
-        load=load,
-        serve=lambda settings: serve(SPEC, settings),
-        dry_run="publish decisions, no scale actions",
-    )
+    what = "publish decisions, no scale actions"  # --dry-run
+    return run_spec(argv, SPEC, prefix=PREFIX, load=load, dry_run=what)

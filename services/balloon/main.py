@@ -10,8 +10,8 @@ import os
 
 import msgspec
 
-from baton.libs.runner import Input, Spec, Timer, serve
-from baton.libs.runtime import OPS_PORTS, load_settings, run_service
+from baton.libs.runner import Input, Spec, Timer, run_spec
+from baton.libs.runtime import OPS_PORTS, load_settings
 from baton.libs.runtime.settings import Base
 from baton.proto.actions import ActionResult
 from baton.proto.balloon import BalloonPolicy
@@ -90,11 +90,5 @@ def load(file: str | None) -> Settings:
 
 
 def run(argv: list[str]) -> int:
-    return run_service(
-        argv,
-        name="balloon",
-        description=SPEC.description + " Settings: BATON_BALLOON_* variables.",
-        load=load,
-        serve=lambda settings: serve(SPEC, settings),
-        dry_run="publish headroom, create and remove no pods",
-    )
+    what = "publish headroom, create and remove no pods"  # --dry-run
+    return run_spec(argv, SPEC, prefix=PREFIX, load=load, dry_run=what)

@@ -14,8 +14,8 @@ import os
 
 import msgspec
 
-from baton.libs.runner import Input, Spec, Timer, serve
-from baton.libs.runtime import OPS_PORTS, SettingsError, load_settings, run_service
+from baton.libs.runner import Input, Spec, Timer, run_spec
+from baton.libs.runtime import OPS_PORTS, SettingsError, load_settings
 from baton.libs.runtime.settings import Base
 from baton.proto.admission import TeamsLoaded
 from baton.proto.bandwidth import DEFAULT_TIERS, BandwidthPolicy, Capacity, NodeEgress, Tier
@@ -127,11 +127,5 @@ def _key(message: str, settings: Settings) -> str:
 
 
 def run(argv: list[str]) -> int:
-    return run_service(
-        argv,
-        name="bandwidth",
-        description=SPEC.description + " Settings: BATON_BANDWIDTH_* variables.",
-        load=load,
-        serve=lambda settings: serve(SPEC, settings),
-        dry_run="publish limits, no Annotate actions",
-    )
+    what = "publish limits, no Annotate actions"  # --dry-run
+    return run_spec(argv, SPEC, prefix=PREFIX, load=load, dry_run=what)

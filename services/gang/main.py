@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from baton.libs.runner import Input, Spec, Timer, serve
-from baton.libs.runtime import OPS_PORTS, load_settings, run_service
+from baton.libs.runner import Input, Spec, Timer, run_spec
+from baton.libs.runtime import OPS_PORTS, load_settings
 from baton.libs.runtime.settings import Base
 from baton.proto import keys
 from baton.proto.actions import ActionResult
@@ -99,11 +99,5 @@ def load(file: str | None) -> Settings:
 
 
 def run(argv: list[str]) -> int:
-    return run_service(
-        argv,
-        name="gang",
-        description=SPEC.description + " Settings: BATON_GANG_* variables.",
-        load=load,
-        serve=lambda settings: serve(SPEC, settings),
-        dry_run="publish decisions, no actions",
-    )
+    what = "publish decisions, no actions"  # --dry-run
+    return run_spec(argv, SPEC, prefix=PREFIX, load=load, dry_run=what)

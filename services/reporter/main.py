@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from baton.libs.runner import Input, Spec, Timer, serve
-from baton.libs.runtime import OPS_PORTS, load_settings, run_service
+from baton.libs.runner import Input, Spec, Timer, run_spec
+from baton.libs.runtime import OPS_PORTS, load_settings
 from baton.libs.runtime.settings import Base
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
@@ -68,11 +68,5 @@ def load(file: str | None) -> Settings:
 
 
 def run(argv: list[str]) -> int:
-    return run_service(
-        argv,
-        name="reporter",
-        description=SPEC.description + " Settings: BATON_REPORTER_* variables.",
-        load=load,
-        serve=lambda settings: serve(SPEC, settings),
-        dry_run="decide, publish no actions",
-    )
+    what = "decide, publish no actions"  # --dry-run
+    return run_spec(argv, SPEC, prefix=PREFIX, load=load, dry_run=what)
