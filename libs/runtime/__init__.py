@@ -1,6 +1,7 @@
 """What every service process shares: settings, logs, the ops endpoint, signal handling."""
 
 from baton.libs.runtime.entry import run_service
+from baton.libs.runtime.heap import tune_gc
 from baton.libs.runtime.logging import configure_logging
 from baton.libs.runtime.ops import OPS_PORTS, OpsServer, serve_ops
 from baton.libs.runtime.settings import SettingsError, load_settings
@@ -15,4 +16,5 @@ __all__ = [
     "run_service",
     "run_until_signalled",
     "serve_ops",
+    "tune_gc",
 ]

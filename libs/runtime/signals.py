@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from baton.libs.runtime.heap import tune_gc
 from baton.libs.runtime.stopping import stuck_tasks
 
 T = TypeVar("T")
@@ -34,6 +35,7 @@ async def run_until_signalled(
     deadline: float = 20.0,
 ) -> T | None:
     """Run ``coro_factory()``; returns its result, or None when stopped by a signal."""
+    tune_gc()  # every service process starts here
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(coro_factory())
     stopped_by: list[str] = []

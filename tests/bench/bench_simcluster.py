@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from baton.services.simcluster.main import tune_gc
+from baton.libs.runtime import tune_gc
 from baton.services.simcluster.simulation import Simulation, build
 from baton.services.simcluster.spec import Delays
 from baton.services.simcluster.store import Store
