@@ -414,3 +414,22 @@ def test_other_pods_and_admitted_lone_pods_after_a_restart() -> None:
     assert feed(state, [lone("team-b", "old", **{"baton.io/admitted": "true"})]) == []
     assert state.used["b"] == 8  # adopted as admitted
     assert "may not borrow" in of(feed(state, [lone("team-b", "new")]), GangQueued)[-1].reason
+
+
+@pytest.mark.parametrize("order", ["pods first", "group first"])
+def test_a_finished_gang_seen_after_a_restart_holds_no_quota(order: str) -> None:
+    """Completed pods stay in the API: after a restart, a gang admitted before it whose
+    members all succeeded is history, not 16 GPUs of team b's quota (seen in baton up's
+    status: a team 'using' 925 GPUs of a 512-GPU cluster)."""
+    state = cluster(TWO_TEAMS, [node("b1", "pb"), node("b2", "pb")])
+    done = group("team-b", "done", 2, 0.0, **{"baton.io/admitted": "true"})
+    members = pods("team-b", "done", 2, phase="Succeeded")
+    running = group("team-b", "run", 1, 0.0, **{"baton.io/admitted": "true"})
+    events = [done, *members] if order == "group first" else [*members, done]
+    out = feed(state, [*events, running, *pods("team-b", "run", 1, phase="Running")])
+    assert state.used["b"] == 8  # only the running gang
+    assert state.gangs["team-b/done"].finished
+    # Its members seen first, it is known to be over at once; its group seen first, it
+    # is adopted until its members arrive, then released (a true, harmless decision).
+    released = [o.gang for o in of(out, GangReleased)]
+    assert released == ([] if order == "pods first" else ["team-b/done"])

@@ -143,6 +143,9 @@ def _new_gang(state: State, gang: Gang, marks: dict[str, str], now: float) -> li
             )
         ]
     if marks.get(keys.ADMITTED) == "true":  # admitted before a restart: adopt
+        if _done(gang):  # it ended before the restart (finished pods stay in the API)
+            gang.finished = True
+            return []
         gang.admitted = True
         state.hold(gang, gang.gpus, borrowing=marks.get(keys.BORROWING) == "true")
         return []
@@ -258,12 +261,7 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
     if gang.admitted:
         if gang.held != gang.gpus:
             state.hold(gang, gang.gpus)
-        members = gang.members.values()
-        if len(gang.members) >= gang.min_member and all(
-            m.phase in ("Succeeded", "Failed") for m in members
-        ):
-            return _release(state, gang, now, finished=True)
-        return []
+        return _release(state, gang, now, finished=True) if _done(gang) else []
     if gang.team and not gang.finished and gang.qkey != queueing.queue_key(gang):
         state.enqueue(gang)  # its priority changed: move it
     elif gang.qkey is not None and gang.gpus != gang.told_gpus:
@@ -271,6 +269,14 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
         if gang.team in state.least and gang.known:  # a least too low only skips less
             state.least[gang.team] = min(state.least[gang.team], gang.gpus)
     return []
+
+
+def _done(gang: Gang) -> bool:
+    """Every member it needs is there and has ended."""
+    members = gang.members.values()
+    return len(members) >= gang.min_member and all(
+        m.phase in ("Succeeded", "Failed") for m in members
+    )
 
 
 def _forget(state: State, gang: Gang, now: float) -> list[Output]:
