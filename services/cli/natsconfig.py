@@ -18,6 +18,12 @@ reused when present (adding a node changes no other user's key):
 
 ``--auth-only`` writes just the ``authorization`` block, for a server config that
 includes it (``deploy/base/nats.yaml``: the ``nats-auth`` Secret).
+
+``--make-tls DIR`` writes NATS's server certificate instead, for clusters without
+cert-manager: ``tls.crt`` and ``tls.key`` (self-signed, ECDSA P-256, a year, made as
+admission's webhook certificate is) for NATS's Service names, and ``ca.crt`` (the same
+certificate: a self-signed certificate is its own CA), what clients check the server
+against (``BATON_NATS_CA_FILE``). Kept while they exist.
 """
 
 from __future__ import annotations
@@ -34,7 +40,11 @@ from typing import Any
 from baton.libs.runner import access
 from baton.libs.runner.spec import Spec
 from baton.libs.runtime.nkey import public_key
+from baton.services.admission.certificates import CertificateError, self_signed
 
+# deploy/base/nats.yaml's names (and localhost, for kubectl port-forward).
+TLS_HOSTS = ("nats.baton-system.svc", "nats.baton-system.svc.cluster.local",
+             "*.nats-headless.baton-system.svc", "localhost", "127.0.0.1")  # fmt: skip
 RUNNERS = ("bridge", "actuator", "admission", "gang", "reporter", "bandwidth", "health",
            "balloon", "autoscaler")  # fmt: skip
 
@@ -120,11 +130,32 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--auth-only", action="store_true",
                    help="only the authorization block, for a config that includes it")  # fmt: skip
     p.add_argument("--out", type=Path, help="write the config here (default: print it)")
+    p.add_argument("--make-tls", metavar="DIR", type=Path,
+                   help="instead: write NATS's tls.crt, tls.key, ca.crt there; exit")  # fmt: skip
+    p.add_argument("--tls-hosts", default=",".join(TLS_HOSTS),
+                   help="names in --make-tls's certificate, comma separated")  # fmt: skip
     return p.parse_args(argv)
+
+
+def make_tls(folder: Path, hosts: Sequence[str]) -> Path:
+    """NATS's self-signed server certificate and key in ``folder``, and ``ca.crt``."""
+    cert, _ = self_signed(str(folder), hosts=tuple(hosts))
+    ca = folder / "ca.crt"
+    ca.write_bytes(Path(cert).read_bytes())
+    return ca
 
 
 def run(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.make_tls:
+        hosts = [h.strip() for h in args.tls_hosts.split(",") if h.strip()]
+        try:
+            ca = make_tls(args.make_tls, hosts)
+        except (CertificateError, OSError) as exc:
+            print(f"baton nats-config: --make-tls: {exc}", file=sys.stderr)
+            return 2
+        print(f"baton nats-config: wrote tls.crt, tls.key and {ca.name} in {args.make_tls}")
+        return 0
     nodes = list(args.node)
     if args.nodes_file:
         try:

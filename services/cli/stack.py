@@ -152,25 +152,26 @@ def start_nats(args: argparse.Namespace, stack: Stack) -> str:
     argv = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
     url = f"nats://127.0.0.1:{port}"
     if not getattr(args, "no_auth", False):
-        argv += ["-c", str(write_nats_auth(args.cluster, stack))]
+        config, stack.users = write_nats_auth(args.cluster, stack.run_dir)
+        argv += ["-c", str(config)]
     child = stack.start(Child("nats", argv, stack.logs / "nats.log"))
     wait_until(lambda: port_open(port), child=child, timeout=20)
     return url
 
 
-def write_nats_auth(cluster: str, stack: Stack) -> Path:
+def write_nats_auth(cluster: str, run_dir: Path) -> tuple[Path, dict[str, str]]:
     """One NATS user (an nkey) per service, the fleet agent's and admin's, as ``baton
-    nats-config`` writes them: the seeds in ``RUN_DIR/nkeys/<user>`` (0600), the config
-    in ``RUN_DIR/nats.conf``; the command line's address, port and store win over it."""
+    nats-config`` writes them: the seeds in ``run_dir/nkeys/<user>`` (0600), the config
+    in ``run_dir/nats.conf`` (the command line's address, port and store win over it).
+    Returns the config's path and each user's seed file."""
     found = access.users(specs(), cluster, fleet=True)
-    folder = stack.run_dir / "nkeys"
+    folder = run_dir / "nkeys"
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     for user in found:
         write_seed(folder / user.name, user.seed)
-        stack.users[user.name] = str(folder / user.name)
-    path = stack.run_dir / "nats.conf"
+    path = run_dir / "nats.conf"
     write_config(path, access.server_config(found, host="127.0.0.1", store_dir=None))
-    return path
+    return path, {user.name: str(folder / user.name) for user in found}
 
 
 def start_sim(args: argparse.Namespace, stack: Stack) -> Path:
