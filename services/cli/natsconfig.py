@@ -123,7 +123,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--node", action="append", default=[], help="a node agent's user (repeat)")
     p.add_argument("--nodes-file", type=Path, help="node names, one a line")
     p.add_argument("--fleet", action="store_true", help="add the simulated fleet agent's user")
-    p.add_argument("--credentials", type=Path, help="keep every user's nkey seed in this folder")
+    p.add_argument(
+        "--credentials", type=Path, help="keep every user's nkey seed in this folder (required)"
+    )
     p.add_argument("--port", type=int, default=4222)
     p.add_argument("--store-dir", default="/data/jetstream", help="JetStream store directory")
     p.add_argument("--tls-dir", help="serve TLS with tls.crt, tls.key (and ca.crt) from here")
@@ -156,6 +158,10 @@ def run(argv: list[str]) -> int:
             return 2
         print(f"baton nats-config: wrote tls.crt, tls.key and {ca.name} in {args.make_tls}")
         return 0
+    if not args.credentials:  # the server keeps only public keys: the seeds must go somewhere
+        print("baton nats-config: --credentials DIR: required (where every user's seed is "
+              "kept: the only copy)", file=sys.stderr)  # fmt: skip
+        return 2
     nodes = list(args.node)
     if args.nodes_file:
         try:
@@ -164,7 +170,7 @@ def run(argv: list[str]) -> int:
             print(f"baton nats-config: --nodes-file: {exc.strerror}", file=sys.stderr)
             return 2
     try:
-        known = read_seeds(args.credentials) if args.credentials else {}
+        known = read_seeds(args.credentials)
         found = access.users(specs(), args.cluster, nodes=nodes, fleet=args.fleet, seeds=known)
     except ValueError as exc:  # a node name that cannot be a subject token, a bad seed
         print(f"baton nats-config: {exc}", file=sys.stderr)
@@ -174,8 +180,7 @@ def run(argv: list[str]) -> int:
         tls = {"cert_file": f"{args.tls_dir}/tls.crt", "key_file": f"{args.tls_dir}/tls.key",
                "ca_file": f"{args.tls_dir}/ca.crt"}  # fmt: skip
     config = access.server_config(found, port=args.port, store_dir=args.store_dir, tls=tls)
-    if args.credentials:
-        write_credentials(args.credentials, found)
+    write_credentials(args.credentials, found)
     text = render(config, auth_only=args.auth_only)
     if args.out:
         _secret(args.out, text)

@@ -95,10 +95,12 @@ def test_baton_nats_config_keeps_seeds_and_refuses_a_bad_node(tmp_path, capsys) 
     users = json.loads(out.read_text())["authorization"]["users"]
     assert {u["nkey"] for u in users} >= {public_key(first), public_key(agent)}
     assert first.strip() not in out.read_text()  # the server holds no seed
-    assert run(["--auth-only", "--out", str(out)]) == 0
+    assert run(["--auth-only", "--credentials", str(creds), "--out", str(out)]) == 0
     assert out.read_text().startswith("authorization: {")
-    assert run(["--node", "Not_A_Node"]) == 2
+    assert run(["--node", "Not_A_Node", "--credentials", str(creds)]) == 2
     assert "Not_A_Node" in capsys.readouterr().err
+    assert run(["--out", str(out)]) == 2  # seeds nobody keeps would be users nobody can be
+    assert "--credentials DIR: required" in capsys.readouterr().err
     (creds / "services" / "gang").write_text("not a seed\n")
     assert run(["--credentials", str(creds)]) == 2
     assert "services/gang" in capsys.readouterr().err
