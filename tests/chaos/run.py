@@ -367,15 +367,15 @@ async def check(stack: Stack, bus: Bus, report: Report) -> None:
     report.counts["dead letters"] = len(letters)
     report.checks["every dead letter has a reason"] = (not silent, f"{len(silent)} without")
     refused = _violations(stack.logs / "nats.log")
-    report.checks["NATS refused no service (auth on)"] = (
-        not refused,
-        f"{len(refused)}: {refused[:3]}",
-    )
+    said = f"{len(refused)} refusals: {refused[:3]}"
+    report.checks["NATS refused no service (auth on)"] = (not refused, said)
 
 
 def _violations(log: Path) -> list[str]:
-    """The permission and authorization violations nats-server logged."""
-    return [line for line in log.read_text(errors="replace").splitlines() if "Violation" in line]
+    """The permission violations and failed logins nats-server logged."""
+    signs = ("violation", "authentication error", "authorization error")
+    lines = log.read_text(errors="replace").splitlines()
+    return [line for line in lines if any(s in line.lower() for s in signs)]
 
 
 def _partial(pods: list[Any], groups: list[dict[str, Any]]) -> tuple[bool, str]:
