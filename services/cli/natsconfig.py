@@ -104,16 +104,20 @@ def _secret(path: Path, text: str) -> None:
         out.write(text + "\n")
 
 
-def write_config(path: Path, config: dict[str, Any]) -> None:
-    _secret(path, render(config))
+def write_config(path: Path, config: dict[str, Any], users: Sequence[access.User] = ()) -> None:
+    _secret(path, render(config, users=users))
 
 
-def render(config: dict[str, Any], *, auth_only: bool = False) -> str:
+def render(
+    config: dict[str, Any], *, auth_only: bool = False, users: Sequence[access.User] = ()
+) -> str:
     """The config as nats-server reads it (JSON is its syntax too); ``auth_only``: the
-    ``authorization`` block alone, for ``include``."""
+    ``authorization`` block alone, for ``include``. First, as comments, which user each
+    key is: nats-server's log names a client by its key alone."""
+    said = [f"# {user.public_key} {user.name}" for user in users]
     if auth_only:
-        return "authorization: " + json.dumps(config["authorization"], indent=2)
-    return json.dumps(config, indent=2)
+        return "\n".join([*said, "authorization: " + json.dumps(config["authorization"], indent=2)])
+    return "\n".join([*said, json.dumps(config, indent=2)])
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -181,7 +185,7 @@ def run(argv: list[str]) -> int:
                "ca_file": f"{args.tls_dir}/ca.crt"}  # fmt: skip
     config = access.server_config(found, port=args.port, store_dir=args.store_dir, tls=tls)
     write_credentials(args.credentials, found)
-    text = render(config, auth_only=args.auth_only)
+    text = render(config, auth_only=args.auth_only, users=found)
     if args.out:
         _secret(args.out, text)
     else:

@@ -170,7 +170,7 @@ def write_nats_auth(cluster: str, run_dir: Path) -> tuple[Path, dict[str, str]]:
     for user in found:
         write_seed(folder / user.name, user.seed)
     path = run_dir / "nats.conf"
-    write_config(path, access.server_config(found, host="127.0.0.1", store_dir=None))
+    write_config(path, access.server_config(found, host="127.0.0.1", store_dir=None), found)
     return path, {user.name: str(folder / user.name) for user in found}
 
 

@@ -92,11 +92,14 @@ def test_baton_nats_config_keeps_seeds_and_refuses_a_bad_node(tmp_path, capsys) 
     assert (creds / "admin").read_text().startswith("SU")
     assert oct(out.stat().st_mode & 0o777) == "0o600"
     assert oct((creds / "services" / "gang").stat().st_mode & 0o777) == "0o600"
-    users = json.loads(out.read_text())["authorization"]["users"]
+    text = out.read_text()  # which user each key is, as comments nats-server skips
+    assert f"# {public_key(first)} gang\n" in text
+    users = json.loads("\n".join(t for t in text.splitlines() if not t.startswith("#")))
+    users = users["authorization"]["users"]
     assert {u["nkey"] for u in users} >= {public_key(first), public_key(agent)}
     assert first.strip() not in out.read_text()  # the server holds no seed
     assert run(["--auth-only", "--credentials", str(creds), "--out", str(out)]) == 0
-    assert out.read_text().startswith("authorization: {")
+    assert "\nauthorization: {" in out.read_text()
     assert run(["--node", "Not_A_Node", "--credentials", str(creds)]) == 2
     assert "Not_A_Node" in capsys.readouterr().err
     assert run(["--out", str(out)]) == 2  # seeds nobody keeps would be users nobody can be
