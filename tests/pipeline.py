@@ -113,7 +113,8 @@ async def running(
 ) -> AsyncIterator[Runner[Any]]:
     """One service on the runner, in this event loop, on its own connection; stopped
     (within ``stop_within`` seconds, naming what was stuck) on exit."""
-    bus = await Bus.connect(url, cluster=cluster, name=spec.name)
+    bus = await Bus.connect(url, cluster=cluster, name=spec.name, ca_file=settings.nats_ca_file,
+                            seed_file=settings.nats_nkey_seed_file)  # fmt: skip
     await bus.ensure_streams()
     runner = Runner(spec, bus=bus, settings=settings, dry_run=settings.dry_run, stop_grace=5.0)
     task = asyncio.create_task(runner.run(), name=f"{spec.name}-runner")

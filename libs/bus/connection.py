@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -26,6 +27,7 @@ from nats.js.api import StreamConfig
 
 from baton.libs.bus import publishing, snapshotting, streams
 from baton.libs.bus.consuming import Delivery, Subscription, consumer_config
+from baton.libs.runtime.nkey import SEED_SETTING, seed_file_public_key
 from baton.proto import subjects
 
 log = structlog.get_logger("baton.bus")
@@ -43,6 +45,31 @@ def credentials(url: str) -> tuple[str, str]:
     return user, shown
 
 
+def inbox_prefix(public_key: str) -> str:
+    """The reply subjects of the nkey user ``public_key``: the only ones it may read
+    (``libs.runner.access``), so no user sees another's JetStream deliveries."""
+    return f"_INBOX_{public_key}"
+
+
+def auth_options(*, seed_file: str = "", ca_file: str = "") -> dict[str, Any]:
+    """nats-py ``connect`` options for an nkey user (``seed_file``: its seed, ``SU...``)
+    and TLS with a private CA (``ca_file``). ``SettingsError`` names a bad seed."""
+    options: dict[str, Any] = {}
+    if seed_file:
+        public = seed_file_public_key(seed_file, setting=SEED_SETTING)
+        options |= {"nkeys_seed": seed_file, "inbox_prefix": inbox_prefix(public)}
+    if ca_file:
+        options["tls"] = ssl.create_default_context(cafile=ca_file)
+    return options
+
+
+def env_auth_options(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """``auth_options`` from ``BATON_NATS_NKEY_SEED_FILE`` and ``BATON_NATS_CA_FILE``: how
+    the ``baton`` tools (status, tail, why, replay) connect as the operator."""
+    return auth_options(seed_file=env.get(SEED_SETTING, ""),
+                        ca_file=env.get("BATON_NATS_CA_FILE", ""))  # fmt: skip
+
+
 class Bus:
     def __init__(self, nc: Client, *, cluster: str, name: str) -> None:
         self.nc = nc
@@ -53,11 +80,15 @@ class Bus:
         self._subscriptions: set[Subscription[Any]] = set()
 
     @classmethod
-    async def connect(cls, url: str, *, cluster: str, name: str, ca_file: str = "") -> Bus:
+    async def connect(
+        cls, url: str, *, cluster: str, name: str, ca_file: str = "", seed_file: str = ""
+    ) -> Bus:
         """Connect (waiting for NATS if it is not up yet) and reconnect forever.
-        ``ca_file``: the CA of NATS's certificate, for TLS with a private CA."""
+        ``ca_file``: the CA of NATS's certificate, for TLS with a private CA;
+        ``seed_file``: the nkey seed of this service's NATS user (``SU...``)."""
         subjects.check_cluster(cluster)
-        user, shown = credentials(url)
+        _, shown = credentials(url)
+        options = auth_options(seed_file=seed_file, ca_file=ca_file)
 
         async def disconnected() -> None:
             if not nc.is_closed:  # not our own close()
@@ -71,10 +102,8 @@ class Bus:
         async def error(exc: Exception) -> None:
             log.warning("nats error", error=repr(exc))
 
-        tls = ssl.create_default_context(cafile=ca_file) if ca_file else None
         nc = await nats.connect(
             url,
-            tls=tls,
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
@@ -83,10 +112,10 @@ class Bus:
             disconnected_cb=disconnected,
             reconnected_cb=reconnected,
             error_cb=error,
-            # With auth on, a user may read replies only under its own prefix.
-            inbox_prefix=f"_INBOX_{user}" if user else "_INBOX",
+            **options,
         )
-        log.info("nats connected", url=shown, cluster=cluster, user=user or None)
+        user = options.get("inbox_prefix", "").removeprefix("_INBOX_") or None
+        log.info("nats connected", url=shown, cluster=cluster, nkey=user)
         return cls(nc, cluster=cluster, name=name)
 
     async def ensure_streams(

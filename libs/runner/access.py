@@ -1,9 +1,10 @@
 """Who may publish and read what on NATS, derived from each service's ``Spec``.
 
 One NATS user per service (its replicas share it), one per node agent and one for
-the operator (``admin``: the ``baton`` tools). ``server_config`` renders them as a
-nats-server configuration (its format accepts JSON); ``baton nats-config`` writes it
-and ``baton up`` runs NATS with it.
+the operator (``admin``: the ``baton`` tools), each an nkey (``libs.runtime.nkey``):
+the server's configuration holds only public keys, each client its own seed.
+``server_config`` renders them as a nats-server configuration (its format accepts
+JSON); ``baton nats-config`` writes it and ``baton up`` runs NATS with it.
 
 What a service's user may publish:
 
@@ -16,8 +17,8 @@ What a service's user may publish:
   RePublish would turn a decision into an action) and anything touching the actions
   stream's consumers or acks.
 
-It reads replies only on its own inbox prefix (``_INBOX_<user>``, which ``Bus.connect``
-takes from the URL's user name), so no user sees another's JetStream deliveries.
+It reads replies only on its own inbox prefix (``_INBOX_<its public key>``, which
+``Bus.connect`` derives from its seed), so no user sees another's JetStream deliveries.
 
 A node agent may publish only ``telemetry.*.<its node>`` and read only its node's
 limits (a core subscription and one direct get). It has no other JetStream API.
@@ -25,13 +26,14 @@ limits (a core subscription and one direct get). It has no other JetStream API.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from baton.libs.bus.connection import inbox_prefix
 from baton.libs.runner.leasing import LEASES
 from baton.libs.runner.spec import Spec
+from baton.libs.runtime.nkey import new_user_seed, public_key
 from baton.proto import subjects
 from baton.proto.actions import ACTION_SUBJECTS
 
@@ -71,21 +73,27 @@ class Permissions:
 
 @dataclass(frozen=True, slots=True)
 class User:
+    """A NATS user: its name (for files and logs: the server knows only its key), its
+    nkey seed (``SU...``, the client's secret) and its permissions, to which its own
+    inbox is added."""
+
     name: str
-    password: str
+    seed: str
     permissions: Permissions
 
+    @property
+    def public_key(self) -> str:
+        return public_key(self.seed)
+
+    @property
+    def inbox(self) -> str:
+        return inbox_prefix(self.public_key) + ".>"
+
     def to_config(self) -> dict[str, Any]:
-        return {
-            "user": self.name,
-            "password": self.password,
-            "permissions": self.permissions.to_config(),
-        }
-
-
-def inbox_prefix(user: str) -> str:
-    """The reply subject prefix a user's client uses (and the only one it may read)."""
-    return f"_INBOX_{user}"
+        config = self.permissions.to_config()
+        if ">" not in self.permissions.subscribe:  # admin reads everything already
+            config["subscribe"]["allow"].append(self.inbox)
+        return {"nkey": self.public_key, "permissions": config}
 
 
 def action_subjects(spec: Spec[Any], cluster: str) -> list[str]:
@@ -130,7 +138,7 @@ def service_permissions(spec: Spec[Any], cluster: str) -> Permissions:
         publish.append(f"$KV.{subjects.stream_name(cluster, DONE)}.>")
     else:
         deny += [*_actions_stream_denied(cluster), *_NO_UPDATES]
-    subscribe = [inbox_prefix(name) + ".>", *(i.filter(cluster) for i in spec.inputs)]
+    subscribe = [i.filter(cluster) for i in spec.inputs]  # and its inbox (User.to_config)
     return Permissions(tuple(publish), tuple(subscribe), tuple(deny))
 
 
@@ -148,7 +156,7 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
             subjects.wildcard(cluster, subjects.TELEMETRY, "*", token),
             f"$JS.API.DIRECT.GET.{stream}.{limits}",
         ),
-        subscribe=(limits, inbox_prefix(agent_user_name(node)) + ".>"),
+        subscribe=(limits,),
     )
 
 
@@ -161,19 +169,12 @@ def fleet_permissions(cluster: str) -> Permissions:
             "$JS.API.>",
             "$JS.FC.>",
         ),
-        subscribe=(
-            subjects.wildcard(cluster, subjects.BANDWIDTH, "limits", ">"),
-            inbox_prefix(AGENT_FLEET) + ".>",
-        ),
+        subscribe=(subjects.wildcard(cluster, subjects.BANDWIDTH, "limits", ">"),),
         deny_publish=(*_NO_DELETES, *_NO_UPDATES, *_actions_stream_denied(cluster)),
     )
 
 
 ADMIN_PERMISSIONS = Permissions(publish=(">",), subscribe=(">",))
-
-
-def password() -> str:
-    return secrets.token_urlsafe(24)
 
 
 def users(
@@ -182,17 +183,17 @@ def users(
     *,
     nodes: Sequence[str] = (),
     fleet: bool = False,
-    passwords: Mapping[str, str] | None = None,
+    seeds: Mapping[str, str] | None = None,
 ) -> list[User]:
     """The users of one cluster: admin, one per service, one per node (and the fleet's).
-    ``passwords`` keeps known users' passwords; the others get new random ones."""
-    known = dict(passwords or {})
+    ``seeds`` keeps known users' nkeys; the others get new random ones."""
+    known = dict(seeds or {})
     wanted: list[tuple[str, Permissions]] = [(ADMIN, ADMIN_PERMISSIONS)]
     wanted += [(spec.name, service_permissions(spec, cluster)) for spec in specs]
     wanted += [(agent_user_name(node), agent_permissions(cluster, node)) for node in nodes]
     if fleet:
         wanted.append((AGENT_FLEET, fleet_permissions(cluster)))
-    return [User(name, known.get(name) or password(), perms) for name, perms in wanted]
+    return [User(name, known.get(name) or new_user_seed(), perms) for name, perms in wanted]
 
 
 def server_config(
@@ -216,11 +217,3 @@ def server_config(
     if tls:
         config["tls"] = dict(tls)
     return config
-
-
-def url_for(server: str, user: User) -> str:
-    """``nats://user:password@host:port`` from ``nats://host:port``."""
-    scheme, sep, rest = server.partition("://")
-    if not sep:
-        scheme, rest = "nats", server
-    return f"{scheme}://{user.name}:{user.password}@{rest}"

@@ -32,7 +32,8 @@ async def serve(
     beside: Callable[[Runner[Any]], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
     bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name=spec.name,
-                            ca_file=settings.nats_ca_file)  # fmt: skip
+                            ca_file=settings.nats_ca_file,
+                            seed_file=settings.nats_nkey_seed_file)  # fmt: skip
     bus.replicas = settings.stream_replicas
     try:
         await bus.ensure_streams()

@@ -29,8 +29,9 @@ class Base(msgspec.Struct, frozen=True, kw_only=True):
     """The settings every service has; a service's own ``Settings`` adds its fields
     (and may redeclare a default, e.g. its ``ops_port``)."""
 
-    nats_url: str = "nats://127.0.0.1:4222"  # with auth: nats://<user>:<password>@host:port
+    nats_url: str = "nats://127.0.0.1:4222"  # tls://... in deploy/ (docs/security.md)
     nats_ca_file: str = ""  # CA that signed NATS's certificate, for a tls:// URL (PEM)
+    nats_nkey_seed_file: str = ""  # this service's NATS user: its nkey seed (SU...)
     cluster: str = "c1"
     ops_port: int = 9090  # /metrics, /healthz, /readyz
     dry_run: bool = False  # decide and publish decisions; withhold actions
@@ -47,6 +48,10 @@ class Base(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("lease_ttl_s must be positive")
         if self.stream_replicas not in (1, 3, 5):
             raise ValueError(f"stream_replicas {self.stream_replicas}: expected 1, 3 or 5")
+        if self.nats_nkey_seed_file:  # a bad seed stops start-up, not the first connect
+            from baton.libs.runtime.nkey import seed_file_public_key
+
+            seed_file_public_key(self.nats_nkey_seed_file)
 
 
 class SettingsError(ValueError):
@@ -79,7 +84,9 @@ def load_settings(
     try:
         return msgspec.convert(values, type_)
     except msgspec.ValidationError as exc:  # from __post_init__ checks
-        raise SettingsError(f"{prefix}*: {exc}") from exc
+        said = str(exc)  # a check that names its variable says it first
+        named = said.startswith(COMMON_PREFIX)
+        raise SettingsError(said if named else f"{prefix}*: {said}") from exc
 
 
 def _read_file(path: Path, fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from baton.libs.runtime import (
     run_until_signalled,
     serve_ops,
 )
+from baton.libs.runtime.nkey import seed_file_public_key
 from baton.proto import subjects
 from baton.services.agent import core
 from baton.services.agent.backends import HostPoller, KernelLogPoller, Poller
@@ -55,9 +56,10 @@ log = structlog.get_logger("baton.agent")
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     nats_url: str = "nats://127.0.0.1:4222"
-    # With NATS auth: a folder of URLs, one per agent user (``baton nats-config``); the
-    # agent connects with its node's (``agent-<node>``), which wins over nats_url.
+    # With NATS auth: a folder of nkey seeds, one per agent user (``baton nats-config``);
+    # the agent connects as its node's user (file ``agent-<node>``).
     nats_credentials_dir: str = ""
+    nats_nkey_seed_file: str = ""  # one seed for this agent (baton up's fleet)
     nats_ca_file: str = ""  # CA of NATS's certificate, for a tls:// URL
     cluster: str = "c1"
     ops_port: int = OPS_PORTS["agent"]
@@ -185,7 +187,7 @@ def wire(settings: Settings, *, node: str, fleet: bool, clock: Any = time.time) 
     return Wiring(backends=tuple(p.name for p, _ in pollers), pollers=pollers, sources=sources)
 
 
-async def serve(settings: Settings, *, node: str, fleet: bool) -> None:
+async def serve(settings: Settings, *, node: str, fleet: bool, seed_file: str = "") -> None:
     wiring = wire(settings, node=node, fleet=fleet)
     agent = Agent(
         config=settings.config(node, wiring.backends),
@@ -193,8 +195,8 @@ async def serve(settings: Settings, *, node: str, fleet: bool) -> None:
         nodes=() if fleet else (node,),
     )
     name = "agent-fleet" if fleet else f"agent-{node}"
-    url = nats_url(settings, user=AGENT_FLEET if fleet else agent_user_name(node))
-    bus = await Bus.connect(url, cluster=settings.cluster, name=name, ca_file=settings.nats_ca_file)
+    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name=name,
+                            ca_file=settings.nats_ca_file, seed_file=seed_file)  # fmt: skip
     egress, shaping = egress_source(settings, bus=bus, node=node, fleet=fleet)
     ready = lambda: (agent.ready or shaping()) and bus.nc.is_connected  # noqa: E731
     ops = await serve_ops(settings.ops_port, ready=ready, service="agent")
@@ -206,18 +208,24 @@ async def serve(settings: Settings, *, node: str, fleet: bool) -> None:
         await bus.close()
 
 
-def nats_url(settings: Settings, *, user: str) -> str:
-    """The URL in ``nats_credentials_dir/<user>`` when that is set, else ``nats_url``."""
-    if not settings.nats_credentials_dir:
-        return settings.nats_url
-    path = Path(settings.nats_credentials_dir) / user
-    try:
-        return path.read_text().strip()
-    except OSError as exc:
-        raise SettingsError(
-            f"BATON_AGENT_NATS_CREDENTIALS_DIR: no credentials for NATS user {user!r} at "
-            f"{path} ({exc.strerror}); generate them with baton nats-config --node"
-        ) from exc
+def nats_seed_file(settings: Settings, *, user: str) -> str:
+    """The nkey seed file this agent connects with: ``nats_credentials_dir/<user>`` when
+    that is set, else ``nats_nkey_seed_file`` ("" : no NATS auth). A missing or invalid
+    seed raises ``SettingsError`` naming the setting."""
+    if settings.nats_credentials_dir:
+        path = str(Path(settings.nats_credentials_dir) / user)
+        setting = f"{PREFIX}NATS_CREDENTIALS_DIR"
+        if not Path(path).is_file():
+            raise SettingsError(
+                f"{setting}: no nkey seed for NATS user {user!r} at {path}; generate it "
+                "with baton nats-config --node"
+            )
+    elif settings.nats_nkey_seed_file:
+        path, setting = settings.nats_nkey_seed_file, f"{PREFIX}NATS_NKEY_SEED_FILE"
+    else:
+        return ""
+    seed_file_public_key(path, setting=setting)
+    return path
 
 
 def egress_source(
@@ -300,6 +308,8 @@ def run(argv: list[str]) -> int:
                 raise SettingsError(f"{PREFIX}SIM_URL: required with --fleet, not set")
             settings = msgspec.structs.replace(settings, backend="sim")
         node = "" if args.fleet else node_name(args.node, settings, env)
+        user = AGENT_FLEET if args.fleet else agent_user_name(node)
+        seed_file = "" if args.once else nats_seed_file(settings, user=user)
     except SettingsError as exc:
         print(f"baton agent: {exc}", file=sys.stderr)
         return 2
@@ -308,7 +318,8 @@ def run(argv: list[str]) -> int:
         result = asyncio.run(once(settings, node=node, fleet=args.fleet))
         print(_render(result, as_json=args.json))
         return 0
-    asyncio.run(run_until_signalled(lambda: serve(settings, node=node, fleet=args.fleet)))
+    asyncio.run(run_until_signalled(
+        lambda: serve(settings, node=node, fleet=args.fleet, seed_file=seed_file)))  # fmt: skip
     return 0
 
 

@@ -11,6 +11,8 @@ import importlib
 import sys
 from collections.abc import Callable
 
+from baton.libs.runtime.settings import SettingsError
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": (
         "baton.services.cli.up:run",
@@ -84,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"baton: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    return resolve(name)(rest) or 0
+    try:
+        return resolve(name)(rest) or 0
+    except SettingsError as exc:  # e.g. a tool's BATON_NATS_NKEY_SEED_FILE that holds no seed
+        print(f"baton {name}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

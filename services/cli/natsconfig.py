@@ -1,21 +1,29 @@
 """``baton nats-config``: the nats-server configuration with one user per service.
 
-Each service's permissions follow from its ``Spec`` (``libs.runner.access``): what it
-publishes, which lease key it holds, which inbox it reads. Node agents get one user
-per node (``--node``, repeated, or ``--nodes-file`` with one name a line).
+Each user is an nkey; each service's permissions follow from its ``Spec``
+(``libs.runner.access``): what it publishes, which lease key it holds, which inbox it
+reads. Node agents get one user per node (``--node``, repeated, or ``--nodes-file``
+with one name a line). The configuration holds only public keys.
 
-With ``--credentials DIR`` (files mode 0600):
+With ``--credentials DIR`` (files mode 0600), each user's nkey seed (``SU...``),
+reused when present (adding a node changes no other user's key):
 
-- ``DIR/passwords/<user>``: each password, reused when present (adding a node changes
-  no other user's password);
-- ``DIR/services/<service>``: the URL each service is given as ``BATON_NATS_URL`` (in
-  ``deploy/``: the ``baton-nats`` Secret, one key per service);
-- ``DIR/agents/<user>``: each node agent's URL (the ``baton-nats-agents`` Secret; an
-  agent reads its own with ``BATON_AGENT_NATS_CREDENTIALS_DIR``);
-- ``DIR/admin``: the operator's URL, for ``baton status``, ``tail`` and ``why``.
+- ``DIR/services/<service>``: what each service reads from
+  ``BATON_NATS_NKEY_SEED_FILE`` (in ``deploy/``: the ``baton-nats`` Secret, one key
+  per service, each pod mounting only its own);
+- ``DIR/agents/<user>``: each node agent's (the ``baton-nats-agents`` Secret; an agent
+  reads its own with ``BATON_AGENT_NATS_CREDENTIALS_DIR``);
+- ``DIR/admin``: the operator's, for ``baton status``, ``tail`` and ``why``
+  (``BATON_NATS_NKEY_SEED_FILE=DIR/admin``).
 
 ``--auth-only`` writes just the ``authorization`` block, for a server config that
 includes it (``deploy/base/nats.yaml``: the ``nats-auth`` Secret).
+
+``--make-tls DIR`` writes NATS's server certificate instead, for clusters without
+cert-manager: ``tls.crt`` and ``tls.key`` (self-signed, ECDSA P-256, a year, made as
+admission's webhook certificate is) for NATS's Service names, and ``ca.crt`` (the same
+certificate: a self-signed certificate is its own CA), what clients check the server
+against (``BATON_NATS_CA_FILE``). Kept while they exist.
 """
 
 from __future__ import annotations
@@ -31,7 +39,12 @@ from typing import Any
 
 from baton.libs.runner import access
 from baton.libs.runner.spec import Spec
+from baton.libs.runtime.nkey import public_key
+from baton.services.admission.certificates import CertificateError, self_signed
 
+# deploy/base/nats.yaml's names (and localhost, for kubectl port-forward).
+TLS_HOSTS = ("nats.baton-system.svc", "nats.baton-system.svc.cluster.local",
+             "*.nats-headless.baton-system.svc", "localhost", "127.0.0.1")  # fmt: skip
 RUNNERS = ("bridge", "actuator", "admission", "gang", "reporter", "bandwidth", "health",
            "balloon", "autoscaler")  # fmt: skip
 
@@ -48,26 +61,41 @@ def specs(names: Sequence[str] = RUNNERS) -> list[Spec[Any]]:
     return found
 
 
-def read_passwords(folder: Path) -> dict[str, str]:
-    kept = folder / "passwords"
-    if not kept.is_dir():
-        return {}
-    found = {p.name: p.read_text().strip() for p in kept.iterdir() if p.is_file()}
-    return {name: password for name, password in found.items() if password}
+def seed_path(folder: Path, user: str) -> Path:
+    """Where ``--credentials`` keeps ``user``'s seed (see the module doc)."""
+    if user == access.ADMIN:
+        return folder / user
+    return folder / ("agents" if user.startswith("agent-") else "services") / user
 
 
-def write_credentials(folder: Path, found: Sequence[access.User], *, server: str) -> None:
-    for sub in ("passwords", "services", "agents"):
+def read_seeds(folder: Path) -> dict[str, str]:
+    """The seeds kept in ``folder`` by user name; ``ValueError`` naming a file that
+    holds no seed."""
+    files = [folder / access.ADMIN]
+    for sub in ("services", "agents"):
+        if (folder / sub).is_dir():
+            files += [p for p in (folder / sub).iterdir() if p.is_file()]
+    found: dict[str, str] = {}
+    for path in (p for p in files if p.is_file()):
+        seed = path.read_text().strip()
+        try:
+            public_key(seed)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+        found[path.name] = seed
+    return found
+
+
+def write_credentials(folder: Path, found: Sequence[access.User]) -> None:
+    for sub in ("services", "agents"):
         (folder / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
     for user in found:
-        _secret(folder / "passwords" / user.name, user.password)
-        if user.name == access.ADMIN:
-            where = folder / user.name
-        elif user.name.startswith("agent-"):
-            where = folder / "agents" / user.name
-        else:
-            where = folder / "services" / user.name
-        _secret(where, access.url_for(server, user))
+        write_seed(seed_path(folder, user.name), user.seed)
+
+
+def write_seed(path: Path, seed: str) -> None:
+    """A seed file (0600), as nats-py's ``nkeys_seed`` and ``BATON_NATS_NKEY_SEED_FILE`` read it."""
+    _secret(path, seed)
 
 
 def _secret(path: Path, text: str) -> None:
@@ -76,16 +104,20 @@ def _secret(path: Path, text: str) -> None:
         out.write(text + "\n")
 
 
-def write_config(path: Path, config: dict[str, Any]) -> None:
-    _secret(path, render(config))
+def write_config(path: Path, config: dict[str, Any], users: Sequence[access.User] = ()) -> None:
+    _secret(path, render(config, users=users))
 
 
-def render(config: dict[str, Any], *, auth_only: bool = False) -> str:
+def render(
+    config: dict[str, Any], *, auth_only: bool = False, users: Sequence[access.User] = ()
+) -> str:
     """The config as nats-server reads it (JSON is its syntax too); ``auth_only``: the
-    ``authorization`` block alone, for ``include``."""
+    ``authorization`` block alone, for ``include``. First, as comments, which user each
+    key is: nats-server's log names a client by its key alone."""
+    said = [f"# {user.public_key} {user.name}" for user in users]
     if auth_only:
-        return "authorization: " + json.dumps(config["authorization"], indent=2)
-    return json.dumps(config, indent=2)
+        return "\n".join([*said, "authorization: " + json.dumps(config["authorization"], indent=2)])
+    return "\n".join([*said, json.dumps(config, indent=2)])
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -95,19 +127,45 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--node", action="append", default=[], help="a node agent's user (repeat)")
     p.add_argument("--nodes-file", type=Path, help="node names, one a line")
     p.add_argument("--fleet", action="store_true", help="add the simulated fleet agent's user")
-    p.add_argument("--credentials", type=Path, help="keep passwords and URLs in this folder")
-    p.add_argument("--server", default="nats://nats:4222", help="URL services connect to")
+    p.add_argument(
+        "--credentials", type=Path, help="keep every user's nkey seed in this folder (required)"
+    )
     p.add_argument("--port", type=int, default=4222)
     p.add_argument("--store-dir", default="/data/jetstream", help="JetStream store directory")
     p.add_argument("--tls-dir", help="serve TLS with tls.crt, tls.key (and ca.crt) from here")
     p.add_argument("--auth-only", action="store_true",
                    help="only the authorization block, for a config that includes it")  # fmt: skip
     p.add_argument("--out", type=Path, help="write the config here (default: print it)")
+    p.add_argument("--make-tls", metavar="DIR", type=Path,
+                   help="instead: write NATS's tls.crt, tls.key, ca.crt there; exit")  # fmt: skip
+    p.add_argument("--tls-hosts", default=",".join(TLS_HOSTS),
+                   help="names in --make-tls's certificate, comma separated")  # fmt: skip
     return p.parse_args(argv)
+
+
+def make_tls(folder: Path, hosts: Sequence[str]) -> Path:
+    """NATS's self-signed server certificate and key in ``folder``, and ``ca.crt``."""
+    cert, _ = self_signed(str(folder), hosts=tuple(hosts))
+    ca = folder / "ca.crt"
+    ca.write_bytes(Path(cert).read_bytes())
+    return ca
 
 
 def run(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.make_tls:
+        hosts = [h.strip() for h in args.tls_hosts.split(",") if h.strip()]
+        try:
+            ca = make_tls(args.make_tls, hosts)
+        except (CertificateError, OSError) as exc:
+            print(f"baton nats-config: --make-tls: {exc}", file=sys.stderr)
+            return 2
+        print(f"baton nats-config: wrote tls.crt, tls.key and {ca.name} in {args.make_tls}")
+        return 0
+    if not args.credentials:  # the server keeps only public keys: the seeds must go somewhere
+        print("baton nats-config: --credentials DIR: required (where every user's seed is "
+              "kept: the only copy)", file=sys.stderr)  # fmt: skip
+        return 2
     nodes = list(args.node)
     if args.nodes_file:
         try:
@@ -115,11 +173,10 @@ def run(argv: list[str]) -> int:
         except OSError as exc:
             print(f"baton nats-config: --nodes-file: {exc.strerror}", file=sys.stderr)
             return 2
-    known = read_passwords(args.credentials) if args.credentials else {}
     try:
-        found = access.users(specs(), args.cluster, nodes=nodes, fleet=args.fleet,
-                             passwords=known)  # fmt: skip
-    except ValueError as exc:  # a node name that cannot be a subject token
+        known = read_seeds(args.credentials)
+        found = access.users(specs(), args.cluster, nodes=nodes, fleet=args.fleet, seeds=known)
+    except ValueError as exc:  # a node name that cannot be a subject token, a bad seed
         print(f"baton nats-config: {exc}", file=sys.stderr)
         return 2
     tls = None
@@ -127,9 +184,8 @@ def run(argv: list[str]) -> int:
         tls = {"cert_file": f"{args.tls_dir}/tls.crt", "key_file": f"{args.tls_dir}/tls.key",
                "ca_file": f"{args.tls_dir}/ca.crt"}  # fmt: skip
     config = access.server_config(found, port=args.port, store_dir=args.store_dir, tls=tls)
-    if args.credentials:
-        write_credentials(args.credentials, found, server=args.server)
-    text = render(config, auth_only=args.auth_only)
+    write_credentials(args.credentials, found)
+    text = render(config, auth_only=args.auth_only, users=found)
     if args.out:
         _secret(args.out, text)
     else:

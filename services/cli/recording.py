@@ -28,6 +28,7 @@ import nats
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
+from baton.libs.bus.connection import env_auth_options
 from baton.libs.bus.streams import HISTORY
 from baton.libs.runner.ordering import origin
 from baton.proto import subjects
@@ -189,6 +190,7 @@ async def _connect(url: str) -> Client:
                 error_cb=quiet,
                 max_reconnect_attempts=0,
                 connect_timeout=2,
+                **env_auth_options(),
             ),
             timeout=5,
         )

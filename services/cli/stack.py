@@ -16,7 +16,7 @@ from pathlib import Path
 from baton.libs.runner import access
 from baton.services.cli.installing import PREFLIGHT_NAMESPACE, ensure_namespace
 from baton.services.cli.monitoring import start_prometheus
-from baton.services.cli.natsconfig import specs, write_config
+from baton.services.cli.natsconfig import specs, write_config, write_seed
 from baton.services.cli.processes import (
     Child,
     baton,
@@ -52,11 +52,12 @@ class Stack:
     ops: dict[str, int] = field(default_factory=dict)  # service -> ops port
     webhook: tuple[int, Path] | None = None  # admission's port and TLS dir, when we register it
     prometheus: str = ""  # its URL, with --prometheus
-    users: dict[str, str] = field(default_factory=dict)  # NATS user -> its URL, with auth on
+    users: dict[str, str] = field(default_factory=dict)  # NATS user -> its nkey seed file
 
-    def nats_url_for(self, user: str) -> str:
-        """The URL a child connects with: its own user's when NATS runs with auth."""
-        return self.users.get(user, self.nats_url)
+    @property
+    def nats_seed_file(self) -> str:
+        """The admin's nkey seed (the tools'), "" when NATS runs without auth."""
+        return self.users.get(access.ADMIN, "")
 
     def start(self, child: Child) -> Child:
         child.start()
@@ -70,6 +71,8 @@ class Stack:
     def endpoints(self) -> tuple[tuple[str, str], ...]:
         """What a user connects to, for the status screen (it stays on screen)."""
         found = [("NATS", self.nats_url), ("KUBECONFIG", str(self.kubeconfig))]
+        if self.nats_seed_file:
+            found.append(("NATS nkey (admin)", self.nats_seed_file))
         if self.sim:
             found.append(("simcluster", f"http://{self.sim} (/metrics: API server metrics)"))
         if self.prometheus:
@@ -86,6 +89,7 @@ def start_all(args: argparse.Namespace, stack: Stack) -> None:
     stack.kubeconfig = args.kubeconfig or start_sim(args, stack)
     env = {
         "BATON_NATS_URL": stack.nats_url,
+        **({"BATON_NATS_NKEY_SEED_FILE": stack.nats_seed_file} if stack.nats_seed_file else {}),
         "BATON_CLUSTER": args.cluster,
         "KUBECONFIG": str(stack.kubeconfig),
     }
@@ -115,8 +119,9 @@ def start_all(args: argparse.Namespace, stack: Stack) -> None:
             child_name = name if replica == 1 else f"{name}-{replica}"
             stack.ops[child_name] = free_port()
             child_env = {**env, "BATON_OPS_PORT": str(stack.ops[child_name])}
-            user = "agent-fleet" if name == "agent" else name
-            child_env["BATON_NATS_URL"] = stack.nats_url_for(user)
+            user = access.AGENT_FLEET if name == "agent" else name
+            if user in stack.users:  # its own NATS user (else: admin's, or no auth)
+                child_env["BATON_NATS_NKEY_SEED_FILE"] = stack.users[user]
             if name == "admission" and args.kubeconfig is None:  # simcluster calls a webhook
                 tls = stack.run_dir / "admission-tls"
                 port = free_port()
@@ -147,20 +152,26 @@ def start_nats(args: argparse.Namespace, stack: Stack) -> str:
     argv = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
     url = f"nats://127.0.0.1:{port}"
     if not getattr(args, "no_auth", False):
-        argv += ["-c", str(write_nats_auth(args, stack, server=url))]
+        config, stack.users = write_nats_auth(args.cluster, stack.run_dir)
+        argv += ["-c", str(config)]
     child = stack.start(Child("nats", argv, stack.logs / "nats.log"))
     wait_until(lambda: port_open(port), child=child, timeout=20)
-    return stack.users.get("admin", url)
+    return url
 
 
-def write_nats_auth(args: argparse.Namespace, stack: Stack, *, server: str) -> Path:
-    """One NATS user per service, the fleet agent's and admin's (``baton nats-config``);
-    the command line's address, port and store win over the file's."""
-    found = access.users(specs(), args.cluster, fleet=True)
-    stack.users = {user.name: access.url_for(server, user) for user in found}
-    path = stack.run_dir / "nats.conf"
-    write_config(path, access.server_config(found, host="127.0.0.1", store_dir=None))
-    return path
+def write_nats_auth(cluster: str, run_dir: Path) -> tuple[Path, dict[str, str]]:
+    """One NATS user (an nkey) per service, the fleet agent's and admin's, as ``baton
+    nats-config`` writes them: the seeds in ``run_dir/nkeys/<user>`` (0600), the config
+    in ``run_dir/nats.conf`` (the command line's address, port and store win over it).
+    Returns the config's path and each user's seed file."""
+    found = access.users(specs(), cluster, fleet=True)
+    folder = run_dir / "nkeys"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for user in found:
+        write_seed(folder / user.name, user.seed)
+    path = run_dir / "nats.conf"
+    write_config(path, access.server_config(found, host="127.0.0.1", store_dir=None), found)
+    return path, {user.name: str(folder / user.name) for user in found}
 
 
 def start_sim(args: argparse.Namespace, stack: Stack) -> Path:
@@ -181,6 +192,7 @@ def write_endpoints(path: Path, stack: Stack, *, cluster: str) -> None:
     """``KEY=VALUE`` lines a shell can source (``set -a; . PATH; set +a``)."""
     lines = [
         f"BATON_NATS_URL={stack.nats_url}",
+        *([f"BATON_NATS_NKEY_SEED_FILE={stack.nats_seed_file}"] if stack.nats_seed_file else []),
         f"KUBECONFIG={stack.kubeconfig}",
         f"BATON_CLUSTER={cluster}",
         "BATON_UP_OPS_PORTS=" + ",".join(f"{n}:{p}" for n, p in stack.ops.items()),

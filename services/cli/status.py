@@ -19,6 +19,7 @@ import time
 import nats
 import nats.errors
 
+from baton.libs.bus.connection import env_auth_options
 from baton.services.cli.following import NoBaton, load
 from baton.services.cli.view import ServiceHealth, View, summarize, teams_now, text
 
@@ -44,7 +45,8 @@ def services(view: View) -> list[ServiceHealth]:
 async def status(args: argparse.Namespace) -> str:
     try:
         nc = await nats.connect(args.nats, name="baton-status", connect_timeout=5,
-                                max_reconnect_attempts=0, allow_reconnect=False)  # fmt: skip
+                                max_reconnect_attempts=0, allow_reconnect=False,
+                                **env_auth_options())  # fmt: skip
     except (OSError, nats.errors.Error) as exc:
         raise NoBaton(f"cannot reach NATS at {args.nats}: {exc!r}") from exc
     try:

@@ -30,6 +30,7 @@ from nats.aio.msg import Msg
 from nats.errors import NotJSMessageError
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from baton.libs.bus.connection import env_auth_options
 from baton.proto import subjects
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
@@ -175,7 +176,7 @@ async def tail(args: argparse.Namespace, printer: Printer) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, printer.done.set)
-    nc = await nats.connect(args.nats, name="baton-tail")
+    nc = await nats.connect(args.nats, name="baton-tail", **env_auth_options())
     try:
         if args.since:
             js = nc.jetstream()

@@ -24,6 +24,7 @@ from pathlib import Path
 import aiohttp
 import nats
 
+from baton.libs.bus.connection import auth_options
 from baton.services.cli.following import NoBaton, follow, wait_for_streams
 from baton.services.cli.installing import install_webhook
 from baton.services.cli.monitoring import NoPrometheus
@@ -113,7 +114,12 @@ async def watch(args: argparse.Namespace, stack: Stack) -> int:
     tty = sys.stdout.isatty()
     view = View(said=None if tty else [])  # plain output: every decision, as it comes
     say = view.note if tty else (lambda line: print(f"baton up: {line}", flush=True))
-    nc = await nats.connect(stack.nats_url, name="baton-up", max_reconnect_attempts=-1)
+    nc = await nats.connect(
+        stack.nats_url,
+        name="baton-up",
+        max_reconnect_attempts=-1,
+        **auth_options(seed_file=stack.nats_seed_file),
+    )
     shown = Shown()
     try:
         await wait_for_streams(nc, cluster=args.cluster, until=loop.time() + 120)

@@ -30,6 +30,7 @@ import msgspec
 import nats
 from nats.js.api import DeliverPolicy
 
+from baton.libs.bus.connection import env_auth_options
 from baton.libs.bus.streams import HISTORY, K8S
 from baton.libs.view import GangView, gang_key, quorum
 from baton.proto import subjects
@@ -234,7 +235,9 @@ def _clock(at: float) -> str:
 
 async def gather(url: str, *, cluster: str, namespace: str, name: str) -> Facts:
     """The object's gang now (K8S) and every message about its namespace in HISTORY."""
-    nc = await nats.connect(url, name="baton-why", max_reconnect_attempts=0, connect_timeout=2)
+    nc = await nats.connect(
+        url, name="baton-why", max_reconnect_attempts=0, connect_timeout=2, **env_auth_options()
+    )
     try:
         js = nc.jetstream()
         current = await _read(js, subjects.stream_name(cluster, K8S),

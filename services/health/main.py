@@ -189,7 +189,9 @@ def switch(argv: list[str]) -> int:
 
 
 async def publish_control(settings: Base, control: Control) -> None:
-    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name="health-switch")
+    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name="health-switch",
+                            ca_file=settings.nats_ca_file,
+                            seed_file=settings.nats_nkey_seed_file)  # fmt: skip
     try:
         await bus.ensure_streams()
         subject = health.control_subject(settings.cluster)

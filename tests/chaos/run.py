@@ -1,7 +1,9 @@
 """The chaos run: Baton keeps its promises while its pieces die.
 
 Every service runs as 2 replicas (processes, as ``baton <service>``), with NATS and a
-simulated cluster that replays a generated job trace. For ``duration`` seconds:
+simulated cluster that replays a generated job trace. NATS runs with auth on, the
+configuration ``baton up`` generates: each service connects as its own nkey user, the
+run itself as admin. For ``duration`` seconds:
 
 - every ``every`` seconds a random replica of a random service is SIGKILLed and
   started again a second later (as Kubernetes would);
@@ -12,8 +14,9 @@ simulated cluster that replays a generated job trace. For ``duration`` seconds:
 Then the trace ends, Baton settles, and the run checks, from the API and the streams:
 no gang partly bound; no node over-allocated; every action answered (lost: 0), none
 applied twice (the API saw no second bind of a pod: duplicates 0); every gang that
-fits is placed; every dead letter has a reason. It prints what it did and how long
-each takeover took.
+fits is placed; every dead letter has a reason; NATS refused nothing a service did
+(no violation in its log: the generated rights suffice under faults too). It prints
+what it did and how long each takeover took.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from baton.proto import keys, subjects
 from baton.proto.actions import ActionResult, AnyAction
 from baton.proto.deadletter import DeadLetter
 from baton.services.cli.processes import Child, baton, free_port, nats_server_binary, port_open
+from baton.services.cli.stack import write_nats_auth
 from tests.pipeline import every
 
 SERVICES = ("bridge", "actuator", "admission", "gang")
@@ -115,8 +119,9 @@ class Stack:
         self.nats_port = free_port()
         self.url = f"nats://127.0.0.1:{self.nats_port}"
         self.kubeconfig = run / "kubeconfig"
+        config, self.seeds = write_nats_auth(C, run)  # as baton up: one nkey per service
         self.nats = Child("nats", [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p",
-                                   str(self.nats_port), "-sd", str(run / "js")],
+                                   str(self.nats_port), "-sd", str(run / "js"), "-c", str(config)],
                           self.logs / "nats.log")  # fmt: skip
         self.replicas: list[Child] = []
         self.sim: Child | None = None
@@ -136,7 +141,8 @@ class Stack:
         for service in SERVICES:
             for i in range(1, self.plan.replicas + 1):
                 name = f"{service}-{i}"
-                child_env = {**env, "BATON_OPS_PORT": str(free_port())}
+                child_env = {**env, "BATON_OPS_PORT": str(free_port()),
+                             "BATON_NATS_NKEY_SEED_FILE": self.seeds[service]}  # fmt: skip
                 child = Child(name, baton(service), self.logs / f"{name}.log", child_env)
                 child.start()
                 self.replicas.append(child)
@@ -199,7 +205,8 @@ async def chaos(plan: Plan, *, keep: Path | None = None) -> Report:
         stack = Stack(plan, run)
         try:
             stack.start(trace)
-            bus = await Bus.connect(stack.url, cluster=C, name="chaos")
+            bus = await Bus.connect(stack.url, cluster=C, name="chaos",
+                                    seed_file=stack.seeds["admin"])  # fmt: skip
             try:
                 await bus.ensure_streams()
                 await _until_led(bus, within=60)
@@ -359,6 +366,16 @@ async def check(stack: Stack, bus: Bus, report: Report) -> None:
     silent = [d for d in letters if not d.reason]
     report.counts["dead letters"] = len(letters)
     report.checks["every dead letter has a reason"] = (not silent, f"{len(silent)} without")
+    refused = _violations(stack.logs / "nats.log")
+    said = f"{len(refused)} refusals: {refused[:3]}"
+    report.checks["NATS refused no service (auth on)"] = (not refused, said)
+
+
+def _violations(log: Path) -> list[str]:
+    """The permission violations and failed logins nats-server logged."""
+    signs = ("violation", "authentication error", "authorization error")
+    lines = log.read_text(errors="replace").splitlines()
+    return [line for line in lines if any(s in line.lower() for s in signs)]
 
 
 def _partial(pods: list[Any], groups: list[dict[str, Any]]) -> tuple[bool, str]:

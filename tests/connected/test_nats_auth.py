@@ -1,12 +1,15 @@
-"""NATS with the users ``baton nats-config`` generates: a client without the right cannot
-publish an action and the actuator never sees one; services with their own credentials
-still work; a node agent reaches only its own node's subjects."""
+"""NATS with the users ``baton nats-config`` generates (nkeys): a client without the
+right cannot publish an action and the actuator never sees one; services with their own
+seeds still work; a node agent reaches only its own node's subjects; over TLS, a client
+without the CA cannot connect."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +18,14 @@ from typing import Any
 import msgspec
 import nats
 import nats.errors
+import nkeys
 import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
 from baton.libs.bus import Bus
+from baton.libs.bus.connection import auth_options
 from baton.libs.runner import access
+from baton.libs.runtime.nkey import new_user_seed, public_key
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
 from baton.proto import subjects
@@ -32,7 +38,7 @@ from baton.services.actuator import main as actuator
 from baton.services.actuator.calling import Api
 from baton.services.admission import main as admission
 from baton.services.bandwidth import main as bandwidth
-from baton.services.cli.natsconfig import specs
+from baton.services.cli.natsconfig import seed_path, specs, write_credentials
 from baton.services.gang import main as gang
 from baton.services.health import main as health
 from baton.services.reporter import main as reporter
@@ -45,11 +51,24 @@ NODE = "gpu-0"
 
 @dataclass
 class Secured:
-    server: str  # nats://127.0.0.1:PORT, no credentials
-    urls: dict[str, str]  # user -> URL with its password
+    server: str  # nats://127.0.0.1:PORT
+    seeds: dict[str, str]  # user -> its nkey seed file (baton nats-config --credentials)
 
-    def url(self, user: str) -> str:
-        return self.urls[user]
+    def seed(self, user: str) -> str:
+        return self.seeds[user]
+
+    def seed_text(self, user: str) -> str:
+        return Path(self.seeds[user]).read_text().strip()
+
+    async def bus(self, user: str, *, name: str = "") -> Bus:
+        return await Bus.connect(self.server, cluster=C, name=name or user,
+                                 seed_file=self.seeds[user])  # fmt: skip
+
+
+def write_seeds(tmp_path: Path, found: list[access.User]) -> dict[str, str]:
+    folder = tmp_path / "creds"
+    write_credentials(folder, found)
+    return {u.name: str(seed_path(folder, u.name)) for u in found}
 
 
 @contextlib.asynccontextmanager
@@ -58,7 +77,7 @@ async def secured_nats(tmp_path: Path) -> AsyncIterator[Secured]:
     config = tmp_path / "nats.conf"
     config.write_text(json.dumps(access.server_config(found, host="127.0.0.1", store_dir=None)))
     async with running_nats(config=config) as server:
-        yield Secured(server, {u.name: access.url_for(server, u) for u in found})
+        yield Secured(server, write_seeds(tmp_path, found))
 
 
 class Violations:
@@ -67,12 +86,12 @@ class Violations:
     def __init__(self) -> None:
         self.errors: list[str] = []
 
-    async def connect(self, url: str, user: str) -> nats.NATS:
+    async def connect(self, url: str, seed_file: str) -> nats.NATS:
         async def on_error(exc: Exception) -> None:
             self.errors.append(str(exc))
 
         return await nats.connect(url, error_cb=on_error, allow_reconnect=False,
-                                  inbox_prefix=access.inbox_prefix(user))  # fmt: skip
+                                  **auth_options(seed_file=seed_file))  # fmt: skip
 
     def saw(self, subject: str) -> bool:
         found = [e.lower() for e in self.errors]  # nats-py lowercases the server's error
@@ -85,19 +104,30 @@ def taint(id_: str, node: str, *, by: str) -> SetTaint:
 
 
 async def test_a_client_without_credentials_is_refused(tmp_path: Path) -> None:
+    """No credentials, a password, another key signing for the actuator's, an unknown
+    key: refused. The actuator's own seed signing the server's nonce: let in."""
     async with secured_nats(tmp_path) as nats_:
-        for creds in ({}, {"user": "actuator", "pass": "not-the-password"}):
-            assert "authorization violation" in (await hello(nats_.server, creds)).lower()
-        good = {"user": "actuator", "pass": nats_.url("actuator").split(":")[2].split("@")[0]}
+        actuator = nats_.seed_text("actuator")
+        stranger = new_user_seed()
+        for creds in ({}, {"user": "actuator", "pass": "anything"},
+                      {"signer": stranger, "nkey": public_key(actuator)},
+                      {"signer": stranger, "nkey": public_key(stranger)}):  # fmt: skip
+            assert "authorization violation" in (await hello(nats_.server, creds)).lower(), creds
+        good = {"signer": actuator, "nkey": public_key(actuator)}
         assert (await hello(nats_.server, good)).startswith("PONG")
 
 
 async def hello(server: str, creds: dict[str, str]) -> str:
-    """The server's answer to CONNECT (with ``creds``) and PING, over a plain socket."""
+    """The server's answer to CONNECT (with ``creds``; ``signer``: the seed that signs
+    the server's nonce) and PING, over a plain socket."""
     host, port = server.removeprefix("nats://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
-        await reader.readline()  # INFO
+        info = json.loads((await reader.readline()).decode().removeprefix("INFO "))
+        creds = dict(creds)
+        if signer := creds.pop("signer", ""):
+            pair = nkeys.from_seed(bytearray(signer.encode()))
+            creds["sig"] = base64.b64encode(pair.sign(info["nonce"].encode())).decode()
         connect = {"verbose": False, "pedantic": False, "protocol": 1, **creds}
         writer.write(f"CONNECT {json.dumps(connect)}\r\nPING\r\n".encode())
         await writer.drain()
@@ -115,9 +145,9 @@ async def test_only_a_service_allowed_to_publish_an_action_gets_it_applied(tmp_p
         core_api = CoreV1Api(client)
         for node in (NODE, "gpu-1"):
             await core_api.create_node({"metadata": {"name": node}})
-        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        admin = await nats_.bus("admin", name="test")
         await admin.ensure_streams()
-        bus = await Bus.connect(nats_.url("actuator"), cluster=C, name="actuator")
+        bus = await nats_.bus("actuator")
         limits = actuator_core.Limits(qps=0, backoff_base=0.05)
         runner = actuator.runner(bus, actuator.Settings(cluster=C, qps=0),
                                  api=Api(client, tries=2, base=0.01), limits=limits)  # fmt: skip
@@ -130,7 +160,7 @@ async def test_only_a_service_allowed_to_publish_an_action_gets_it_applied(tmp_p
                       ("agent-gpu-0", "forged-agent"), ("bridge", "forged-bridge"),
                       ("agent-fleet", "forged-fleet")]  # fmt: skip
             for user, id_ in forged:
-                nc = await violations.connect(nats_.url(user), user)
+                nc = await violations.connect(nats_.server, nats_.seed(user))
                 action = taint(id_, "gpu-1", by="health")
                 subject = action_subject(C, action)
                 with pytest.raises(nats.errors.TimeoutError):  # the server drops it: no ack
@@ -139,7 +169,7 @@ async def test_only_a_service_allowed_to_publish_an_action_gets_it_applied(tmp_p
                             what=f"a permission violation for {user}")  # fmt: skip
                 await nc.close()
             # Allowed: admission taints nodes (team pools); the actuator applies it.
-            admission = await Bus.connect(nats_.url("admission"), cluster=C, name="admission")
+            admission = await nats_.bus("admission")
             allowed = taint("allowed", "gpu-1", by="admission")
             await admission.publish(action_subject(C, allowed), allowed, msg_id=allowed.id)
             await admission.close()
@@ -185,10 +215,10 @@ async def test_a_service_with_its_generated_credentials_starts_leads_and_ticks(
     tmp_path: Path, spec: Any, settings: Any
 ) -> None:
     async with secured_nats(tmp_path) as nats_:
-        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        admin = await nats_.bus("admin", name="test")
         await admin.ensure_streams()
-        url = nats_.url(spec.name)
-        async with running(spec, url, settings, cluster=C) as runner:
+        settings = msgspec.structs.replace(settings, nats_nkey_seed_file=nats_.seed(spec.name))
+        async with running(spec, nats_.server, settings, cluster=C) as runner:
             await until(lambda: runner.ready and runner.leader, what=f"{spec.name} ready, leading")
             started = await until(
                 lambda: admin.snapshot(subjects.runner(C, "started", spec.name), msgspec.Raw),
@@ -200,9 +230,9 @@ async def test_a_service_with_its_generated_credentials_starts_leads_and_ticks(
 
 async def test_a_node_agent_reaches_only_its_own_nodes_subjects(tmp_path: Path) -> None:
     async with secured_nats(tmp_path) as nats_:
-        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        admin = await nats_.bus("admin", name="test")
         await admin.ensure_streams()
-        agent = await Bus.connect(nats_.url("agent-gpu-0"), cluster=C, name="agent-gpu-0")
+        agent = await nats_.bus("agent-gpu-0")
         beat = Heartbeat(node=NODE, at=1.0, seq=1, started=1.0)
         await agent.publish(subjects.telemetry(C, "heartbeat", NODE), beat)  # its own: stored
         own = subjects.node_limits(C, NODE)
@@ -210,7 +240,7 @@ async def test_a_node_agent_reaches_only_its_own_nodes_subjects(tmp_path: Path) 
         got = await agent.js.get_last_msg(subjects.stream_name(C, "limits"), own, direct=True)
         assert got.data == b'{"limits": "for gpu-0"}'  # its own limits: readable
         violations = Violations()
-        nc = await violations.connect(nats_.url("agent-gpu-0"), "agent-gpu-0")
+        nc = await violations.connect(nats_.server, nats_.seed("agent-gpu-0"))
         other = subjects.telemetry(C, "heartbeat", "gpu-1")
         with pytest.raises(nats.errors.TimeoutError):
             await nc.jetstream().publish(other, encode(beat), timeout=1.0)
@@ -228,7 +258,12 @@ async def test_a_node_agent_reaches_only_its_own_nodes_subjects(tmp_path: Path) 
         await admin.close()
 
 
-async def test_services_connect_over_tls_with_their_credentials(tmp_path: Path) -> None:
+async def test_services_connect_over_tls_and_a_client_without_the_ca_cannot(
+    tmp_path: Path,
+) -> None:
+    """NATS serving TLS with a certificate made here (as ``baton nats-tls`` makes it): gang
+    with its seed and the CA connects, leads and ticks; the bridge's objects are stored;
+    a client with the right seed but without the CA is refused by its own TLS check."""
     from baton.services.admission.certificates import self_signed
 
     cert, key = self_signed(str(tmp_path / "tls"), hosts=("127.0.0.1",), days=1)
@@ -237,19 +272,42 @@ async def test_services_connect_over_tls_with_their_credentials(tmp_path: Path) 
                                   tls={"cert_file": cert, "key_file": key})  # fmt: skip
     path = tmp_path / "nats.conf"
     path.write_text(json.dumps(config))
+    seeds = write_seeds(tmp_path, found)
     async with running_nats(config=path) as server:
         tls_server = server.replace("nats://", "tls://")
-        urls = {u.name: access.url_for(tls_server, u) for u in found}
-        admin = await Bus.connect(urls["admin"], cluster=C, name="test", ca_file=cert)
+        admin = await Bus.connect(tls_server, cluster=C, name="test", ca_file=cert,
+                                  seed_file=seeds["admin"])  # fmt: skip
         await admin.ensure_streams()
-        bridge = await Bus.connect(urls["bridge"], cluster=C, name="bridge", ca_file=cert)
+        settings = gang.Settings(cluster=C, cycle_interval=0.1, nats_ca_file=cert,
+                                 nats_nkey_seed_file=seeds["gang"])  # fmt: skip
+        async with running(gang.SPEC, tls_server, settings, cluster=C) as runner:
+            await until(lambda: runner.ready and runner.leader, what="gang ready over TLS")
+            assert runner.bus.nc.connected_url is not None
+            assert runner.bus.nc.connected_url.scheme == "tls"
+        bridge = await Bus.connect(tls_server, cluster=C, name="bridge", ca_file=cert,
+                                   seed_file=seeds["bridge"])  # fmt: skip
         beat = Heartbeat(node=NODE, at=1.0, seq=1, started=1.0)
         subject = subjects.subject(C, subjects.K8S, "node", NODE)
         await bridge.js.publish(subject, encode(beat))  # stored: the bridge may publish objects
         assert (await admin.js.stream_info(subjects.stream_name(C, "k8s"))).state.messages == 1
-        assert bridge.nc.connected_url is not None and bridge.nc.connected_url.scheme == "tls"
         await bridge.close()
+        for url in (tls_server, server):  # tls://, and nats:// upgraded as the server asks
+            options = auth_options(seed_file=seeds["bridge"])  # the right key, no CA
+            with pytest.raises((ssl.SSLError, nats.errors.NoServersError)) as refused:
+                await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0,
+                                   connect_timeout=2, **options)  # fmt: skip
+            if isinstance(refused.value, nats.errors.NoServersError):  # nats-py hides the cause
+                assert "certificate verify failed" in caplog_text(refused.value), refused.value
         await admin.close()
+
+
+def caplog_text(exc: BaseException) -> str:
+    """The chain of causes of ``exc``, as text."""
+    said = []
+    while exc is not None:
+        said.append(repr(exc))
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return " ".join(said)
 
 
 async def test_only_the_actuator_may_change_a_streams_configuration(tmp_path: Path) -> None:
@@ -262,7 +320,7 @@ async def test_only_the_actuator_may_change_a_streams_configuration(tmp_path: Pa
     from baton.libs.bus import streams
 
     async with secured_nats(tmp_path) as nats_:
-        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        admin = await nats_.bus("admin", name="test")
         await admin.ensure_streams()
         events = next(c for c in streams.stream_configs(C)
                       if c.name == subjects.stream_name(C, "events"))  # fmt: skip
@@ -270,7 +328,7 @@ async def test_only_the_actuator_may_change_a_streams_configuration(tmp_path: Pa
             events, republish=RePublish(src="baton.c1.placement.>", dest="baton.c1.action.taint.>")
         )
         violations = Violations()
-        nc = await violations.connect(nats_.url("gang"), "gang")
+        nc = await violations.connect(nats_.server, nats_.seed("gang"))
         with pytest.raises(nats.errors.TimeoutError):
             await nc.jetstream(timeout=1.0).update_stream(hostile)
         await until(lambda: violations.saw(f"$JS.API.STREAM.UPDATE.{events.name}"),
@@ -279,10 +337,10 @@ async def test_only_the_actuator_may_change_a_streams_configuration(tmp_path: Pa
         info = await admin.js.stream_info(events.name or "")
         assert info.config.republish is None
         # A service whose streams differ from what it would declare goes on, and says so.
-        gang_bus = await Bus.connect(nats_.url("gang"), cluster=C, name="gang")
+        gang_bus = await nats_.bus("gang")
         await gang_bus.ensure_streams([hostile])  # refused: waits for the API's timeout
         await gang_bus.close()
-        actuator_bus = await Bus.connect(nats_.url("actuator"), cluster=C, name="actuator")
+        actuator_bus = await nats_.bus("actuator")
         await actuator_bus.js.update_stream(events)  # the actuator may
         await actuator_bus.close()
         await admin.close()
@@ -298,12 +356,12 @@ async def test_a_push_consumer_cannot_deliver_a_decision_into_the_actions_stream
     from nats.js.api import ConsumerConfig
 
     async with secured_nats(tmp_path) as nats_:
-        admin = await Bus.connect(nats_.url("admin"), cluster=C, name="test")
+        admin = await nats_.bus("admin", name="test")
         await admin.ensure_streams()
         forged = taint("via-push", "gpu-1", by="health")
         target = action_subject(C, forged)
         violations = Violations()
-        nc = await violations.connect(nats_.url("gang"), "gang")
+        nc = await violations.connect(nats_.server, nats_.seed("gang"))
         js = nc.jetstream(timeout=2.0)
         await js.publish(subjects.subject(C, subjects.PLACEMENT, "placed", "a", "g"),
                          encode(forged))  # fmt: skip

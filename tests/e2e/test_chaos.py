@@ -1,6 +1,7 @@
 """The short chaos run (the long one: ``just chaos``): replicas killed, NATS restarted, a
 leader paused past its lease; afterwards no gang is partly bound, no node
-over-allocated, every action answered once, every job placed."""
+over-allocated, every action answered once, every job placed, and NATS (auth on, one
+nkey per service, as ``baton up`` runs it) refused nothing."""
 
 from __future__ import annotations
 
@@ -19,3 +20,4 @@ async def test_baton_keeps_its_promises_while_its_pieces_die() -> None:
     assert any("NATS killed" in e for e in report.events), text
     assert any("paused gang leader" in e for e in report.events), text
     assert report.counts["actions"] > 0, text
+    assert report.checks["NATS refused no service (auth on)"][0], text

@@ -115,7 +115,8 @@ def test_every_service_exposes_metrics_by_the_naming_rules(up: Up) -> None:
 
 
 def test_baton_status_prints_teams_and_services_from_the_bus(up: Up) -> None:
-    env = {**os.environ, "BATON_NATS_URL": up.env["BATON_NATS_URL"]}  # as the README says
+    wanted = ("BATON_NATS_URL", "BATON_NATS_NKEY_SEED_FILE")  # as the README says
+    env = {**os.environ, **{k: up.env[k] for k in wanted}}
     done = subprocess.run([sys.executable, "-m", "baton.services.cli", "status"], env=env,
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -26,7 +26,9 @@ def test_baton_up_runs_the_synthetic_workload_to_completion(tmp_path: Path) -> N
     assert result.returncode == 0, output[-3000:]
 
     written = dict(line.split("=", 1) for line in endpoints.read_text().splitlines())
-    assert re.match(r"nats://admin:[^@]+@127\.0\.0\.1:", written["BATON_NATS_URL"])  # auth on
+    assert re.match(r"nats://127\.0\.0\.1:\d+$", written["BATON_NATS_URL"])
+    seed = Path(written["BATON_NATS_NKEY_SEED_FILE"])  # auth on: the admin's nkey
+    assert seed.read_text().startswith("SU") and oct(seed.stat().st_mode & 0o777) == "0o600"
     assert written["BATON_CLUSTER"] == "c1"
     logs = re.search(r"logs in (\S+)", output)
     assert logs is not None, output[-3000:]

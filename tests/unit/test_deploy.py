@@ -118,7 +118,7 @@ def test_every_object_names_its_namespace() -> None:
     labels = namespaces[CONTROL]["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
     assert all(ns["metadata"]["labels"]["baton.io/webhook"] == "skip" for ns in namespaces.values())
-    shared = ("BATON_NATS_URL", "BATON_CLUSTER")
+    shared = ("BATON_NATS_URL", "BATON_NATS_CA_FILE", "BATON_CLUSTER")
     maps = of("ConfigMap")
     assert {k: maps["baton"]["data"][k] for k in shared} == {
         k: maps["baton-agent"]["data"][k] for k in shared
@@ -211,7 +211,7 @@ def test_nats_has_a_headless_governing_service() -> None:
     assert governing["spec"]["clusterIP"] == "None"
     assert governing["spec"]["selector"] == nats["spec"]["selector"]["matchLabels"]
     url = of("ConfigMap")["baton"]["data"]["BATON_NATS_URL"]
-    assert url == "nats://nats.baton-system.svc:4222" and "nats" in services
+    assert url == "tls://nats.baton-system.svc:4222" and "nats" in services
 
 
 def test_cert_manager_gives_the_webhooks_their_ca() -> None:

@@ -1,16 +1,20 @@
-"""deploy/ keeps intruders out: NATS runs with one user per service and per node agent
-(the users ``baton nats-config`` generates), each service connects as its own user,
-and only the bridge and the actuator carry a Kubernetes API token (agents: none)."""
+"""deploy/ keeps intruders out: NATS runs with one nkey user per service and per node
+agent (the users ``baton nats-config`` generates), each service connects as its own
+user with only its own seed mounted, every client speaks TLS and checks NATS against
+its CA, and only the bridge and the actuator carry a Kubernetes API token (agents:
+none)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from baton.libs.runner import access
-from baton.services.cli.natsconfig import specs
-from tests.unit.test_deploy import AGENTS, BASE, CONTROL, of, render, workloads
+from baton.services.cli.natsconfig import TLS_HOSTS, specs
+from tests.unit.test_deploy import AGENTS, BASE, CERT_MANAGER, CONTROL, of, render, workloads
 
 pytestmark = pytest.mark.unit
 API_CLIENTS = {"baton-bridge", "baton-actuator"}
@@ -21,11 +25,15 @@ def container(workload: dict[str, Any]) -> dict[str, Any]:
     return found  # type: ignore[no-any-return]
 
 
-def nats_url_source(workload: dict[str, Any]) -> dict[str, Any] | None:
-    for env in container(workload).get("env", []):
-        if env["name"] == "BATON_NATS_URL":
-            return env.get("valueFrom")  # type: ignore[no-any-return]
-    return None
+def env_of(workload: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container(workload).get("env", [])}
+
+
+def volume_at(workload: dict[str, Any], path: str) -> dict[str, Any]:
+    """The volume mounted at the folder holding ``path``."""
+    mounts = {m["mountPath"]: m["name"] for m in container(workload)["volumeMounts"]}
+    folder = next(m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/"))
+    return volumes_of(workload)[mounts[folder]]
 
 
 def test_only_the_bridge_and_the_actuator_carry_an_api_token() -> None:
@@ -50,19 +58,56 @@ def test_agents_have_no_rbac_and_no_token() -> None:
         assert all(s.get("namespace") != AGENTS for s in binding["subjects"])
 
 
-def test_each_service_connects_to_nats_as_its_own_user() -> None:
+def test_each_service_connects_to_nats_as_its_own_user_with_only_its_own_seed() -> None:
     users = {spec.name for spec in specs()}
     keys = set()
     for name, workload in workloads().items():
         if workload["kind"] != "Deployment":
             continue
-        source = nats_url_source(workload)
-        assert source is not None, f"{name}: BATON_NATS_URL not from the baton-nats Secret"
-        ref = source["secretKeyRef"]
-        assert ref["name"] == "baton-nats" and ref["key"] == name.removeprefix("baton-"), name
-        keys.add(ref["key"])
+        env = env_of(workload)
+        assert "BATON_NATS_URL" not in env, f"{name}: the URL carries no credentials"
+        seed = env["BATON_NATS_NKEY_SEED_FILE"]
+        secret = volume_at(workload, seed)["secret"]
+        assert secret["secretName"] == "baton-nats", name
+        (item,) = secret["items"]  # its own key only: no other service's seed in its pod
+        assert item["key"] == name.removeprefix("baton-"), name
+        assert seed.endswith("/" + item["path"]), name
+        pod = workload["spec"]["template"]["spec"]
+        user = pod["securityContext"]["runAsUser"]  # the seed is readable by it, no one else
+        assert secret["defaultMode"] == 0o440 and pod["securityContext"]["fsGroup"] == user
+        keys.add(item["key"])
     assert keys <= users  # every key is a user baton nats-config writes (creds/services)
     assert users - keys <= {"bandwidth", "health"} - keys  # nothing deployed without its user
+
+
+def test_every_nats_client_speaks_tls_and_checks_the_server_against_the_ca() -> None:
+    maps = of("ConfigMap")
+    for config in ("baton", "baton-agent"):
+        assert maps[config]["data"]["BATON_NATS_URL"].startswith("tls://"), config
+    ca_file = maps["baton"]["data"]["BATON_NATS_CA_FILE"]
+    for name, workload in workloads().items():
+        if name == "nats":
+            continue
+        volume = volume_at(workload, ca_file)
+        assert volume["configMap"]["name"] == "baton-nats-ca", name
+    nats = of("StatefulSet")["nats"]
+    conf = maps["nats-config"]["data"]["nats.conf"]
+    cert = re.search(r"cert_file: (\S+)", conf)
+    assert cert is not None and "key_file: /etc/nats/tls/tls.key" in conf
+    assert volume_at(nats, cert[1])["secret"]["secretName"] == "nats-tls"
+
+
+def test_the_nats_certificate_is_made_for_the_name_clients_use() -> None:
+    """By cert-manager (the overlay: a CA of its own, a server certificate from it) or by
+    ``baton nats-config --make-tls``: either way for the host in BATON_NATS_URL."""
+    host = urlsplit(of("ConfigMap")["baton"]["data"]["BATON_NATS_URL"]).hostname
+    certificate = of("Certificate", CERT_MANAGER)["nats"]
+    assert certificate["spec"]["secretName"] == "nats-tls"
+    assert host in certificate["spec"]["dnsNames"]
+    issuer = of("Issuer", CERT_MANAGER)[certificate["spec"]["issuerRef"]["name"]]
+    ca = of("Certificate", CERT_MANAGER)[issuer["spec"]["ca"]["secretName"]]
+    assert ca["spec"]["isCA"] is True
+    assert host in TLS_HOSTS
 
 
 def test_the_agent_reads_its_nodes_credentials_from_a_secret() -> None:
@@ -73,6 +118,7 @@ def test_the_agent_reads_its_nodes_credentials_from_a_secret() -> None:
     volumes = {v["name"]: v for v in agent["spec"]["template"]["spec"]["volumes"]}
     assert volumes[mounts[where]]["secret"]["secretName"] == "baton-nats-agents"
     assert access.agent_user_name("gpu-1.example") == "agent-gpu-1_example"  # the file name
+    assert "BATON_NATS_URL" not in env  # the URL carries no credentials: the seed does
 
 
 def volumes_of(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:

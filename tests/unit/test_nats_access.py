@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from baton.libs.bus.connection import credentials
+from baton.libs.bus.connection import credentials, inbox_prefix
 from baton.libs.runner import access
+from baton.libs.runtime.nkey import new_user_seed, public_key
 from baton.proto import subjects
 from baton.services.cli.natsconfig import run, specs
 
@@ -59,52 +60,85 @@ def test_a_node_agent_publishes_only_its_nodes_telemetry() -> None:
     assert not allowed(perms, "baton.c1.telemetry.heartbeat.gpu-2")
     assert not allowed(perms, "baton.c1.action.taint.gpu-2")
     assert not any(p.startswith("$JS.API.>") for p in perms.publish)
-    assert perms.subscribe == (
-        "baton.c1.bandwidth.limits.gpu-1_rack-2",
-        "_INBOX_agent-gpu-1_rack-2.>",
-    )
+    assert perms.subscribe == ("baton.c1.bandwidth.limits.gpu-1_rack-2",)
 
 
-def test_urls_carry_the_password_and_logs_never_do() -> None:
-    user = access.User("gang", "s3cret", access.Permissions((), ()))
-    url = access.url_for("nats://nats:4222", user)
-    assert url == "nats://gang:s3cret@nats:4222"
-    name, shown = credentials(url)
-    assert name == "gang" and "s3cret" not in shown and shown.endswith("@nats:4222")
-    assert credentials("nats://127.0.0.1:4222") == ("", "nats://127.0.0.1:4222")
+def test_each_user_is_an_nkey_reading_only_its_own_inbox() -> None:
+    found = {u.name: u for u in access.users(specs(), C, nodes=["gpu-1"])}
+    keys = {u.public_key for u in found.values()}
+    assert len(keys) == len(found) and all(k.startswith("U") and len(k) == 56 for k in keys)
+    gang = found["gang"].to_config()
+    assert set(gang) == {"nkey", "permissions"}  # no password, no seed: only the public key
+    assert gang["nkey"] == found["gang"].public_key
+    inbox = f"{inbox_prefix(found['gang'].public_key)}.>"
+    assert inbox in gang["permissions"]["subscribe"]["allow"]
+    assert not any(inbox in u.to_config()["permissions"]["subscribe"]["allow"]
+                   for n, u in found.items() if n not in ("gang", "admin"))  # fmt: skip
+    assert found["admin"].to_config()["permissions"]["subscribe"]["allow"] == [">"]
+    assert credentials("nats://u:s3cret@nats:4222")[1] == "nats://u:***@nats:4222"  # logs
 
 
-def test_baton_nats_config_keeps_passwords_and_refuses_a_bad_node(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_baton_nats_config_keeps_seeds_and_refuses_a_bad_node(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     creds = tmp_path / "creds"
     out = tmp_path / "nats.conf"
     assert run(["--node", "gpu-1", "--credentials", str(creds), "--out", str(out)]) == 0
     first = (creds / "services" / "gang").read_text()
+    assert first.startswith("SU")
     assert run(["--node", "gpu-1", "--node", "gpu-2.rack-1", "--credentials", str(creds),
-                "--out", str(out), "--server", "nats://other:4222"]) == 0  # fmt: skip
-    assert (creds / "services" / "gang").read_text() != first  # another server ...
-    assert (creds / "passwords" / "gang").read_text().strip() in first  # ... same password
+                "--out", str(out)]) == 0  # fmt: skip
+    assert (creds / "services" / "gang").read_text() == first  # a new node changes no key
     agent = (creds / "agents" / "agent-gpu-2_rack-1").read_text()
-    assert agent.startswith("nats://agent-gpu-2_rack-1:") and agent.strip().endswith("@other:4222")
-    assert (creds / "admin").read_text().startswith("nats://admin:")
+    assert agent.startswith("SU")
+    assert (creds / "admin").read_text().startswith("SU")
     assert oct(out.stat().st_mode & 0o777) == "0o600"
-    assert json.loads(out.read_text())["authorization"]["users"]
-    assert run(["--auth-only", "--out", str(out)]) == 0
-    assert out.read_text().startswith("authorization: {")
-    assert run(["--node", "Not_A_Node"]) == 2
+    assert oct((creds / "services" / "gang").stat().st_mode & 0o777) == "0o600"
+    text = out.read_text()  # which user each key is, as comments nats-server skips
+    assert f"# {public_key(first)} gang\n" in text
+    users = json.loads("\n".join(t for t in text.splitlines() if not t.startswith("#")))
+    users = users["authorization"]["users"]
+    assert {u["nkey"] for u in users} >= {public_key(first), public_key(agent)}
+    assert first.strip() not in out.read_text()  # the server holds no seed
+    assert run(["--auth-only", "--credentials", str(creds), "--out", str(out)]) == 0
+    assert "\nauthorization: {" in out.read_text()
+    assert run(["--node", "Not_A_Node", "--credentials", str(creds)]) == 2
     assert "Not_A_Node" in capsys.readouterr().err
+    assert run(["--out", str(out)]) == 2  # seeds nobody keeps would be users nobody can be
+    assert "--credentials DIR: required" in capsys.readouterr().err
+    (creds / "services" / "gang").write_text("not a seed\n")
+    assert run(["--credentials", str(creds)]) == 2
+    assert "services/gang" in capsys.readouterr().err
 
 
-def test_an_agent_connects_with_its_own_nodes_url(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_an_agent_connects_with_its_own_nodes_seed(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from baton.libs.runtime import SettingsError
-    from baton.services.agent.main import Settings, nats_url
+    from baton.services.agent.main import Settings, nats_seed_file
 
-    (tmp_path / "agent-gpu-1_rack").write_text("nats://agent-gpu-1_rack:pw@nats:4222\n")
+    (tmp_path / "agent-gpu-1_rack").write_text(new_user_seed() + "\n")
+    (tmp_path / "agent-gpu-3").write_text("SUnot-a-seed\n")
     settings = Settings(nats_credentials_dir=str(tmp_path))
     user = access.agent_user_name("gpu-1.rack")
-    assert nats_url(settings, user=user) == "nats://agent-gpu-1_rack:pw@nats:4222"
-    assert nats_url(Settings(), user=user) == Settings().nats_url
+    assert nats_seed_file(settings, user=user) == str(tmp_path / "agent-gpu-1_rack")
+    assert nats_seed_file(Settings(), user=user) == ""  # no auth
     with pytest.raises(SettingsError, match=r"BATON_AGENT_NATS_CREDENTIALS_DIR.*agent-gpu-2"):
-        nats_url(settings, user=access.agent_user_name("gpu-2"))
+        nats_seed_file(settings, user=access.agent_user_name("gpu-2"))
+    with pytest.raises(SettingsError, match=r"BATON_AGENT_NATS_CREDENTIALS_DIR.*not a valid"):
+        nats_seed_file(settings, user=access.agent_user_name("gpu-3"))
+
+
+def test_a_bad_seed_stops_start_up_naming_the_variable(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from baton.libs.runtime import SettingsError, load_settings
+    from baton.services.gang.main import Settings
+
+    bad = tmp_path / "gang.nk"
+    for text in ("", "nats://gang:pw@nats:4222", "SUAAAA", "\xff"):
+        bad.write_text(text)
+        with pytest.raises(SettingsError, match=r"^BATON_NATS_NKEY_SEED_FILE: .*gang\.nk"):
+            load_settings(Settings, "BATON_GANG_", env={"BATON_NATS_NKEY_SEED_FILE": str(bad)})
+    with pytest.raises(SettingsError, match=r"^BATON_NATS_NKEY_SEED_FILE: cannot read"):
+        load_settings(Settings, "BATON_GANG_", env={"BATON_NATS_NKEY_SEED_FILE": "/nowhere"})
+    bad.write_text(new_user_seed())
+    env = {"BATON_NATS_NKEY_SEED_FILE": str(bad)}
+    assert load_settings(Settings, "BATON_GANG_", env=env).nats_nkey_seed_file == str(bad)
 
 
 def test_every_service_baton_up_runs_has_a_nats_user() -> None:
