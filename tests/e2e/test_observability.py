@@ -117,8 +117,16 @@ def test_every_service_exposes_metrics_by_the_naming_rules(up: Up) -> None:
 def test_baton_status_prints_teams_and_services_from_the_bus(up: Up) -> None:
     wanted = ("BATON_NATS_URL", "BATON_NATS_NKEY_SEED_FILE")  # as the README says
     env = {**os.environ, **{k: up.env[k] for k in wanted}}
-    done = subprocess.run([sys.executable, "-m", "baton.services.cli", "status"], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    runs: list[subprocess.CompletedProcess[str]] = []
+
+    def status_has_teams() -> bool:  # run first in its module, the teams may not be out yet
+        runs.append(subprocess.run([sys.executable, "-m", "baton.services.cli", "status"],
+                                   env=env, capture_output=True, text=True, timeout=60,
+                                   check=False))  # fmt: skip
+        return runs[-1].returncode != 0 or "\n  a  quota" in runs[-1].stdout
+
+    until_sync(status_has_teams, within=90, what="baton status to print team a's quota")
+    done = runs[-1]
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     teams = [line.split()[0] for line in lines[lines.index("teams") + 1 :][:3]]
