@@ -97,3 +97,13 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, 9)
             await proc.wait()
+
+
+def seed_file(folder: Path, name: str = "user.nk") -> str:
+    """A file holding a new NATS user seed, for settings that read one at start-up
+    (``BATON_NATS_NKEY_SEED_FILE``) where the cluster would mount it from a Secret."""
+    from baton.libs.runtime.nkey import new_user_seed
+
+    path = folder / name
+    path.write_text(new_user_seed() + "\n")
+    return str(path)

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
+from baton.libs.runtime.nkey import SEED_SETTING
+from baton.libs.testing.nats import seed_file
 from baton.services.bandwidth.main import load
 from baton.services.cli.main import COMMANDS
 
@@ -32,6 +34,7 @@ def test_the_service_has_no_api_access_and_accepts_its_settings(
     (tmp_path / "teams.yaml").write_text(teams["data"]["teams.yaml"])
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert env.pop("BATON_BANDWIDTH_TEAMS_FILE") == "/etc/baton/teams.yaml"
+    env[SEED_SETTING] = seed_file(tmp_path)  # mounted from a Secret in the cluster
     for key, value in {**env, "BATON_BANDWIDTH_TEAMS_FILE": str(tmp_path / "teams.yaml")}.items():
         monkeypatch.setenv(key, value)
     settings = load(None)  # raises naming the key if one is wrong

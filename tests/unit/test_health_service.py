@@ -9,6 +9,8 @@ import pytest
 import yaml
 
 from baton.libs.runtime import SettingsError, load_settings
+from baton.libs.runtime.nkey import SEED_SETTING
+from baton.libs.testing.nats import seed_file
 from baton.proto.health import HealthPolicy, Heard, Silence
 from baton.services.cli.main import COMMANDS
 from baton.services.health.heartbeats import Beats, outgoing
@@ -66,7 +68,7 @@ def test_a_node_goes_silent_once_and_is_heard_when_it_beats_again() -> None:
     assert heard.event == Heard(node="a", at=173.0, last_beat=172.0)
 
 
-def test_the_manifest_runs_baton_health_with_settings_it_accepts() -> None:
+def test_the_manifest_runs_baton_health_with_settings_it_accepts(tmp_path: Path) -> None:
     base = Path(__file__).resolve().parents[2] / "deploy" / "base"
     docs = yaml.safe_load_all((base / "health.yaml").read_text())
     doc = next(d for d in docs if d and d["kind"] == "Deployment")
@@ -75,5 +77,6 @@ def test_the_manifest_runs_baton_health_with_settings_it_accepts() -> None:
     assert container["args"] == ["health"] and "health" in COMMANDS
     assert pod["serviceAccountName"] == "baton-service"  # no API rights: the actuator writes
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    env[SEED_SETTING] = seed_file(tmp_path)  # mounted from a Secret in the cluster
     settings = load_settings(Settings, PREFIX, env=env)  # raises naming a bad key
     assert settings.preflight_namespace == "baton-preflight"  # where baseline admits DCGM
