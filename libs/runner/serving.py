@@ -19,7 +19,7 @@ from baton.libs.runner.running import Runner
 from baton.libs.runner.spec import Spec
 from baton.libs.runtime.entry import run_service
 from baton.libs.runtime.ops import serve_ops
-from baton.libs.runtime.settings import Base
+from baton.libs.runtime.settings import Base, load_settings
 
 S = TypeVar("S", bound=Base)
 
@@ -59,15 +59,21 @@ async def serve(
 
 
 def run_spec(
-    argv: list[str], spec: Spec[Any], *, prefix: str, load: Callable[[str | None], S], dry_run: str
+    argv: list[str],
+    spec: Spec[Any],
+    *,
+    prefix: str,
+    dry_run: str,
+    load: Callable[[str | None], Any] | None = None,
 ) -> int:
     """``baton <service>`` for a service that is its ``Spec`` served as it is: settings
-    (``--settings``, ``<prefix>*`` variables), ``--dry-run``, then ``serve`` until stopped."""
+    (``--settings``, ``<prefix>*`` variables; ``load`` when a service checks more than its
+    fields), ``--dry-run``, then ``serve`` until stopped."""
     return run_service(
         argv,
         name=spec.name,
         description=f"{spec.description} Settings: {prefix}* variables.",
-        load=load,
+        load=load or (lambda file: load_settings(spec.settings, prefix, file=file)),
         serve=lambda settings: serve(spec, settings),
         dry_run=dry_run,
     )

@@ -54,6 +54,14 @@ class Base(msgspec.Struct, frozen=True, kw_only=True):
             seed_file_public_key(self.nats_nkey_seed_file)
 
 
+def require(prefix: str, checks: Mapping[str, bool], *, problem: str = "is out of range") -> None:
+    """In a ``__post_init__``: raise naming the first key whose check is False
+    (``require(PREFIX, {"TICK_S": self.tick_s > 0})``); ``load_settings`` reports it."""
+    bad = [key for key, ok in checks.items() if not ok]
+    if bad:
+        raise ValueError(f"{prefix}{bad[0]} {problem}")
+
+
 class SettingsError(ValueError):
     """A setting that is missing, unknown or of the wrong type; the message names the key."""
 
@@ -64,7 +72,9 @@ def load_settings(
     file: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> S:
-    """Build ``type_`` from ``file`` (optional) overlaid with ``env``; see the module doc."""
+    """Build ``type_`` from ``file`` (else the one ``<prefix>CONFIG`` names, if any)
+    overlaid with ``env``; see the module doc."""
+    file = file or env.get(f"{prefix}CONFIG") or None
     fields = {f.name: f for f in msgspec.structs.fields(type_)}
     raw: dict[str, tuple[str, Any]] = {}  # field -> (where it came from, value)
     if file:

@@ -12,14 +12,13 @@ time its inputs carry, so it is not replayed; its decisions are its results, on
 
 from __future__ import annotations
 
-import os
 import time
 
 from baton.libs.bus import Bus
 from baton.libs.kube import api_client
 from baton.libs.runner import Runner, Spec, serve
 from baton.libs.runtime import OPS_PORTS, load_settings, run_service
-from baton.libs.runtime.settings import Base
+from baton.libs.runtime.settings import Base, require
 from baton.services.actuator import core, shell
 from baton.services.actuator.calling import Api
 
@@ -51,9 +50,7 @@ class Settings(Base, frozen=True, kw_only=True):
             "REQUEST_TIMEOUT": self.request_timeout > 0,
             "MAX_MEMBERS": self.max_members >= 1,
         }
-        bad = [key for key, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"{PREFIX}{bad[0]} is out of range")
+        require(PREFIX, checks)
 
     def limits(self) -> core.Limits:
         return core.Limits(
@@ -111,16 +108,12 @@ async def serve_actuator(settings: Settings) -> None:
             await client.close()
 
 
-def load(file: str | None) -> Settings:
-    return load_settings(Settings, PREFIX, file=file or os.environ.get(f"{PREFIX}CONFIG"))
-
-
 def run(argv: list[str]) -> int:
     return run_service(
         argv,
         name="actuator",
         description=SPEC.description + " Settings: BATON_ACTUATOR_* environment variables.",
-        load=load,
+        load=lambda file: load_settings(Settings, PREFIX, file=file),
         serve=serve_actuator,
         dry_run="log and publish would-do only",
     )

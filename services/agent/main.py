@@ -39,6 +39,7 @@ from baton.libs.runtime import (
     serve_ops,
 )
 from baton.libs.runtime.nkey import seed_file_public_key
+from baton.libs.runtime.settings import require
 from baton.proto import subjects
 from baton.services.agent import core
 from baton.services.agent.backends import HostPoller, KernelLogPoller, Poller
@@ -111,9 +112,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "LINE_RATE": _rate(self.line_rate) > 0,
             "SIM_EGRESS_MEAN": _rate(self.sim_egress_mean) >= 0,
         }
-        bad = [key for key, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"{PREFIX}{bad[0]} is out of range or missing")
+        require(PREFIX, checks, problem="is out of range or missing")
 
     def config(self, node: str, backends: tuple[str, ...]) -> core.Config:
         return core.Config(

@@ -6,13 +6,11 @@ ones) and an optional file named by ``BATON_AUTOSCALER_CONFIG``. See docs/autosc
 
 from __future__ import annotations
 
-import os
-
 import msgspec
 
 from baton.libs.runner import Input, Spec, Timer, run_spec
-from baton.libs.runtime import OPS_PORTS, load_settings
-from baton.libs.runtime.settings import Base
+from baton.libs.runtime import OPS_PORTS
+from baton.libs.runtime.settings import Base, require
 from baton.proto import keys
 from baton.proto.actions import ActionResult
 from baton.proto.admission import GangAdmitted, GangQueued, GangReleased
@@ -55,9 +53,7 @@ class Settings(Base, frozen=True, kw_only=True):
             "DELETION_TIMEOUT_S": self.deletion_timeout_s > 0,
             "TICK_S": self.tick_s > 0,
         }
-        bad = [key for key, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"{PREFIX}{bad[0]} is out of range")
+        require(PREFIX, checks)
 
     def policy(self) -> AutoscalerPolicy:
         return AutoscalerPolicy(**{name: getattr(self, name) for name in _POLICY_FIELDS})
@@ -94,10 +90,6 @@ SPEC = Spec(
 )
 
 
-def load(file: str | None) -> Settings:
-    return load_settings(Settings, PREFIX, file=file or os.environ.get(f"{PREFIX}CONFIG"))
-
-
 def run(argv: list[str]) -> int:
     what = "publish decisions, no scale actions"  # --dry-run
-    return run_spec(argv, SPEC, prefix=PREFIX, load=load, dry_run=what)
+    return run_spec(argv, SPEC, prefix=PREFIX, dry_run=what)

@@ -6,13 +6,11 @@ and an optional file named by ``BATON_BALLOON_CONFIG``. See docs/balloon.md.
 
 from __future__ import annotations
 
-import os
-
 import msgspec
 
 from baton.libs.runner import Input, Spec, Timer, run_spec
-from baton.libs.runtime import OPS_PORTS, load_settings
-from baton.libs.runtime.settings import Base
+from baton.libs.runtime import OPS_PORTS
+from baton.libs.runtime.settings import Base, require
 from baton.proto.actions import ActionResult
 from baton.proto.balloon import BalloonPolicy
 from baton.proto.k8s import CapacityBufferEvent, MachineDeploymentEvent, NodeEvent, PodEvent
@@ -52,9 +50,7 @@ class Settings(Base, frozen=True, kw_only=True):
             "NAMESPACE": bool(self.namespace),
             "TICK_S": self.tick_s > 0,
         }
-        bad = [key for key, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"{PREFIX}{bad[0]} is out of range")
+        require(PREFIX, checks)
 
     def policy(self) -> BalloonPolicy:
         return BalloonPolicy(**{name: getattr(self, name) for name in _POLICY_FIELDS})
@@ -85,10 +81,6 @@ SPEC = Spec(
 )
 
 
-def load(file: str | None) -> Settings:
-    return load_settings(Settings, PREFIX, file=file or os.environ.get(f"{PREFIX}CONFIG"))
-
-
 def run(argv: list[str]) -> int:
     what = "publish headroom, create and remove no pods"  # --dry-run
-    return run_spec(argv, SPEC, prefix=PREFIX, load=load, dry_run=what)
+    return run_spec(argv, SPEC, prefix=PREFIX, dry_run=what)

@@ -10,8 +10,6 @@ docs/bandwidth.md.
 
 from __future__ import annotations
 
-import os
-
 import msgspec
 
 from baton.libs.runner import Input, Spec, Timer, run_spec
@@ -109,7 +107,7 @@ SPEC = Spec(
 
 def load(file: str | None) -> Settings:
     """Settings, with the policy and the team file checked: a bad one names its key."""
-    settings = load_settings(Settings, PREFIX, file=file or os.environ.get(f"{PREFIX}CONFIG"))
+    settings = load_settings(Settings, PREFIX, file=file)
     try:
         settings.policy()
     except PolicyError as exc:

@@ -7,11 +7,9 @@ optional file named by ``BATON_GANG_CONFIG``. See docs/gang.md.
 
 from __future__ import annotations
 
-import os
-
 from baton.libs.runner import Input, Spec, Timer, run_spec
-from baton.libs.runtime import OPS_PORTS, load_settings
-from baton.libs.runtime.settings import Base
+from baton.libs.runtime import OPS_PORTS
+from baton.libs.runtime.settings import Base, require
 from baton.proto import keys
 from baton.proto.actions import ActionResult
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
@@ -54,9 +52,7 @@ class Settings(Base, frozen=True, kw_only=True):
             "PREEMPT_GRACE_S": self.preempt_grace_s >= 0,
             "DEFRAG_MOVES_PER_HOUR": self.defrag_moves_per_hour >= 0,
         }
-        bad = [key for key, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"{PREFIX}{bad[0]} is out of range")
+        require(PREFIX, checks)
 
     def policy(self) -> GangPolicy:
         return GangPolicy(
@@ -94,10 +90,6 @@ SPEC = Spec(
 )
 
 
-def load(file: str | None) -> Settings:
-    return load_settings(Settings, PREFIX, file=file or os.environ.get(f"{PREFIX}CONFIG"))
-
-
 def run(argv: list[str]) -> int:
     what = "publish decisions, no actions"  # --dry-run
-    return run_spec(argv, SPEC, prefix=PREFIX, load=load, dry_run=what)
+    return run_spec(argv, SPEC, prefix=PREFIX, dry_run=what)

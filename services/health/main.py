@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
-import os
 import socket
 import sys
 import time
@@ -25,7 +24,7 @@ from baton.libs.bus import Bus
 from baton.libs.runner import Input, Runner, Spec, Timer, serve
 from baton.libs.runtime import SettingsError, load_settings, run_service
 from baton.libs.runtime.ops import OPS_PORTS
-from baton.libs.runtime.settings import Base
+from baton.libs.runtime.settings import Base, require
 from baton.proto import health
 from baton.proto.actions import ActionResult
 from baton.proto.health import Control, HealthPolicy, Heard, Silence
@@ -96,9 +95,7 @@ class Settings(Base, frozen=True, kw_only=True):
             "AFTER_S": all(v >= 0 for v in self.after_s.values()),
             **{name.upper(): 0 <= getattr(self, name) <= 1 for name in shares},
         }
-        bad = [key for key, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"{PREFIX}{bad[0]} is out of range")
+        require(PREFIX, checks)
 
     def policy(self) -> HealthPolicy:
         return HealthPolicy(**{name: getattr(self, name) for name in _POLICY_FIELDS})
@@ -132,10 +129,6 @@ SPEC = Spec(
 )
 
 
-def load(file: str | None) -> Settings:
-    return load_settings(Settings, PREFIX, file=file or os.environ.get(f"{PREFIX}CONFIG"))
-
-
 async def serve_health(settings: Settings) -> None:
     """The runner, with the pause switch as it was last set, and the heartbeat watch."""
 
@@ -164,7 +157,7 @@ def run(argv: list[str]) -> int:
         name="health",
         description=SPEC.description + " Settings: BATON_HEALTH_* variables. "
         "'baton health pause|resume' flips the pause switch.",
-        load=load,
+        load=lambda file: load_settings(Settings, PREFIX, file=file),
         serve=serve_health,
         dry_run="publish verdicts, no actions",
     )
@@ -177,7 +170,7 @@ def switch(argv: list[str]) -> int:
     parser.add_argument("--settings", help="YAML or JSON file of settings (environment wins)")
     args = parser.parse_args(argv[1:])
     try:
-        settings = load(args.settings)
+        settings = load_settings(Settings, PREFIX, file=args.settings)
     except SettingsError as exc:
         print(f"baton health: {exc}", file=sys.stderr)
         return 2

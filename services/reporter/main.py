@@ -7,11 +7,9 @@ optional file named by ``BATON_REPORTER_CONFIG``. See docs/reporter.md.
 
 from __future__ import annotations
 
-import os
-
 from baton.libs.runner import Input, Spec, Timer, run_spec
-from baton.libs.runtime import OPS_PORTS, load_settings
-from baton.libs.runtime.settings import Base
+from baton.libs.runtime import OPS_PORTS
+from baton.libs.runtime.settings import Base, require
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.placement import AnyPlacement
@@ -29,9 +27,7 @@ class Settings(Base, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         super().__post_init__()
         checks = {"POD_EVERY": self.pod_every >= 0, "TICK_EVERY": self.tick_every > 0}
-        bad = [key for key, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"{PREFIX}{bad[0]} is out of range")
+        require(PREFIX, checks)
 
     def policy(self) -> core.ReportPolicy:
         return core.ReportPolicy(pod_every=self.pod_every)
@@ -63,10 +59,6 @@ SPEC = Spec(
 )
 
 
-def load(file: str | None) -> Settings:
-    return load_settings(Settings, PREFIX, file=file or os.environ.get(f"{PREFIX}CONFIG"))
-
-
 def run(argv: list[str]) -> int:
     what = "decide, publish no actions"  # --dry-run
-    return run_spec(argv, SPEC, prefix=PREFIX, load=load, dry_run=what)
+    return run_spec(argv, SPEC, prefix=PREFIX, dry_run=what)
