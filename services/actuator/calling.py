@@ -18,6 +18,7 @@ import msgspec
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi, EventsV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from baton.proto import keys
 from baton.services.actuator import metrics, retrying
 
 MERGE = "application/merge-patch+json"
@@ -50,7 +51,11 @@ class Api:
         self.tries, self.base, self.cap, self.timeout = tries, base, cap, timeout
         self.rng = random.Random(seed)
         self.node_cache_seconds = node_cache_seconds
-        self.nodes_seen: dict[str, float] = {}  # node -> monotonic time it was last seen
+        # node -> (monotonic time it was read, Baton's scheduling taints on it then);
+        # written only under the node's lock (``node_lock``), so a later entry is never
+        # older than an earlier one
+        self.nodes_seen: dict[str, tuple[float, tuple[str, ...]]] = {}
+        self.node_locks: dict[str, asyncio.Lock] = {}
         self.copies: dict[str, Obj] = {}  # uid -> copy of a pod deleted, not yet recreated
 
     def session(self) -> Session:
@@ -116,18 +121,48 @@ def _message(body: bytes) -> str:
     return body.decode(errors="replace")[:500]
 
 
-async def node_exists(session: Session, name: str) -> bool:
-    """Whether the node exists, from a short cache or a GET (reads are not rate limited)."""
+# Baton's taints that keep pods off a node: a gang is not bound onto a node that
+# carries one (the gang service decided before it saw the taint), as no scheduler checks
+# a binding's fit.
+KEEP_OFF = frozenset({(keys.PREFLIGHT, "NoSchedule"), (keys.UNHEALTHY, "NoSchedule")})
+
+
+def node_lock(api: Api, name: str) -> asyncio.Lock:
+    """One lock per node: a gang's bind onto the node and a pod created on it by name
+    (health's preflight) each check the node and write under it, so neither checks a
+    node the other is changing (one actuator leads at a time: an in-process lock)."""
+    lock = api.node_locks.get(name)
+    if lock is None:
+        lock = api.node_locks[name] = asyncio.Lock()
+    return lock
+
+
+def seen(api: Api, node: Obj) -> tuple[str, ...]:
+    """Record a node read under its lock; returns Baton's taints on it that keep pods off."""
+    taints = node.get("spec", {}).get("taints") or []
+    marks = tuple(sorted({str(t.get("key")) for t in taints
+                          if (t.get("key"), t.get("effect")) in KEEP_OFF}))  # fmt: skip
+    name = str(node.get("metadata", {}).get("name", ""))
+    if name:
+        api.nodes_seen[name] = (time.monotonic(), marks)
+    return marks
+
+
+async def node_marks(session: Session, name: str) -> tuple[str, ...] | None:
+    """Baton's taints on the node that keep pods off (``KEEP_OFF``), None if there is no
+    such node: from a short cache or a GET (reads are not rate limited). Call it holding
+    ``node_lock``: whatever put such a taint on and then created a pod there by name did
+    so under the lock, after a read that refreshed this cache."""
     api = session.api
-    seen = api.nodes_seen.get(name)
-    if seen is not None and time.monotonic() - seen < api.node_cache_seconds:
-        return True
+    cached = api.nodes_seen.get(name)
+    if cached is not None and time.monotonic() - cached[0] < api.node_cache_seconds:
+        return cached[1]
     try:
-        await session.call("get", api.core.read_node, name)
+        node = await session.call("get", api.core.read_node, name)
     except ApiError as exc:
         if exc.status == 404:
             api.nodes_seen.pop(name, None)
-            return False
+            return None
         raise
-    api.nodes_seen[name] = time.monotonic()
-    return True
+    node.setdefault("metadata", {}).setdefault("name", name)
+    return seen(api, node)
