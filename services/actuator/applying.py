@@ -33,7 +33,7 @@ from baton.proto.actions import (
 )
 from baton.proto.k8s import GPU
 from baton.services.actuator import binding, podspec, recreating, reporting
-from baton.services.actuator.calling import MERGE, ApiError, Obj, Session, node_lock, seen
+from baton.services.actuator.calling import MERGE, ApiError, Obj, Session, node_gate, seen
 from baton.services.actuator.eventing import EventWrite
 
 REREADS = 5
@@ -223,7 +223,7 @@ async def _create_pod(s: Session, action: CreatePod) -> Applied:
     body = podspec.from_template(action.pod)
     node, wants = action.pod.node_name, action.pod.requests.get(GPU, 0)
     if node and wants:  # bound by name (health's preflight): no scheduler checks the fit
-        async with node_lock(s.api, node):  # no gang bind onto the node in between
+        async with node_gate(s.api, node).alone():  # no gang bind onto the node meanwhile
             free = await _gpus_free(s, node)
             if free < wants:
                 return "failed", (
@@ -249,7 +249,7 @@ async def _gpus_free(s: Session, node: str) -> int:
     from the API now (a gang bound there a moment ago is counted)."""
     got = await s.call("get", s.api.core.read_node, node)
     got.setdefault("metadata", {}).setdefault("name", node)
-    seen(s.api, got)  # under the lock: a bind after this create sees the node's taints
+    seen(s.api, got)  # in the gate: a bind after this create sees the node's taints
     allocatable = parse_quantity(str(got.get("status", {}).get("allocatable", {}).get(GPU, "0")))
     listed = await s.call("list", s.api.core.list_pod_for_all_namespaces,
                           field_selector=f"spec.nodeName={node}")  # fmt: skip

@@ -2,14 +2,14 @@
 
 0. delete the placeholders (balloons) the gang takes the place of, if any: one that
    cannot be deleted fails the action before anything is bound;
-1. under each target node's lock (``calling.node_lock``), check every target node
+1. inside each target node's gate (``calling.node_gate``), check every target node
    exists and carries none of Baton's taints that keep pods off (``KEEP_OFF``: a
    preflight or a quarantine the gang service had not seen when it decided; a short
    cache, reads are not rate limited), so such a gang binds nothing at all and is
    placed again;
 2. bind members concurrently (bounded) through ``pods/binding``; stop starting new
    binds at the first failure;
-   (the locks are held until the binds are done: a preflight pod created on one of
+   (the gates are held until the binds are done: a preflight pod created on one of
    these nodes by name waits, then finds the GPUs taken);
 3. on any failure, undo every member this gang bound (see ``gangs``): the gang is
    reported ``rolled-back`` and the gang service decides again.
@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from baton.proto.actions import BindGang, Binding, Outcome
 from baton.services.actuator import podspec
-from baton.services.actuator.calling import ApiError, Obj, Session, node_lock, node_marks
+from baton.services.actuator.calling import ApiError, Obj, Session, node_gate, node_marks
 from baton.services.actuator.gangs import (
     Member,
     Undo,
@@ -68,8 +68,8 @@ async def bind_gang(s: Session, action: BindGang, *, concurrency: int) -> Applie
             return "failed", "placeholders not removed, nothing bound: " + "; ".join(errors)
     nodes = sorted({b.node for b in action.bindings})
     async with contextlib.AsyncExitStack() as held:
-        for node in nodes:  # in name order: two binds never wait on each other's locks
-            await held.enter_async_context(node_lock(s.api, node))
+        for node in nodes:  # in name order: no two actions wait on each other in a cycle
+            await held.enter_async_context(node_gate(s.api, node).shared())
         marks = dict(zip(nodes, await bounded(nodes, lambda n: node_marks(s, n),
                                               limit=concurrency), strict=True))  # fmt: skip
         members = await _bind_all(s, action, marks, concurrency=concurrency)

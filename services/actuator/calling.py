@@ -8,9 +8,10 @@ plain dicts instead of building the generated model objects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -52,10 +53,10 @@ class Api:
         self.rng = random.Random(seed)
         self.node_cache_seconds = node_cache_seconds
         # node -> (monotonic time it was read, Baton's scheduling taints on it then);
-        # written only under the node's lock (``node_lock``), so a later entry is never
-        # older than an earlier one
+        # written only inside the node's gate (``node_gate``), so an entry is never older
+        # than the create that held the gate alone before it (a node write drops it)
         self.nodes_seen: dict[str, tuple[float, tuple[str, ...]]] = {}
-        self.node_locks: dict[str, asyncio.Lock] = {}
+        self.node_gates: dict[str, NodeGate] = {}
         self.copies: dict[str, Obj] = {}  # uid -> copy of a pod deleted, not yet recreated
 
     def session(self) -> Session:
@@ -127,18 +128,58 @@ def _message(body: bytes) -> str:
 KEEP_OFF = frozenset({(keys.PREFLIGHT, "NoSchedule"), (keys.UNHEALTHY, "NoSchedule")})
 
 
-def node_lock(api: Api, name: str) -> asyncio.Lock:
-    """One lock per node: a gang's bind onto the node and a pod created on it by name
-    (health's preflight) each check the node and write under it, so neither checks a
-    node the other is changing (one actuator leads at a time: an in-process lock)."""
-    lock = api.node_locks.get(name)
-    if lock is None:
-        lock = api.node_locks[name] = asyncio.Lock()
-    return lock
+class NodeGate:
+    """Per node: gang binds onto the node share it; a pod created there by name (health's
+    preflight, which no scheduler fits) holds it alone. So the pod's free-GPU read never
+    falls between a bind's check of the node and the bind, while two gangs' binds onto
+    one node (small gangs sharing it) still run together. A waiting create goes first:
+    new binds wait behind it. One actuator leads at a time: an in-process gate is enough.
+    """
+
+    __slots__ = ("binds", "changed", "creating", "queued")
+
+    def __init__(self) -> None:
+        self.binds, self.creating, self.queued = 0, False, 0
+        self.changed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        async with self.changed:
+            await self.changed.wait_for(lambda: not self.creating and not self.queued)
+            self.binds += 1
+        try:
+            yield
+        finally:
+            async with self.changed:
+                self.binds -= 1
+                self.changed.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def alone(self) -> AsyncIterator[None]:
+        async with self.changed:
+            self.queued += 1
+            try:
+                await self.changed.wait_for(lambda: not self.creating and not self.binds)
+            finally:
+                self.queued -= 1
+            self.creating = True
+        try:
+            yield
+        finally:
+            async with self.changed:
+                self.creating = False
+                self.changed.notify_all()
+
+
+def node_gate(api: Api, name: str) -> NodeGate:
+    gate = api.node_gates.get(name)
+    if gate is None:
+        gate = api.node_gates[name] = NodeGate()
+    return gate
 
 
 def seen(api: Api, node: Obj) -> tuple[str, ...]:
-    """Record a node read under its lock; returns Baton's taints on it that keep pods off."""
+    """Record a node read inside its gate; returns Baton's taints on it that keep pods off."""
     taints = node.get("spec", {}).get("taints") or []
     marks = tuple(sorted({str(t.get("key")) for t in taints
                           if (t.get("key"), t.get("effect")) in KEEP_OFF}))  # fmt: skip
@@ -150,9 +191,9 @@ def seen(api: Api, node: Obj) -> tuple[str, ...]:
 
 async def node_marks(session: Session, name: str) -> tuple[str, ...] | None:
     """Baton's taints on the node that keep pods off (``KEEP_OFF``), None if there is no
-    such node: from a short cache or a GET (reads are not rate limited). Call it holding
-    ``node_lock``: whatever put such a taint on and then created a pod there by name did
-    so under the lock, after a read that refreshed this cache."""
+    such node: from a short cache or a GET (reads are not rate limited). Call it inside
+    ``node_gate``: a pod created there by name (after its taint was on) was created
+    holding the gate alone, after a read that refreshed this cache."""
     api = session.api
     cached = api.nodes_seen.get(name)
     if cached is not None and time.monotonic() - cached[0] < api.node_cache_seconds:
