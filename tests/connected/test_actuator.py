@@ -535,3 +535,35 @@ async def test_a_preflight_pod_waits_for_a_bind_in_flight_on_its_node(env: Env) 
     assert made.outcome == "failed" and "0 GPU(s) free" in made.error, made
     assert await env.node_name("busy-0") == node
     assert await env.pod(f"preflight-{node}") is None
+
+
+async def test_an_action_applied_before_a_restart_is_answered_from_its_done_record(
+    env: Env,
+) -> None:
+    """The done-records of a burst are looked up together, and each still decides: an id
+    applied before a restart is answered ``already`` with no API write, though the
+    API state alone would have it applied again."""
+    node = env.nodes[0]
+    taint = Taint(key="baton.io/test", value="x", effect="NoSchedule")
+    burst = [SetTaint(id=f"r{i}", by="health", at=0.0, node=env.nodes[i], taint=taint,
+                      priority="health") for i in range(len(env.nodes))]  # fmt: skip
+
+    def already() -> float:
+        labels = {"type": "action.taint.v1", "outcome": "already"}
+        return REGISTRY.get_sample_value("baton_actuator_actions_total", labels) or 0.0
+
+    async with actuator(env):
+        await env.publish("taint", burst[0], node)
+        assert (await env.result("r0")).outcome == "applied"
+    await env.core.patch_node(node, {"spec": {"taints": []}})  # someone took it off
+    before = already()
+    async with actuator(env):
+        for action in burst:
+            await env.publish("taint", action, action.node, msg_id=f"{action.id}-again")
+        deadline = time.monotonic() + 20
+        # r0's second result has r0's result msg id: JetStream keeps the first one only
+        while already() < before + 1 or any(a.id not in env.results for a in burst):
+            assert time.monotonic() < deadline, f"results: {sorted(env.results)}"
+            await asyncio.sleep(0.02)
+    assert not (await env.core.read_node(node)).spec.taints
+    assert [env.results[a.id][-1].outcome for a in burst[1:]] == ["applied"] * (len(burst) - 1)
