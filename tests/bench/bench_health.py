@@ -322,7 +322,8 @@ def main() -> None:
     print(f"| raw: {n} SetTaint actions straight to the actuator | {n} | {n} | - | {p50:.2f} | "
           f"{p90:.2f} | {p99:.2f} | {most:.2f} |")  # fmt: skip
     if "stages" in results:
-        print("\n| stage (a second fault, every 10th node from the 4th; s after it) | p50 | p90 | p99 | max |")
+        print("\n| stage (a second fault: every 10th node from the 4th; s after it) "
+              "| p50 | p90 | p99 | max |")  # fmt: skip
         print("|---|---:|---:|---:|---:|")
         for stage, (p50, p90, p99, most) in results["stages"].items():
             print(f"| {stage} | {p50:.2f} | {p90:.2f} | {p99:.2f} | {most:.2f} |")
