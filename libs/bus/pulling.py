@@ -86,6 +86,17 @@ class Puller:
                 return msg
             self._on_status(status, msg)
 
+    def next_ready(self) -> Msg | None:
+        """The next stream message if one has already arrived, else None (no wait)."""
+        while not self._queue.empty():
+            msg = self._queue.get_nowait()
+            status = msg.headers.get(STATUS) if msg.headers else None
+            if not status:
+                self._credit = max(0, self._credit - 1)
+                return msg
+            self._on_status(status, msg)
+        return None
+
     def _on_status(self, status: str, msg: Msg) -> None:
         headers = msg.headers or {}
         description = headers.get(DESCRIPTION, "")

@@ -84,6 +84,7 @@ class BusFeed:
         self._follow = Follow({})
         self._live_behind = 0  # live messages pending when the consumer was made
         self._last = 0  # the last HISTORY sequence taken (where a new consumer resumes)
+        self._gone = ""  # the consumer went away while a batch was being taken: reopen
 
     async def start(self) -> Cut:
         """Snapshot, then open the live consumer right after the HISTORY message that was
@@ -169,12 +170,23 @@ class BusFeed:
             self.caught_up = not self._backlog and self._live_behind == 0
             return items
         assert self._puller is not None, "BusFeed.start() first"
-        while not items:
+        if self._gone:
+            why, self._gone = self._gone, ""
+            await self._reopen(why)
+        while len(items) < limit:
             try:
-                raw = await self._puller.next()
+                # Wait for the first; then take what has already arrived: one input a
+                # batch would cost every input its own publish and ack round trip (a
+                # burst of 150 verdicts waited them out one after another).
+                raw = self._puller.next_ready() if items else await self._puller.next()
             except ConsumerGone as exc:
+                if items:
+                    self._gone = str(exc)  # hand these over first; the next take reopens
+                    break
                 await self._reopen(str(exc))
                 continue
+            if raw is None:
+                break
             checkpoint()
             self._last = int(raw.metadata.sequence.stream)
             self.caught_up = self.caught_up or int(raw.metadata.num_pending) == 0

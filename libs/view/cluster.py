@@ -289,9 +289,11 @@ class View(Generic[G]):
 
 
 def is_usable(node: Node) -> bool:
+    """Ready, not cordoned, neither quarantined nor under a preflight (whatever a pod
+    tolerates: the actuator binds no gang onto a node with either of these taints)."""
     if not node.ready or node.unschedulable:
         return False
-    return all(t.key != keys.UNHEALTHY for t in node.taints)
+    return all(t.key not in (keys.UNHEALTHY, keys.PREFLIGHT) for t in node.taints)
 
 
 def holds_resources(pod: Pod) -> bool:

@@ -33,7 +33,7 @@ from baton.proto.actions import (
 )
 from baton.proto.k8s import GPU
 from baton.services.actuator import binding, podspec, recreating, reporting
-from baton.services.actuator.calling import MERGE, ApiError, Obj, Session
+from baton.services.actuator.calling import MERGE, ApiError, Obj, Session, node_gate, seen
 from baton.services.actuator.eventing import EventWrite
 
 REREADS = 5
@@ -111,8 +111,14 @@ async def _on_node(s: Session, node: str, compute: Compute) -> Applied:
     core = s.api.core
     return await _converge(
         s, lambda: s.call("get", core.read_node, node), compute,
-        lambda body: s.call("patch", core.patch_node, node, body, _content_type=MERGE),
+        lambda body: _patch_node(s, node, body),
     )  # fmt: skip
+
+
+async def _patch_node(s: Session, node: str, body: Obj) -> Obj:
+    patched = await s.call("patch", s.api.core.patch_node, node, body, _content_type=MERGE)
+    s.api.nodes_seen.pop(node, None)  # the next bind there reads the node again
+    return patched
 
 
 def _taints(action: SetTaint) -> Compute:
@@ -217,12 +223,18 @@ async def _create_pod(s: Session, action: CreatePod) -> Applied:
     body = podspec.from_template(action.pod)
     node, wants = action.pod.node_name, action.pod.requests.get(GPU, 0)
     if node and wants:  # bound by name (health's preflight): no scheduler checks the fit
-        free = await _gpus_free(s, node)
-        if free < wants:
-            return "failed", (
-                f"node {node} has {free} GPU(s) free and the pod asks for {wants}: not created "
-                "(its kubelet would fail it, or the pods already there)"
-            )
+        async with node_gate(s.api, node).alone():  # no gang bind onto the node meanwhile
+            free = await _gpus_free(s, node)
+            if free < wants:
+                return "failed", (
+                    f"node {node} has {free} GPU(s) free and the pod asks for {wants}: not "
+                    "created (its kubelet would fail it, or the pods already there)"
+                )
+            return await _create(s, action, body)
+    return await _create(s, action, body)
+
+
+async def _create(s: Session, action: CreatePod, body: Obj) -> Applied:
     try:
         await s.call("create", s.api.core.create_namespaced_pod, action.pod.namespace, body)
     except ApiError as exc:
@@ -236,6 +248,8 @@ async def _gpus_free(s: Session, node: str) -> int:
     """The node's allocatable GPUs less what its running and pending pods request, read
     from the API now (a gang bound there a moment ago is counted)."""
     got = await s.call("get", s.api.core.read_node, node)
+    got.setdefault("metadata", {}).setdefault("name", node)
+    seen(s.api, got)  # in the gate: a bind after this create sees the node's taints
     allocatable = parse_quantity(str(got.get("status", {}).get("allocatable", {}).get(GPU, "0")))
     listed = await s.call("list", s.api.core.list_pod_for_all_namespaces,
                           field_selector=f"spec.nodeName={node}")  # fmt: skip

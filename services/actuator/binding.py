@@ -2,10 +2,15 @@
 
 0. delete the placeholders (balloons) the gang takes the place of, if any: one that
    cannot be deleted fails the action before anything is bound;
-1. check every target node exists (a short cache; reads are not rate limited), so a
-   gang aimed at a vanished node binds nothing at all;
+1. inside each target node's gate (``calling.node_gate``), check every target node
+   exists and carries none of Baton's taints that keep pods off (``KEEP_OFF``: a
+   preflight or a quarantine the gang service had not seen when it decided; a short
+   cache, reads are not rate limited), so such a gang binds nothing at all and is
+   placed again;
 2. bind members concurrently (bounded) through ``pods/binding``; stop starting new
    binds at the first failure;
+   (the gates are held until the binds are done: a preflight pod created on one of
+   these nodes by name waits, then finds the GPUs taken);
 3. on any failure, undo every member this gang bound (see ``gangs``): the gang is
    reported ``rolled-back`` and the gang service decides again.
 """
@@ -13,12 +18,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from baton.proto.actions import BindGang, Binding, Outcome
 from baton.services.actuator import podspec
-from baton.services.actuator.calling import ApiError, Obj, Session, node_exists
+from baton.services.actuator.calling import ApiError, Obj, Session, node_gate, node_marks
 from baton.services.actuator.gangs import (
     Member,
     Undo,
@@ -61,17 +67,36 @@ async def bind_gang(s: Session, action: BindGang, *, concurrency: int) -> Applie
         if errors:
             return "failed", "placeholders not removed, nothing bound: " + "; ".join(errors)
     nodes = sorted({b.node for b in action.bindings})
-    present = dict(
-        zip(
-            nodes, await bounded(nodes, lambda n: node_exists(s, n), limit=concurrency), strict=True
-        )
-    )
+    async with contextlib.AsyncExitStack() as held:
+        for node in nodes:  # in name order: no two actions wait on each other in a cycle
+            await held.enter_async_context(node_gate(s.api, node).shared())
+        marks = dict(zip(nodes, await bounded(nodes, lambda n: node_marks(s, n),
+                                              limit=concurrency), strict=True))  # fmt: skip
+        members = await _bind_all(s, action, marks, concurrency=concurrency)
+    outcome = gang_outcome(members)
+    if outcome != "rolled-back":
+        return outcome, ""
+    await roll_back(s, members, concurrency=concurrency)
+    return outcome, gang_error(members)
+
+
+async def _bind_all(
+    s: Session, action: BindGang, marks: dict[str, tuple[str, ...] | None], *, concurrency: int
+) -> tuple[Member, ...]:
     failed = asyncio.Event()
 
     async def one(b: Binding) -> Member:
-        if not present[b.node]:
+        found = marks[b.node]
+        if found is None:
             failed.set()
             return Member(binding=b, state="failed", error=f"node {b.node} not found")
+        if found:
+            failed.set()
+            return Member(
+                binding=b,
+                state="failed",
+                error=(f"node {b.node} carries {', '.join(found)} (NoSchedule): not bound there"),
+            )
         if failed.is_set():
             return Member(binding=b, state="skipped")
         try:
@@ -82,12 +107,7 @@ async def bind_gang(s: Session, action: BindGang, *, concurrency: int) -> Applie
             failed.set()
         return member
 
-    members = tuple(await bounded(action.bindings, one, limit=concurrency))
-    outcome = gang_outcome(members)
-    if outcome != "rolled-back":
-        return outcome, ""
-    await roll_back(s, members, concurrency=concurrency)
-    return outcome, gang_error(members)
+    return tuple(await bounded(action.bindings, one, limit=concurrency))
 
 
 async def _drop(s: Session, b: Binding) -> str:

@@ -8,9 +8,10 @@ plain dicts instead of building the generated model objects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -18,6 +19,7 @@ import msgspec
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi, EventsV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from baton.proto import keys
 from baton.services.actuator import metrics, retrying
 
 MERGE = "application/merge-patch+json"
@@ -50,7 +52,11 @@ class Api:
         self.tries, self.base, self.cap, self.timeout = tries, base, cap, timeout
         self.rng = random.Random(seed)
         self.node_cache_seconds = node_cache_seconds
-        self.nodes_seen: dict[str, float] = {}  # node -> monotonic time it was last seen
+        # node -> (monotonic time it was read, Baton's scheduling taints on it then);
+        # written only inside the node's gate (``node_gate``), so an entry is never older
+        # than the create that held the gate alone before it (a node write drops it)
+        self.nodes_seen: dict[str, tuple[float, tuple[str, ...]]] = {}
+        self.node_gates: dict[str, NodeGate] = {}
         self.copies: dict[str, Obj] = {}  # uid -> copy of a pod deleted, not yet recreated
 
     def session(self) -> Session:
@@ -116,18 +122,88 @@ def _message(body: bytes) -> str:
     return body.decode(errors="replace")[:500]
 
 
-async def node_exists(session: Session, name: str) -> bool:
-    """Whether the node exists, from a short cache or a GET (reads are not rate limited)."""
+# Baton's taints that keep pods off a node: a gang is not bound onto a node that
+# carries one (the gang service decided before it saw the taint), as no scheduler checks
+# a binding's fit.
+KEEP_OFF = frozenset({(keys.PREFLIGHT, "NoSchedule"), (keys.UNHEALTHY, "NoSchedule")})
+
+
+class NodeGate:
+    """Per node: gang binds onto the node share it; a pod created there by name (health's
+    preflight, which no scheduler fits) holds it alone. So the pod's free-GPU read never
+    falls between a bind's check of the node and the bind, while two gangs' binds onto
+    one node (small gangs sharing it) still run together. A waiting create goes first:
+    new binds wait behind it. One actuator leads at a time: an in-process gate is enough.
+    """
+
+    __slots__ = ("binds", "changed", "creating", "queued")
+
+    def __init__(self) -> None:
+        self.binds, self.creating, self.queued = 0, False, 0
+        self.changed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        async with self.changed:
+            await self.changed.wait_for(lambda: not self.creating and not self.queued)
+            self.binds += 1
+        try:
+            yield
+        finally:
+            async with self.changed:
+                self.binds -= 1
+                self.changed.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def alone(self) -> AsyncIterator[None]:
+        async with self.changed:
+            self.queued += 1
+            try:
+                await self.changed.wait_for(lambda: not self.creating and not self.binds)
+            finally:
+                self.queued -= 1
+            self.creating = True
+        try:
+            yield
+        finally:
+            async with self.changed:
+                self.creating = False
+                self.changed.notify_all()
+
+
+def node_gate(api: Api, name: str) -> NodeGate:
+    gate = api.node_gates.get(name)
+    if gate is None:
+        gate = api.node_gates[name] = NodeGate()
+    return gate
+
+
+def seen(api: Api, node: Obj) -> tuple[str, ...]:
+    """Record a node read inside its gate; returns Baton's taints on it that keep pods off."""
+    taints = node.get("spec", {}).get("taints") or []
+    marks = tuple(sorted({str(t.get("key")) for t in taints
+                          if (t.get("key"), t.get("effect")) in KEEP_OFF}))  # fmt: skip
+    name = str(node.get("metadata", {}).get("name", ""))
+    if name:
+        api.nodes_seen[name] = (time.monotonic(), marks)
+    return marks
+
+
+async def node_marks(session: Session, name: str) -> tuple[str, ...] | None:
+    """Baton's taints on the node that keep pods off (``KEEP_OFF``), None if there is no
+    such node: from a short cache or a GET (reads are not rate limited). Call it inside
+    ``node_gate``: a pod created there by name (after its taint was on) was created
+    holding the gate alone, after a read that refreshed this cache."""
     api = session.api
-    seen = api.nodes_seen.get(name)
-    if seen is not None and time.monotonic() - seen < api.node_cache_seconds:
-        return True
+    cached = api.nodes_seen.get(name)
+    if cached is not None and time.monotonic() - cached[0] < api.node_cache_seconds:
+        return cached[1]
     try:
-        await session.call("get", api.core.read_node, name)
+        node = await session.call("get", api.core.read_node, name)
     except ApiError as exc:
         if exc.status == 404:
             api.nodes_seen.pop(name, None)
-            return False
+            return None
         raise
-    api.nodes_seen[name] = time.monotonic()
-    return True
+    node.setdefault("metadata", {}).setdefault("name", name)
+    return seen(api, node)

@@ -1,15 +1,18 @@
 """Active checks: preflight pods on new, returning and idle nodes.
 
 A node in ``validating`` carries the ``baton.io/preflight`` NoSchedule taint and gets
-a preflight pod once a test slot is free (``max_testing`` nodes under test at once)
-and no other GPU pod runs there (balloons are evicted first: a balloon only holds
-capacity). The pod is created through the actuator, bound to the node
-(``nodeName``), tolerating Baton's taints, labelled ``baton.io/preflight: "true"``,
-asking for every GPU of the node, and runs ``preflight_command`` (DCGM's
-``dcgmi diag -r 2`` by default). Succeeded: the node passes. Failed, or not done
-within ``preflight_timeout_s``: the node fails (latched ``preflight`` evidence). A pod
-that never appears (its create failed: no namespace, a quota) says nothing about the
-node: it is asked for again, backing off up to ``RETRY_MAX_S``, and the node waits.
+a preflight pod once a test slot is free (``max_testing`` nodes under test at once),
+no other GPU pod runs there (balloons are evicted first: a balloon only holds
+capacity) and the node shows the taint (seen back on a node event: the taint is on
+the API before the pod is asked for, so a gang placed before the taint is refused by
+the actuator rather than sharing the GPUs). The pod is created through the actuator,
+bound to the node (``nodeName``), tolerating Baton's taints, labelled
+``baton.io/preflight: "true"``, asking for every GPU of the node, and runs
+``preflight_command`` (DCGM's ``dcgmi diag -r 2`` by default). Succeeded: the node
+passes. Failed, or not done within ``preflight_timeout_s``: the node fails (latched
+``preflight`` evidence). A pod that never appears (its create failed: no namespace, a
+quota) says nothing about the node: it is asked for again, backing off up to
+``RETRY_MAX_S``, and the node waits.
 
 Periodic checks keep a coverage goal: every node is validated at least every
 ``recheck_days``. A due node is checked only while idle (no GPU pod but balloons),
@@ -71,6 +74,14 @@ def template(policy: HealthPolicy, *, node: str, name: str, gpus: int) -> PodTem
         node_name=node,
         tolerations=PREFLIGHT_TOLERATIONS,
     )
+
+
+def tainted(rec: NodeRecord) -> bool:
+    """The node shows its preflight taint (seen back from the API): only then is the pod
+    asked for. A gang bound there by a placement made before the taint is then refused
+    by the actuator (it checks the node's taints under the node's lock, and the pod is
+    created under the same lock after a read that shows the taint)."""
+    return keys.PREFLIGHT in rec.shown
 
 
 def due_at(rec: NodeRecord, policy: HealthPolicy) -> float:

@@ -97,9 +97,14 @@ def on_node(s: State, node: Node, now: float) -> list[Output]:
         rec.label_seen |= label == rec.label
         rec.fixed |= rec.label_seen and not label
     rec.sync("k8s.node", rules.condition_signals(node.conditions), now, s.policy)
+    shown = rec.shown
+    rec.shown = frozenset(t.key for t in node.taints if t.key in keys.HEALTH_TAINTS)
     if first:
         restore(s, rec, node, now)
-    return decide(s, rec, now)
+    out = decide(s, rec, now)
+    if keys.PREFLIGHT in rec.shown - shown and rec.state == "validating":
+        out += start_checks(s, now)  # its preflight taint is on: the pod may be asked
+    return out
 
 
 def restore(s: State, rec: NodeRecord, node: Node, now: float) -> None:
@@ -219,6 +224,7 @@ def start_checks(s: State, now: float) -> list[Output]:
     validating = [r for r in s.nodes.values() if r.state == "validating" and r.check is not None]
     testing = sum(1 for r in validating if r.check and r.check.pod and not r.check.passed)
     waiting = [r for r in validating if r.check and not r.check.pod and not r.check.passed
+               and checks.tainted(r)
                and (r.check.tries == 0 or checks.retry_at(r.check) <= now)]  # fmt: skip
     out: list[Output] = []
     for rec in sorted(waiting, key=_check_order):

@@ -208,6 +208,8 @@ def _validating_deadline(s: State, rec: NodeRecord, now: float) -> float:
         return INF
     if check.passed:
         return s.slow.next_at()
+    if not check.pod and not checks.tainted(rec):
+        return INF  # asked once the node shows its preflight taint (a node event)
     if not check.pod:  # the first ask at the next tick; asked again backing off
         return now if check.tries == 0 else max(now + POLL_S, checks.retry_at(check))
     return checks.check_deadline(rec, s.policy)

@@ -69,6 +69,7 @@ class NodeRecord:
     recheck_at: float = 0.0  # remediating: next preflight attempt
     check: Check | None = None
     asked: frozenset[str] = frozenset()  # Baton's taint keys as last asked for
+    shown: frozenset[str] = frozenset()  # Baton's taint keys on the node as last seen
     label: str = ""  # the remediation label as last asked for
     label_seen: bool = False  # the node showed our remediation label
     fixed: bool = False  # ... and then someone took it off: remediated

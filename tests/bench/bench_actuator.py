@@ -25,7 +25,7 @@ from baton.services.actuator.calling import Api
 NS = "bench"
 NODES = 512
 CONCURRENCY = 64
-RUNS = ((8, 4096), (64, 4096))  # (gang size, pods)
+RUNS = ((8, 4096), (64, 4096), (1024, 4096))  # (gang size, pods)
 
 
 class Bound:

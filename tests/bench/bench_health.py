@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from nats.js.api import DeliverPolicy
 
 from baton.libs.bus import Bus, Outgoing
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import Sim, running_sim
-from baton.proto import codec, keys, telemetry
+from baton.proto import codec, keys, subjects, telemetry
 from baton.proto.actions import SetTaint, action_subject
 from baton.proto.health import HealthPolicy, Withheld
 from baton.proto.k8s import NodeEvent, Taint
@@ -212,6 +213,41 @@ async def raw_taints(s: Stack, every: int, offset: int) -> tuple[float, float, f
     return percentiles([watch.seen[n] - t0 for n in names if n in watch.seen])
 
 
+async def stages(s: Stack, every: int, offset: int) -> dict[str, tuple[float, ...]]:
+    """Where one fault's time goes: when each failing node's Xid was published, reached
+    HISTORY, its ``MarkNode`` was published, its result came, and its taint was stored
+    (seconds after the fault, p50/p90/p99/max). ``BATON_BENCH_HEALTH_STAGES=1``."""
+    names = s.sim.cluster.node_names()[offset::every]
+    first: dict[tuple[str, str], float] = {}
+
+    def seen(stage: str) -> Callable[[Any], Any]:
+        async def on(msg: Any) -> None:
+            first.setdefault((stage, msg.subject.rsplit(".", 1)[1]), time.time())
+
+        return on
+
+    nc, history = s.bus.nc, subjects.stream_name(C, "history")
+    subs = [await nc.subscribe(f"baton.{C}.telemetry.xid.*", cb=seen("xid published")),
+            await nc.subscribe(f"baton.{C}.action.mark-node.*", cb=seen("MarkNode published")),
+            await nc.subscribe(f"baton.{C}.result.mark-node.*", cb=seen("result published")),
+            await s.bus.js.subscribe(f"baton.{C}.telemetry.xid.*", stream=history,
+                                     cb=seen("xid in HISTORY"), ordered_consumer=True,
+                                     deliver_policy=DeliverPolicy.NEW)]  # fmt: skip
+    watch = Taints(keys.UNHEALTHY)
+    s.sim.store.add_listener(watch.on_change)
+    t0 = time.time()
+    s.sim.cluster.inject("gpu-lost", names, gpu=0)
+    await poll(lambda: len(watch.seen) >= len(names), within=60)
+    await asyncio.sleep(0.5)
+    for sub in subs:
+        await sub.unsubscribe()
+    order = ("xid published", "xid in HISTORY", "MarkNode published", "result published")
+    out = {stage: percentiles([first[(stage, n)] - t0 for n in names if (stage, n) in first])
+           for stage in order if any((stage, n) in first for n in names)}  # fmt: skip
+    out["taint stored"] = percentiles([watch.seen[n] - t0 for n in names if n in watch.seen])
+    return out
+
+
 async def runner_rate(s: Stack, events: int = 20_000) -> float:
     """A burst of GPU reports on TELEMETRY until health's runner handled them all."""
     names = s.sim.cluster.node_names()
@@ -260,6 +296,8 @@ async def measure() -> dict[str, Any]:
     async with stack() as s:
         results["150"] = await fault_to_taint(s, every=10, offset=0)
         results["raw"] = await raw_taints(s, every=10, offset=5)
+        if os.environ.get("BATON_BENCH_HEALTH_STAGES"):
+            results["stages"] = await stages(s, every=10, offset=3)
         results["runner"] = await runner_rate(s)
     async with stack() as s:
         results["750"] = await fault_to_taint(s, every=2, offset=0)
@@ -283,6 +321,12 @@ def main() -> None:
     n = results["150"]["failing"]
     print(f"| raw: {n} SetTaint actions straight to the actuator | {n} | {n} | - | {p50:.2f} | "
           f"{p90:.2f} | {p99:.2f} | {most:.2f} |")  # fmt: skip
+    if "stages" in results:
+        print("\n| stage (a second fault: every 10th node from the 4th; s after it) "
+              "| p50 | p90 | p99 | max |")  # fmt: skip
+        print("|---|---:|---:|---:|---:|")
+        for stage, (p50, p90, p99, most) in results["stages"].items():
+            print(f"| {stage} | {p50:.2f} | {p90:.2f} | {p99:.2f} | {most:.2f} |")
     r750 = results["750"]
     print(f"\n750 case: rails {', '.join(r750['rails']) or '-'}; every withheld verdict published "
           f"within {r750['last_withheld_s']:.2f} s of the fault\n")  # fmt: skip

@@ -139,10 +139,15 @@ async def _collect(sub: Any, into: dict[str, list[ActionResult]]) -> None:
 
 @contextlib.asynccontextmanager
 async def actuator(
-    env: Env, *, dry_run: bool = False, bind_concurrency: int = 64, max_attempts: int = 5
+    env: Env,
+    *,
+    dry_run: bool = False,
+    bind_concurrency: int = 64,
+    max_attempts: int = 5,
+    api: Api | None = None,
 ) -> AsyncIterator[Runner[core.State]]:
     bus = await Bus.connect(env.nats_url, cluster="c1", name="actuator")
-    api = None if dry_run else Api(env.client, tries=2, base=0.01)
+    api = None if dry_run else (api or Api(env.client, tries=2, base=0.01))
     limits = core.Limits(qps=0, max_attempts=max_attempts, backoff_base=0.05)
     settings = actuator_main.Settings(dry_run=dry_run, bind_concurrency=bind_concurrency)
     running = actuator_main.runner(bus, settings, api=api, limits=limits)
@@ -444,3 +449,121 @@ async def test_a_pod_bound_by_name_to_a_node_without_free_gpus_is_not_created(en
     assert refused.outcome == "failed" and "0 GPU(s) free" in refused.error, refused
     assert await env.pod(f"preflight-{node}") is None
     assert created.outcome == "applied", created
+
+
+async def _gpu_node(env: Env, node: str) -> None:
+    await env.core.patch_node_status(node, {"status": {"capacity": {GPU: "8"},
+                                                      "allocatable": {GPU: "8"}}})  # fmt: skip
+
+
+async def _gpu_worker(env: Env, name: str) -> None:
+    held = {"name": "main", "image": "pause", "resources": {"requests": {GPU: "8"},
+                                                            "limits": {GPU: "8"}}}  # fmt: skip
+    body = {"metadata": {"name": name, "namespace": NS},
+            "spec": {"schedulerName": "baton", "containers": [held]}}  # fmt: skip
+    await env.core.create_namespaced_pod(NS, body)
+
+
+def _preflight(node: str) -> tuple[MarkNode, CreatePod]:
+    """What health asks for a check: the preflight taint, then (once the taint is seen
+    on the node) the pod bound by name, asking for every GPU."""
+    taint = Taint(key="baton.io/preflight", effect="NoSchedule")
+    mark = MarkNode(id=f"mark-{node}", by="health", at=time.time(), priority="health",
+                    node=node, taints=(taint,))  # fmt: skip
+    pod = PodTemplate(namespace=NS, name=f"preflight-{node}", image="dcgm",
+                      requests={GPU: 8}, node_name=node, restart_policy="Never")  # fmt: skip
+    create = CreatePod(id=f"check-{node}", by="health", at=time.time(), priority="health",
+                       pod=pod)  # fmt: skip
+    return mark, create
+
+
+async def test_a_gang_placed_before_a_preflight_took_its_node_is_not_bound_there(env: Env) -> None:
+    """The gang service decided before it saw the preflight taint; health's pod took the
+    GPUs first. The bind is refused whole (nothing bound, the gang placed again) instead
+    of a member failing on the kubelet."""
+    node, other = env.nodes[0], env.nodes[1]
+    for n in (node, other):
+        await _gpu_node(env, n)
+    await _gpu_worker(env, "late-0")
+    await _gpu_worker(env, "late-1")
+    mark, create = _preflight(node)
+    async with actuator(env):
+        await env.publish("mark-node", mark, node)
+        assert (await env.result(mark.id)).outcome == "applied"
+        await env.publish("create-pod", create, NS, create.pod.name)
+        assert (await env.result(create.id)).outcome == "applied"
+        gang = bind_gang("late", [("late-0", other), ("late-1", node)])
+        await env.publish("bind", gang, NS, "g")
+        result = await env.result("late")
+    assert result.outcome == "rolled-back", result
+    assert f"node {node} carries baton.io/preflight (NoSchedule)" in result.error
+    assert await env.node_name("late-0") == "" and await env.node_name("late-1") == ""
+    assert await env.pod(f"preflight-{node}") is not None
+
+
+async def test_a_preflight_pod_waits_for_a_bind_in_flight_on_its_node(env: Env) -> None:
+    """A gang's bind onto the node is under way (it checked the node before the taint)
+    when health asks for its preflight pod there: the pod waits for the bind, then finds
+    the GPUs taken and is not created; the gang keeps the node."""
+    node = env.nodes[0]
+    await _gpu_node(env, node)
+    await _gpu_worker(env, "busy-0")
+    mark, create = _preflight(node)
+    gate, binding = asyncio.Event(), asyncio.Event()
+    api = Api(env.client, tries=2, base=0.01)
+    async with actuator(env, api=api):
+        real = api.core.create_namespaced_pod_binding
+
+        async def held_bind(*args: Any, **kw: Any) -> Any:
+            binding.set()
+            await gate.wait()
+            return await real(*args, **kw)
+
+        api.core.create_namespaced_pod_binding = held_bind
+        await env.publish("bind", bind_gang("busy", [("busy-0", node)]), NS, "g")
+        await asyncio.wait_for(binding.wait(), 20)  # the node was checked: no taint yet
+        await env.publish("mark-node", mark, node)
+        assert (await env.result(mark.id)).outcome == "applied"
+        await env.publish("create-pod", create, NS, create.pod.name)
+        # Without the node's lock the pod would be created now (the GPUs still free);
+        # with it, it waits: let the bind go once the pod's result came or 2 s passed.
+        with contextlib.suppress(AssertionError):
+            await env.result(create.id, within=2.0)
+        gate.set()
+        bound, made = await env.result("busy"), await env.result(create.id)
+    assert bound.outcome == "applied", bound
+    assert made.outcome == "failed" and "0 GPU(s) free" in made.error, made
+    assert await env.node_name("busy-0") == node
+    assert await env.pod(f"preflight-{node}") is None
+
+
+async def test_an_action_applied_before_a_restart_is_answered_from_its_done_record(
+    env: Env,
+) -> None:
+    """The done-records of a burst are looked up together, and each still decides: an id
+    applied before a restart is answered ``already`` with no API write, though the
+    API state alone would have it applied again."""
+    node = env.nodes[0]
+    taint = Taint(key="baton.io/test", value="x", effect="NoSchedule")
+    burst = [SetTaint(id=f"r{i}", by="health", at=0.0, node=env.nodes[i], taint=taint,
+                      priority="health") for i in range(len(env.nodes))]  # fmt: skip
+
+    def already() -> float:
+        labels = {"type": "action.taint.v1", "outcome": "already"}
+        return REGISTRY.get_sample_value("baton_actuator_actions_total", labels) or 0.0
+
+    async with actuator(env):
+        await env.publish("taint", burst[0], node)
+        assert (await env.result("r0")).outcome == "applied"
+    await env.core.patch_node(node, {"spec": {"taints": []}})  # someone took it off
+    before = already()
+    async with actuator(env):
+        for action in burst:
+            await env.publish("taint", action, action.node, msg_id=f"{action.id}-again")
+        deadline = time.monotonic() + 20
+        # r0's second result has r0's result msg id: JetStream keeps the first one only
+        while already() < before + 1 or any(a.id not in env.results for a in burst):
+            assert time.monotonic() < deadline, f"results: {sorted(env.results)}"
+            await asyncio.sleep(0.02)
+    assert not (await env.core.read_node(node)).spec.taints
+    assert [env.results[a.id][-1].outcome for a in burst[1:]] == ["applied"] * (len(burst) - 1)

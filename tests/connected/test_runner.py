@@ -297,3 +297,26 @@ async def test_a_bootstrapped_telemetry_report_is_in_the_snapshot_and_not_fed_tw
     assert seen == ["n1@2", "n1@3"]
     (started,) = await bus.snapshot(subjects.runner(CLUSTER, "started", "watcher"), Started)
     assert started.telemetry_seq == 2 and started.k8s_seq == 0
+
+
+async def test_a_live_batch_takes_every_input_that_has_already_arrived(bus: Bus) -> None:
+    """Not one input a batch: each batch costs its outputs' publish and ack round trip,
+    and a burst (150 health verdicts) would wait them out one after another."""
+    feed = BusFeed(bus, SPEC)
+    await feed.start()
+    try:
+        await bus.publish(*pod_event("a-0"))
+        assert [item.event.pod.name for item in await feed.take(100)] == ["a-0"]  # live
+        for i in range(5):
+            await bus.publish(*pod_event(f"b-{i}"))
+        puller = feed._puller
+        assert puller is not None
+        await until(lambda: puller._queue.qsize() >= 5, what="five inputs delivered")
+        first = await feed.take(100)
+        taken = [item.event.pod.name for item in first]
+        while len(taken) < 5:  # an idle heartbeat may have counted as one of the five
+            taken += [item.event.pod.name for item in await feed.take(100)]
+    finally:
+        await feed.close()
+    assert len(first) > 1
+    assert taken == [f"b-{i}" for i in range(5)]

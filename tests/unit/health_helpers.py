@@ -9,6 +9,7 @@ import msgspec
 
 from baton.libs.testing.builders import node, pod
 from baton.proto import keys
+from baton.proto.actions import MarkNode
 from baton.proto.health import HealthPolicy, Note
 from baton.proto.k8s import Condition, Node, NodeEvent, Pod, PodEvent
 from baton.proto.runner import Tick
@@ -31,7 +32,7 @@ def make(
     """A core that has seen ``nodes`` (validated at ``at``, unless told otherwise)."""
     state = core.initial(policy)
     for n in nodes:
-        core.step(state, NodeEvent(op="upsert", at=at, node=n), at)
+        feed(state, [NodeEvent(op="upsert", at=at, node=n)], at)
         rec = state.nodes[n.name]
         if validated and rec.state == "healthy":
             rec.validated = at or 1e-9
@@ -40,13 +41,36 @@ def make(
     return state
 
 
-def feed(state: core.State, events: Iterable[Any], at: float | None = None) -> list[Any]:
+def feed(
+    state: core.State, events: Iterable[Any], at: float | None = None, *, echo: bool = True
+) -> list[Any]:
+    """Step each event. ``echo``: as the actuator and the bridge do, each ``MarkNode``
+    is applied to the node and the node event comes back, at the same time (health asks
+    for a preflight pod only once its node shows the preflight taint)."""
     out: list[Any] = []
     for event in events:
         now = at if at is not None else float(event.at)
         _, outputs = core.step(state, event, now)
         out.extend(outputs)
+        if echo:
+            out.extend(feed(state, marked(state, outputs, at=now), now))
     return out
+
+
+def marked(state: core.State, outputs: Iterable[Any], *, at: float) -> list[NodeEvent]:
+    """The node events the API would send back once each ``MarkNode`` is applied."""
+    events = []
+    for mark in of(outputs, MarkNode):
+        seen = state.view.nodes.get(mark.node)
+        if seen is None:
+            continue
+        n = seen.node
+        gone = {(t.key, t.effect) for t in (*mark.untaint, *mark.taints)}
+        taints = (*(t for t in n.taints if (t.key, t.effect) not in gone), *mark.taints)
+        labels = {k: v for k, v in {**n.labels, **mark.labels}.items() if v is not None}
+        notes = {k: v for k, v in {**n.annotations, **mark.annotations}.items() if v is not None}
+        events.append(changed(n, at=at, taints=taints, labels=labels, annotations=notes))
+    return events
 
 
 def tick(state: core.State, at: float) -> list[Any]:

@@ -17,6 +17,7 @@ from baton.proto.actions import (
 )
 from baton.proto.health import HealthPolicy, Heard, Note, Remediate, Silence, StateChanged
 from baton.proto.k8s import NodeEvent
+from baton.proto.runner import Tick
 from baton.services.health import core, states
 from tests.unit.health_helpers import (
     QUIET,
@@ -25,6 +26,7 @@ from tests.unit.health_helpers import (
     gone,
     gpus,
     make,
+    marked,
     not_ready,
     of,
     preflight_pod,
@@ -173,11 +175,30 @@ def test_a_remediated_node_returns_after_a_passing_preflight() -> None:
     assert state.nodes["n0"].validated == 700.0 and state.nodes["n0"].clear
 
 
+def test_the_preflight_pod_is_asked_only_once_the_node_shows_its_preflight_taint() -> None:
+    """A gang placed before the gang service saw the taint is then refused by the
+    actuator (the taint is on the API before the pod is created), never bound beside
+    the preflight pod."""
+    state = remediated()
+    feed(state, [gpus("n0", at=50.0)])
+    out = feed(state, [Tick(at=600.0, service="health")], echo=False)  # not applied yet
+    assert moves(out) == [("n0", "validating")] and of(out, CreatePod) == []
+    assert of(tick(state, 601.0), CreatePod) == []  # time alone does not ask for it
+    assert core.wants_tick(state, 601.0) is False
+    n0 = state.view.nodes["n0"].node
+    other = feed(state, [changed(n0, at=602.0, labels={**n0.labels, "x": "y"})], echo=False)
+    assert of(other, CreatePod) == []  # a node event without the taint
+    (shown,) = marked(state, out, at=603.0)
+    (ask,) = of(feed(state, [shown]), CreatePod)
+    assert ask.pod.node_name == "n0"
+
+
 def test_the_fixer_taking_the_label_off_starts_the_preflight_at_once() -> None:
     state = remediated()
     n0 = state.view.nodes["n0"].node
-    feed(state, [changed(n0, at=10.0, labels={**n0.labels, keys.REMEDIATION: "reboot"})])
-    out = feed(state, [changed(n0, at=20.0, labels=dict(n0.labels)), gpus("n0", at=20.0)])
+    assert n0.labels[keys.REMEDIATION] == "reboot"  # the actuator put it on, the node shows it
+    fixed = {k: v for k, v in n0.labels.items() if k != keys.REMEDIATION}
+    out = feed(state, [changed(n0, at=20.0, labels=fixed), gpus("n0", at=20.0)])
     assert ("n0", "validating") in moves(out)
 
 

@@ -27,8 +27,10 @@ pytestmark = pytest.mark.unit
         (node("n", gpus=8).not_ready(), False, False, ()),
         (node("n", gpus=8).cordoned(), False, False, ()),
         (node("n", gpus=8).tainted(keys.UNHEALTHY), False, True, (keys.UNHEALTHY,)),
-        # preflight and draining are NoSchedule/NoExecute taints: filtered by tolerations
-        (node("n", gpus=8).tainted(keys.PREFLIGHT), True, True, (keys.PREFLIGHT,)),
+        # under a preflight: not usable whatever a pod tolerates (the actuator binds no
+        # gang there: a pod tolerating every taint must not be placed there again and again)
+        (node("n", gpus=8).tainted(keys.PREFLIGHT), False, True, (keys.PREFLIGHT,)),
+        # draining is a NoExecute taint: filtered by tolerations
         (
             node("n", gpus=8).tainted(keys.DRAINING, effect="NoExecute").tainted("other"),
             True,
