@@ -165,9 +165,8 @@ class Runner(Generic[S]):
                 await asyncio.shield(handling)
             except asyncio.CancelledError:
                 # Finish the batch in hand (store its outputs), then stop.
-                what = (
-                    f"{self.spec.name}: outputs of {len(items)} input(s) up to {_label(items[-1])}"
-                )
+                last = _label(items[-1]) if items else "none"
+                what = f"{self.spec.name}: outputs of {len(items)} input(s) up to {last}"
                 await finish_within(handling, self.stop_grace, what=what)
                 raise
 

@@ -85,8 +85,9 @@ class WatchFeed:
 
     async def take(self, limit: int) -> list[Item]:
         """At most ``limit`` events: a relist of 100k objects is one reflector batch, and a
-        stop finishes only the batch in hand."""
-        if not self._rest:
+        stop finishes only the batch in hand. Never none: a reflector's batch may be empty
+        (a kind with no objects, or one the server does not serve)."""
+        while not self._rest:
             self._rest.extend(await self._queue.get())
         while not self._queue.empty() and len(self._rest) < limit:
             self._rest.extend(self._queue.get_nowait())
