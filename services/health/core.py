@@ -186,6 +186,9 @@ def on_xid(s: State, event: XidEvent, now: float) -> list[Output]:
 
 
 def on_result(s: State, result: ActionResult, now: float) -> list[Output]:
+    if result.action_id in s.marks:
+        moving.marked(s, result.action_id, result.outcome, now)
+        return []
     name = s.asks.get(result.action_id)
     rec = s.nodes.get(name) if name else None
     if rec is None or not checks.on_result(rec, result):
@@ -208,6 +211,8 @@ def promote(s: State, now: float) -> list[Output]:
 def cycle(s: State, now: float) -> list[Output]:
     out: list[Output] = []
     for rec in sorted((r for r in s.nodes.values() if r.deadline <= now), key=_by_deadline):
+        if rec.remark_at <= now:
+            out += moving.mark(s, rec, now, noted=True, again=True)
         if rec.state == "validating":
             out += checks.lost(rec, s.policy, now)
             why = checks.overdue(rec, s.policy, now)

@@ -120,6 +120,7 @@ SPEC = Spec(
         Input(f"health.{health.HEARD}.>", Heard),
         Input(f"health.{health.CONTROL}", Control),
         Input("result.create-pod.>", ActionResult),
+        Input("result.mark-node.>", ActionResult),  # a failed one is asked again
     ),
     routes=shell.ROUTES,
     publishes=("health.>",),

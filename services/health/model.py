@@ -21,6 +21,7 @@ class State:
     paused: bool = False
     pause_reason: str = ""
     asks: dict[str, str] = field(default_factory=dict)  # CreatePod action id -> node
+    marks: dict[str, str] = field(default_factory=dict)  # the MarkNode in flight -> node
     freed: bool = False  # a node came back in (or left): withheld verdicts may go through
 
     def record(self, name: str) -> NodeRecord:

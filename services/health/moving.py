@@ -161,30 +161,59 @@ ENTRY: dict[NodeState, Callable[[State, NodeRecord, NodeState, float], list[Outp
 # -- marks: Baton's taints and label, and the annotation ---------------------------------
 
 
-def mark(s: State, rec: NodeRecord, now: float, *, noted: bool) -> list[Output]:
+REMARK_AFTER_S = 30.0  # a MarkNode failed (after the actuator's own retries): again then
+
+
+def mark(
+    s: State, rec: NodeRecord, now: float, *, noted: bool, again: bool = False
+) -> list[Output]:
     """Bring Baton's marks on the node to what its state wants, in one ``MarkNode`` (one
-    API write): taints and label as a diff against what was last asked, and the note."""
+    API write): taints and label as a diff against what was last asked, and the note.
+    ``again`` (the last one failed): taints against what the node shows, the label always."""
     want = states.MARKS[rec.state]
-    adds = [states.TAINTS[k] for k in states.TAINTS if k in want.taints and k not in rec.asked]
-    removes = [states.TAINTS[k] for k in states.TAINTS if k in rec.asked and k not in want.taints]
+    had = rec.shown if again else rec.asked
+    adds = [states.TAINTS[k] for k in states.TAINTS if k in want.taints and k not in had]
+    removes = [states.TAINTS[k] for k in states.TAINTS if k in had and k not in want.taints]
     label = rec.remedy if want.remedy_label else ""
-    labels: dict[str, str | None] = {keys.REMEDIATION: label or None} if label != rec.label else {}
+    changed = label != rec.label or again
+    labels: dict[str, str | None] = {keys.REMEDIATION: label or None} if changed else {}
     rec.asked, rec.label = want.taints, label
     if not (adds or removes or labels or noted):
         return []
     note = msgspec.json.encode(rec.note()).decode()
-    return [
-        MarkNode(id=ids.make("mark", rec.uid, rec.state, repr(now)), by="health", at=now,
-                 priority="health", reason=f"{rec.state}: {rec.reason}"[:300], node=rec.name,
-                 taints=tuple(adds), untaint=tuple(removes), labels=labels,
-                 annotations={keys.HEALTH: note})
-    ]  # fmt: skip
+    action = MarkNode(
+        id=ids.make("mark", rec.uid, rec.state, repr(now)), by="health", at=now,
+        priority="health", reason=f"{rec.state}: {rec.reason}"[:300], node=rec.name,
+        taints=tuple(adds), untaint=tuple(removes), labels=labels,
+        annotations={keys.HEALTH: note},
+    )  # fmt: skip
+    for old in [i for i, name in s.marks.items() if name == rec.name]:
+        del s.marks[old]  # only the newest one's result matters
+    s.marks[action.id] = rec.name
+    rec.remark_at = INF
+    return [action]
+
+
+def marked(s: State, action_id: str, outcome: str, now: float) -> NodeRecord | None:
+    """The result of a MarkNode: a failed one is asked again, whole, ``REMARK_AFTER_S``
+    later (a stale one was superseded by a newer one, which has its own result). Without
+    it a node whose preflight taint never got on would wait in validating for ever."""
+    name = s.marks.pop(action_id, None)
+    rec = s.nodes.get(name) if name else None
+    if rec is not None and outcome == "failed":
+        rec.remark_at = now + REMARK_AFTER_S
+        rec.deadline = min(rec.deadline, rec.remark_at)
+    return rec
 
 
 # -- when time alone changes something -----------------------------------------------------
 
 
 def deadline(s: State, rec: NodeRecord, now: float) -> float:
+    return min(_state_deadline(s, rec, now), rec.remark_at)
+
+
+def _state_deadline(s: State, rec: NodeRecord, now: float) -> float:
     match rec.state:
         case "suspect" | "withheld":
             return min((x.counts_at for x in rec.waiting(now)), default=INF)

@@ -71,6 +71,7 @@ class NodeRecord:
     asked: frozenset[str] = frozenset()  # Baton's taint keys as last asked for
     shown: frozenset[str] = frozenset()  # Baton's taint keys on the node as last seen
     label: str = ""  # the remediation label as last asked for
+    remark_at: float = INF  # a MarkNode failed: ask again for all its state wants then
     label_seen: bool = False  # the node showed our remediation label
     fixed: bool = False  # ... and then someone took it off: remediated
     first_check: bool = False  # a new node: validate before any work lands

@@ -193,6 +193,39 @@ def test_the_preflight_pod_is_asked_only_once_the_node_shows_its_preflight_taint
     assert ask.pod.node_name == "n0"
 
 
+def test_a_mark_that_failed_is_asked_again_and_the_preflight_follows() -> None:
+    """The actuator gave up on the MarkNode that puts the preflight taint on: without
+    asking again the node would wait in validating for ever (its pod is asked for only
+    once the taint shows)."""
+    state = remediated()
+    feed(state, [gpus("n0", at=50.0)])
+    out = feed(state, [Tick(at=600.0, service="health")], echo=False)
+    (lost,) = of(out, MarkNode)
+    assert moves(out) == [("n0", "validating")]
+    failed = ActionResult(action_id=lost.id, action_type="action.mark-node.v1", by="actuator",
+                          at=601.0, outcome="failed", error="conflict, 5 tries")  # fmt: skip
+    assert feed(state, [failed], echo=False) == []
+    assert of(tick(state, 620.0), MarkNode) == []  # not at once: the API had just failed
+    assert core.wants_tick(state, 631.0)
+    again = feed(state, [Tick(at=631.0, service="health")], echo=False)
+    (mark,) = of(again, MarkNode)
+    assert keys.PREFLIGHT in {t.key for t in mark.taints}  # whole, not a diff of the lost one
+    assert mark.labels == {keys.REMEDIATION: None}  # the label it wants, again
+    (shown,) = marked(state, again, at=632.0)
+    (ask,) = of(feed(state, [shown]), CreatePod)
+    assert ask.pod.node_name == "n0"
+
+
+def test_a_stale_or_applied_mark_is_not_asked_again() -> None:
+    state = remediated()
+    feed(state, [gpus("n0", at=50.0)])
+    (mark,) = of(feed(state, [Tick(at=600.0, service="health")], echo=False), MarkNode)
+    stale = ActionResult(action_id=mark.id, action_type="action.mark-node.v1", by="actuator",
+                         at=601.0, outcome="stale")  # fmt: skip
+    feed(state, [stale], echo=False)
+    assert of(tick(state, 700.0), MarkNode) == []
+
+
 def test_the_fixer_taking_the_label_off_starts_the_preflight_at_once() -> None:
     state = remediated()
     n0 = state.view.nodes["n0"].node
