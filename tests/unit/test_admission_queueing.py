@@ -148,3 +148,19 @@ def test_equal_priority_or_preemption_off_preempts_nobody() -> None:
         feed(state, submit("a", "one", 2, at=0.0), now=0.0)
         out = feed(state, submit("a", "two", 1, at=500.0, priority=priority), now=500.0)
         assert of(out, GangPreempted) == [] and admitted(out) == []
+
+
+@pytest.mark.parametrize("min_run", [0, 300])
+def test_no_gang_is_preempted_for_one_that_still_would_not_fit_the_teams_nodes(
+    min_run: int,
+) -> None:
+    # quota 16 but one 8-GPU node: taking the running gang off would not let the 16-GPU
+    # gang start; before, it was preempted anyway, re-admitted at once, and (with no
+    # minimum run time) preempted again in the same cycle, forever
+    config = {**ONE, "queueing": {"preempt_min_run_s": min_run}}
+    state = cluster(config, [node("n1", "p")])
+    feed(state, submit("a", "old", 1, at=0.0), now=0.0)
+    out = feed(state, [*submit("a", "urgent", 2, at=500.0, priority=10)], now=500.0)
+    out += feed(state, [Tick(at=900.0)], now=900.0)
+    assert of(out, GangPreempted) == [] and admitted(out) == []
+    assert state.gangs["a/old"].admitted

@@ -256,6 +256,7 @@ def _member(pod: Pod) -> Member:
 def _changed(state: State, gang: Gang, now: float) -> list[Output]:
     """A gang's demand, priority or members changed: re-account, finish, or re-queue it."""
     if gang.admitted:
+        state.floor.pop(gang.team, None)  # its priority may have changed
         if gang.held != gang.gpus:
             state.hold(gang, gang.gpus)
         members = gang.members.values()
@@ -266,10 +267,10 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
         return []
     if gang.team and not gang.finished and gang.qkey != queueing.queue_key(gang):
         state.enqueue(gang)  # its priority changed: move it
-    elif gang.qkey is not None and gang.gpus != gang.told_gpus:
-        state.untold.add(gang.key)  # its demand changed: it is looked at again
-        if gang.team in state.least and gang.known:  # a least too low only skips less
-            state.least[gang.team] = min(state.least[gang.team], gang.gpus)
+    elif gang.qkey is not None:
+        state.renew(gang)  # its demand may have changed: count it as it is
+        if gang.gpus != gang.told_gpus:
+            state.untold.add(gang.key)  # it is looked at again
     return []
 
 

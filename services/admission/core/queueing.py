@@ -39,16 +39,34 @@ def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
     first (``team_order``), so shares are re-weighed after every admission. Unless
     ``every`` (a tick, a new config), a team with no room of any kind is passed over
     without going through its queue (with many gangs queued, most events change
-    nothing); only its gangs not yet told why they wait are looked at."""
+    nothing); only its gangs not yet told why they wait are looked at.
+
+    A team found stuck stays stuck while gangs are admitted (an admission only takes
+    GPUs, from the cluster and from what lenders have idle), so after an admission
+    only the teams that could still admit are looked at again; all of them after a
+    preemption, which gives GPUs back."""
     outputs: list[Output] = []
-    teams = [
-        t
-        for t in team_order(state)
-        if every or not _stuck(state, t) or not _tell(state, t, now, outputs)
-    ]
-    while any(_serve(state, team, now, outputs) for team in teams):
-        teams = [t for t in team_order(state) if every or not _stuck(state, t)]
-    return outputs
+    stuck = set() if every else _stuck_teams(state, [t.name for t in state.config.teams])
+    teams = [t for t in team_order(state) if t not in stuck or not _tell(state, t, now, outputs)]
+    while True:
+        seen = len(outputs)
+        served = next((t for t in teams if _serve(state, t, now, outputs)), None)
+        if served is None:
+            return outputs
+        if not every:
+            if any(isinstance(o, GangPreempted) for o in outputs[seen:]):
+                stuck = set()  # GPUs came back: any team may go again
+            stuck -= {served}
+            again = [t.name for t in state.config.teams if t.name not in stuck]
+            stuck |= _stuck_teams(state, again)
+        teams = [t for t in team_order(state) if t not in stuck]
+
+
+def _stuck_teams(state: State, teams: list[str]) -> set[str]:
+    """Which of ``teams`` are stuck (``_stuck``), with what lenders have idle and the
+    free GPUs counted once for all of them."""
+    lendable, free = state.lendables(), state.free()
+    return {t for t in teams if _stuck(state, t, min(lendable[t], free))}
 
 
 def _tell(state: State, team: str, now: float, outputs: list[Output]) -> bool:
@@ -65,21 +83,21 @@ def _tell(state: State, team: str, now: float, outputs: list[Output]) -> bool:
     return True
 
 
-def _stuck(state: State, team: str) -> bool:
+def _stuck(state: State, team: str, lendable: int) -> bool:
     """No gang of the team that needs GPUs could be admitted: not even its smallest fits
-    what is left of its quota, nor what it could borrow, and it has no gang in quota to
-    preempt."""
+    what is left of its quota, nor what it could borrow (``lendable``: what lenders have
+    idle, at most the free GPUs), and it has no gang in quota to preempt."""
     least = max(state.least_need(team), 1)
     if state.quota(team) - state.used.get(team, 0) >= least:
         return False  # room in quota (what blocks it, borrowers, may be reclaimed)
     borrow = state.borrow_limit(team) - state.borrowed(team)
-    if borrow >= least and min(state.lendable(team), state.free()) >= least:
+    if borrow >= least and lendable >= least:
         return False
     queue = state.queues.get(team)
     if not queue or not state.config.queueing.preempt_within_team:
         return True
-    top = state.gangs[queue[0][1]].priority  # the queue is by priority, highest first
-    return not any(g.priority < top and not g.borrowed for g in state.holding(team))
+    top = -queue[0][0][0]  # the queue is by priority (kept in its key), highest first
+    return state.least_priority(team) >= top
 
 
 def team_order(state: State) -> list[str]:
@@ -190,7 +208,8 @@ def _try(
     lendable = min(state.lendable(team), state.free()) - reserve
     if limit and borrowed + need <= limit and need <= lendable:
         return _commit(state, gang, now, borrowing=True)
-    if behind is None and (victims := _lower(state, gang, now)):  # nothing ahead reserves
+    victims = _lower(state, gang, now) if behind is None else []  # nothing ahead reserves
+    if victims and _fits_without(state, gang, victims, now):
         outputs: list[Output] = []
         for victim in victims:
             outputs.extend(preempt(state, victim, now, for_gang=gang))
@@ -234,6 +253,20 @@ def _in_quota(state: State, gang: Gang, now: float, *, reserve: int, kept: str) 
         for victim in victims:
             outputs.extend(preempt(state, victim, now, for_gang=gang))
     return outputs + _commit(state, gang, now, borrowing=False)
+
+
+def _fits_without(state: State, gang: Gang, victims: list[Gang], now: float) -> bool:
+    """The gang is admitted once ``victims`` (in-quota gangs of its team) are off: its
+    team's nodes and the cluster then have its GPUs, or borrowers can be reclaimed for
+    them. If not, preempting them would only lose their work (and, re-admitted in the
+    same cycle, they would be preempted again and again)."""
+    freed = sum(v.held for v in victims)
+    need, team = gang.gpus, gang.team
+    room, free = state.room(team) + freed, state.free() + freed
+    if need <= room and need <= free:
+        return True
+    short_own, short = need - room, need - free
+    return bool(reclaim_plan(state, team=team, short_own=short_own, short=short, now=now))
 
 
 def _lower(state: State, gang: Gang, now: float) -> list[Gang]:
