@@ -45,7 +45,7 @@ def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
     GPUs, from the cluster and from what lenders have idle), so after an admission
     only the teams that could still admit are looked at again; all of them after a
     preemption, which gives GPUs back."""
-    outputs: list[Output] = []
+    outputs: list[Output] = release_memberless(state, now) if every and state.short else []
     stuck = set() if every else _stuck_teams(state, [t.name for t in state.config.teams])
     teams = [t for t in team_order(state) if t not in stuck or not _tell(state, t, now, outputs)]
     while True:
@@ -183,7 +183,55 @@ def _aside(state: State, gang: Gang, now: float) -> str:
 def wants_tick(state: State, now: float) -> bool:
     """Time alone changes decisions while gangs wait: a gang starts to starve, a PodGroup
     short of members is set aside, a running gang passes its minimum run time."""
-    return any(state.queues.values())
+    return any(state.queues.values()) or bool(state.short)
+
+
+def release_memberless(state: State, now: float) -> list[Output]:
+    """Admitted PodGroups whose member pods never all came, past their
+    ``scheduleTimeoutSeconds`` (else ``members_timeout_s``) since creation: a gang
+    declaring its GPUs (``baton.io/gpus-per-pod``, ``spec.minResources``) is admitted
+    before its pods exist, and without this held its team's quota forever. Its
+    admission is taken back, its GPUs go back to the team, and it is set aside (a
+    status and an Event, like a queued gang short of members) until its pods come."""
+    outputs: list[Output] = []
+    limit_s = state.config.queueing.members_timeout_s
+    for key in sorted(state.short):
+        gang = state.gangs[key]
+        limit = gang.schedule_timeout or limit_s
+        if now - gang.created_at < limit:
+            continue
+        gpus = gang.held
+        state.hold(gang, 0, borrowing=False)
+        gang.admitted = False
+        state.enqueue(gang)
+        outputs.append(_unadmit(gang, now, reason="its member pods did not come"))
+        aside = _aside(state, gang, now)
+        gang.aside = gang.reason = aside
+        gang.told_gpus = gang.gpus
+        state.untold.discard(gang.key)
+        outputs.append(
+            GangQueued(
+                at=now, gang=gang.key, team=gang.team, position=0, gpus=gang.gpus,
+                reason=f"{aside}; it was admitted and held {gpus} GPUs of the quota of "
+                f"team {gang.team!r}, now given back", set_aside=True,
+            )
+        )  # fmt: skip
+    return outputs
+
+
+def _unadmit(gang: Gang, now: float, *, reason: str) -> Annotate:
+    return Annotate(
+        id=ids.make("unadmit", gang.key, f"{now:.6f}"),
+        by="admission",
+        at=now,
+        priority="admission",
+        reason=reason,
+        kind=gang.kind,
+        api=gang.api,
+        namespace=gang.namespace,
+        name=gang.marked,
+        annotations={keys.ADMITTED: None, keys.BORROWING: None},
+    )
 
 
 def _try(

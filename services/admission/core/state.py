@@ -51,6 +51,7 @@ class State:
     # a team's queue at a glance; kept as gangs come, go and change)
     needs: dict[str, dict[int, int]] = field(default_factory=dict)
     floor: dict[str, int] = field(default_factory=dict)  # team -> least in-quota holder priority
+    short: set[str] = field(default_factory=set)  # admitted PodGroups whose pods never all came
 
     @property
     def nodes(self) -> dict[str, NodeView]:
@@ -213,8 +214,11 @@ class State:
         holders = self.holders.setdefault(gang.team, set())
         if gpus > 0:
             holders.add(gang.key)
+            if not gang.complete and gang.kind == "PodGroup":
+                self.short.add(gang.key)
         else:
             holders.discard(gang.key)
+            self.short.discard(gang.key)
 
 
 def on_team(state: State, gang: Gang, team: str) -> int:
