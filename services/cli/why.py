@@ -197,6 +197,8 @@ def _line(
         case GangPlaced(gang=gang) if gang == key:
             binds.add(event.action_id)
             return f"placed: {len(event.bindings)} members (attempt {event.attempt})"
+        case GangRestarted(gang=gang) if gang == key and not event.node:
+            return f"preempted: {event.reason}"  # taken off for room, no node failed
         case GangRestarted(gang=gang) if gang == key:
             return f"restarted: node {event.node} failed ({event.reason})"
         case ScaledUp(gang=gang) if gang == key:

@@ -13,7 +13,7 @@ CYCLE_SECONDS = Histogram(
 )
 DECISIONS = Counter(
     "baton_gang_decisions_total", "Placement decisions published", ["kind"]
-)  # placed / unschedulable / restarted
+)  # placed / unschedulable / restarted (a node failed) / preempted (taken off for room)
 ACTIONS = Counter(
     "baton_gang_actions_total", "Actions sent to the actuator, by type as on the bus", ["type"]
 )

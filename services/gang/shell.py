@@ -53,7 +53,8 @@ def observe(state: core.State, outputs: Sequence[core.Output]) -> None:
         if isinstance(output, BindGang | EvictGang | RecreatePod):
             metrics.ACTIONS.labels(type=str(type(output).__struct_config__.tag)).inc()
             continue
-        metrics.DECISIONS.labels(kind=_KIND[type(output)]).inc()
+        taken_off = isinstance(output, GangRestarted) and not output.node  # no node failed
+        metrics.DECISIONS.labels(kind="preempted" if taken_off else _KIND[type(output)]).inc()
         if isinstance(output, GangPlaced):
             if waited := wait(state, output):
                 metrics.WAIT_SECONDS.labels(team=waited[0], size=waited[1]).observe(waited[2])

@@ -44,7 +44,15 @@ from baton.proto.k8s import (
 from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
 from baton.proto.runner import Tick
 from baton.services.reporter import telling
-from baton.services.reporter.table import ASSIGNED, RETURNED, TABLE, WAITING, Quarantine, Row
+from baton.services.reporter.table import (
+    ASSIGNED,
+    RETURNED,
+    TABLE,
+    WAITING,
+    Quarantine,
+    Row,
+    row_for,
+)  # fmt: skip
 
 Decision = (
     GangPlaced | GangUnschedulable | GangRestarted | GangAdmitted | GangQueued | GangPreempted
@@ -163,7 +171,7 @@ class _Out:
                 gang.queued = event.reason
             case GangRestarted():
                 gang.placed, gang.verdict = "", None
-        row = TABLE[type(event)]
+        row = row_for(event)
         for ref in self.about(gang):
             self.event(row, ref, row.note(event))
         self.report(gang.key)

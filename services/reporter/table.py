@@ -48,14 +48,16 @@ def _placed(d: GangPlaced) -> str:
 
 
 def _restarted(d: GangRestarted) -> str:
-    if not d.node:  # taken off to make room (preempted, or moved to defragment)
-        return (
-            f"{d.reason}: the whole gang is taken off and waits to be placed again; "
-            f"{d.evicted} members evicted, {d.recreated} recreated"
-        )
     return (
         f"node {d.node} failed ({d.reason}): the whole gang restarts; {d.evicted} members "
         f"evicted, {d.recreated} recreated (restart {d.restarts})"
+    )
+
+
+def _taken_off(d: GangRestarted) -> str:
+    return (
+        f"{d.reason}: the whole gang is taken off and waits to be placed again; "
+        f"{d.evicted} members evicted, {d.recreated} recreated"
     )
 
 
@@ -100,6 +102,19 @@ TABLE: dict[type[Any], Row] = {
     GangQueued: Row("Queued", "Normal", "Queueing", _queued, by=ADMISSION),
     Quarantine: Row("Quarantined", "Warning", "Quarantining", _quarantine, "node", HEALTH),
 }
+
+# A gang taken off with no node failed (``node`` ''): preempted by a higher-priority gang
+# ("preempted for NS/GANG (priority N)") or moved to defragment ("moved to defragment for
+# NS/GANG"): the gang service's GangRestarted, told as what it is, not as a restart.
+TAKEN_OFF = Row("Preempted", "Warning", "Preempting", _taken_off)
+
+
+def row_for(decision: Any) -> Row:
+    """The row telling ``decision``: by its type, except a gang taken off to make room."""
+    if isinstance(decision, GangRestarted) and not decision.node:
+        return TAKEN_OFF
+    return TABLE[type(decision)]
+
 
 # Per bound pod, with GangPlaced, as kube-scheduler writes it for every pod it binds.
 ASSIGNED = Row(

@@ -105,7 +105,11 @@ async def test_a_head_over_quota_and_an_empty_podgroup_block_nobody(tmp_path: Pa
             await until(small_runs, what="the small gang bound past the blocked head", within=45)
             got = await placement()
             assert not got["big-0"] and not got["big-1"]  # the head still waits for quota
-            assert "uses 16 of its 16 GPU quota" in admission.state.gangs["team-a/big"].reason
+            # why it waits is brought up to date on admission's next tick (0.2 s here)
+            await until(
+                lambda: "uses 16 of its 16 GPU quota" in admission.state.gangs["team-a/big"].reason,
+                what="the head told the quota the small gang took", within=10,
+            )  # fmt: skip
 
             async def ghost_event() -> list[str]:
                 events = (await core_api.list_namespaced_event("team-a")).items

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from baton.proto.actions import EvictGang
+from baton.proto.actions import Annotate, EvictGang
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
 from baton.proto.runner import Tick
 from baton.services.admission.core import queueing
@@ -148,3 +148,52 @@ def test_equal_priority_or_preemption_off_preempts_nobody() -> None:
         feed(state, submit("a", "one", 2, at=0.0), now=0.0)
         out = feed(state, submit("a", "two", 1, at=500.0, priority=priority), now=500.0)
         assert of(out, GangPreempted) == [] and admitted(out) == []
+
+
+@pytest.mark.parametrize("min_run", [0, 300])
+def test_no_gang_is_preempted_for_one_that_still_would_not_fit_the_teams_nodes(
+    min_run: int,
+) -> None:
+    # quota 16 but one 8-GPU node: taking the running gang off would not let the 16-GPU
+    # gang start; before, it was preempted anyway, re-admitted at once, and (with no
+    # minimum run time) preempted again in the same cycle, forever
+    config = {**ONE, "queueing": {"preempt_min_run_s": min_run}}
+    state = cluster(config, [node("n1", "p")])
+    feed(state, submit("a", "old", 1, at=0.0), now=0.0)
+    out = feed(state, [*submit("a", "urgent", 2, at=500.0, priority=10)], now=500.0)
+    out += feed(state, [Tick(at=900.0)], now=900.0)
+    assert of(out, GangPreempted) == [] and admitted(out) == []
+    assert state.gangs["a/old"].admitted
+
+
+def test_an_admitted_podgroup_whose_pods_never_came_gives_its_quota_back() -> None:
+    # it declares its GPUs, so it is admitted before its pods exist; they never come
+    state = cluster(ONE, NODES3)
+    plain = group("a", "ghost", 2, at=0.0, **{"baton.io/gpus-per-pod": "8"})
+    timed = msgspec.structs.replace(plain.pod_group, schedule_timeout_seconds=60)
+    out = feed(state, [msgspec.structs.replace(plain, pod_group=timed)], now=0.0)
+    assert admitted(out) == ["a/ghost"] and state.used["a"] == 16
+    assert queueing.wants_tick(state.state, 1.0)  # even with nothing queued
+    out = feed(state, [*submit("a", "next", 1, at=30.0), Tick(at=59.0)], now=59.0)
+    assert admitted(out) == [] and state.gangs["a/ghost"].admitted  # not yet
+    out = feed(state, [Tick(at=60.0)], now=60.0)
+    (unadmit,) = [a for a in of(out, Annotate) if a.name == "ghost"]
+    assert unadmit.annotations == {"baton.io/admitted": None, "baton.io/borrowing": None}
+    (told,) = [q for q in of(out, GangQueued) if q.gang == "a/ghost"]
+    assert told.set_aside and "0 of 2 member pods after 60 s" in told.reason
+    assert "held 16 GPUs of the quota of team 'a', now given back" in told.reason
+    assert admitted(out) == ["a/next"]  # the quota it held goes to the next gang
+    assert not state.gangs["a/ghost"].admitted and state.used["a"] == 8
+    out = feed(state, [Tick(at=120.0)], now=120.0)
+    assert of(out, GangQueued) == [] and of(out, Annotate) == []  # told once
+    # its pods come after all: it queues for its GPUs like any other gang
+    feed(state, pods("a", "next", 1, phase="Succeeded"), now=130.0)
+    out = feed(state, pods("a", "ghost", 2), now=131.0)
+    assert admitted(out) == ["a/ghost"]
+
+
+def test_a_podgroup_whose_pods_all_came_keeps_its_quota_when_they_finish_or_go() -> None:
+    state = cluster(with_queueing(members_timeout_s=30), NODES3)
+    feed(state, submit("a", "job", 2, at=0.0), now=0.0)
+    feed(state, [*pods("a", "job", 1, phase="Running"), Tick(at=100.0)], now=100.0)
+    assert state.gangs["a/job"].admitted and state.used["a"] == 16

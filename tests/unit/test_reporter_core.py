@@ -12,7 +12,7 @@ from baton.proto import keys
 from baton.proto.actions import Binding, RecordEvent, SetGroupStatus, SetPodCondition
 from baton.proto.admission import GangQueued
 from baton.proto.k8s import GangRef, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
-from baton.proto.placement import GangPlaced, GangUnschedulable, Need
+from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable, Need
 from baton.proto.runner import Tick
 from baton.services.reporter import core, telling
 
@@ -164,6 +164,26 @@ def test_a_gang_waiting_for_admission_says_why() -> None:
     )  # fmt: skip
     condition = of(out, SetGroupStatus)[-1].status.conditions[0]
     assert condition.message == "waiting for admission: team 'a' uses 16 of its 16 GPU quota"
+
+
+@pytest.mark.parametrize(
+    ("node", "reason", "want", "note"),
+    [
+        ("", "preempted for ml/urgent (priority 10)", "Preempted",
+         "preempted for ml/urgent (priority 10): the whole gang is taken off"),
+        ("", "moved to defragment for ml/big", "Preempted", "moved to defragment for ml/big"),
+        ("n3", "node draining (baton.io/draining)", "Restarted", "node n3 failed"),
+    ],
+)  # fmt: skip
+def test_a_gang_taken_off_for_another_is_told_preempted_not_restarted(
+    node: str, reason: str, want: str, note: str
+) -> None:
+    state = core.initial()
+    step(state, pod_group("job", namespace=NS, min_member=1), *members(1, bound="n"))
+    off = GangRestarted(gang=f"{NS}/job", at=2.0, reason=reason, node=node, evicted=1)
+    out = step(state, off, at=2.0)
+    (event,) = [e for e in of(out, RecordEvent) if e.regarding.kind == "PodGroup"]
+    assert event.reason == want and note in event.note, event
 
 
 def test_a_gang_without_a_group_object_is_told_on_its_pods() -> None:

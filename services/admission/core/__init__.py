@@ -135,6 +135,7 @@ def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> l
 def _new_gang(state: State, gang: Gang, marks: dict[str, str], now: float) -> list[Output]:
     """Queue a gang seen for the first time, or adopt it if it was admitted before a restart."""
     state.gangs[gang.key] = gang
+    gang.complete = len(gang.members) >= gang.min_member
     if not gang.team:
         gang.reason = f"namespace {gang.namespace!r} belongs to no team in the team config"
         return [
@@ -258,16 +259,20 @@ def _member(pod: Pod) -> Member:
 
 def _changed(state: State, gang: Gang, now: float) -> list[Output]:
     """A gang's demand, priority or members changed: re-account, finish, or re-queue it."""
+    if not gang.complete and len(gang.members) >= gang.min_member:
+        gang.complete = True  # its pods all came: it holds quota for as long as it runs
+        state.short.discard(gang.key)
     if gang.admitted:
+        state.floor.pop(gang.team, None)  # its priority may have changed
         if gang.held != gang.gpus:
             state.hold(gang, gang.gpus)
         return _release(state, gang, now, finished=True) if _done(gang) else []
     if gang.team and not gang.finished and gang.qkey != queueing.queue_key(gang):
         state.enqueue(gang)  # its priority changed: move it
-    elif gang.qkey is not None and gang.gpus != gang.told_gpus:
-        state.untold.add(gang.key)  # its demand changed: it is looked at again
-        if gang.team in state.least and gang.known:  # a least too low only skips less
-            state.least[gang.team] = min(state.least[gang.team], gang.gpus)
+    elif gang.qkey is not None:
+        state.renew(gang)  # its demand may have changed: count it as it is
+        if gang.gpus != gang.told_gpus:
+            state.untold.add(gang.key)  # it is looked at again
     return []
 
 

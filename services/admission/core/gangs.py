@@ -42,6 +42,8 @@ class Gang:
     aside: str = ""  # why the gang is set aside (never fits, members missing); '' if not
     admitted_at: float = 0.0  # when it was last admitted (0: before a restart)
     told_gpus: int = -1  # its demand when it was last told why it waits
+    complete: bool = False  # it has had all its member pods at once (any phase)
+    qneed: int | None = None  # its demand as counted in the team's ``needs`` (queued, known)
 
     @property
     def gpus(self) -> int:

@@ -39,16 +39,34 @@ def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
     first (``team_order``), so shares are re-weighed after every admission. Unless
     ``every`` (a tick, a new config), a team with no room of any kind is passed over
     without going through its queue (with many gangs queued, most events change
-    nothing); only its gangs not yet told why they wait are looked at."""
-    outputs: list[Output] = []
-    teams = [
-        t
-        for t in team_order(state)
-        if every or not _stuck(state, t) or not _tell(state, t, now, outputs)
-    ]
-    while any(_serve(state, team, now, outputs) for team in teams):
-        teams = [t for t in team_order(state) if every or not _stuck(state, t)]
-    return outputs
+    nothing); only its gangs not yet told why they wait are looked at.
+
+    A team found stuck stays stuck while gangs are admitted (an admission only takes
+    GPUs, from the cluster and from what lenders have idle), so after an admission
+    only the teams that could still admit are looked at again; all of them after a
+    preemption, which gives GPUs back."""
+    outputs: list[Output] = release_memberless(state, now) if every and state.short else []
+    stuck = set() if every else _stuck_teams(state, [t.name for t in state.config.teams])
+    teams = [t for t in team_order(state) if t not in stuck or not _tell(state, t, now, outputs)]
+    while True:
+        seen = len(outputs)
+        served = next((t for t in teams if _serve(state, t, now, outputs)), None)
+        if served is None:
+            return outputs
+        if not every:
+            if any(isinstance(o, GangPreempted) for o in outputs[seen:]):
+                stuck = set()  # GPUs came back: any team may go again
+            stuck -= {served}
+            again = [t.name for t in state.config.teams if t.name not in stuck]
+            stuck |= _stuck_teams(state, again)
+        teams = [t for t in team_order(state) if t not in stuck]
+
+
+def _stuck_teams(state: State, teams: list[str]) -> set[str]:
+    """Which of ``teams`` are stuck (``_stuck``), with what lenders have idle and the
+    free GPUs counted once for all of them."""
+    lendable, free = state.lendables(), state.free()
+    return {t for t in teams if _stuck(state, t, min(lendable[t], free))}
 
 
 def _tell(state: State, team: str, now: float, outputs: list[Output]) -> bool:
@@ -65,21 +83,21 @@ def _tell(state: State, team: str, now: float, outputs: list[Output]) -> bool:
     return True
 
 
-def _stuck(state: State, team: str) -> bool:
+def _stuck(state: State, team: str, lendable: int) -> bool:
     """No gang of the team that needs GPUs could be admitted: not even its smallest fits
-    what is left of its quota, nor what it could borrow, and it has no gang in quota to
-    preempt."""
+    what is left of its quota, nor what it could borrow (``lendable``: what lenders have
+    idle, at most the free GPUs), and it has no gang in quota to preempt."""
     least = max(state.least_need(team), 1)
     if state.quota(team) - state.used.get(team, 0) >= least:
         return False  # room in quota (what blocks it, borrowers, may be reclaimed)
     borrow = state.borrow_limit(team) - state.borrowed(team)
-    if borrow >= least and min(state.lendable(team), state.free()) >= least:
+    if borrow >= least and lendable >= least:
         return False
     queue = state.queues.get(team)
     if not queue or not state.config.queueing.preempt_within_team:
         return True
-    top = state.gangs[queue[0][1]].priority  # the queue is by priority, highest first
-    return not any(g.priority < top and not g.borrowed for g in state.holding(team))
+    top = -queue[0][0][0]  # the queue is by priority (kept in its key), highest first
+    return state.least_priority(team) >= top
 
 
 def team_order(state: State) -> list[str]:
@@ -165,7 +183,55 @@ def _aside(state: State, gang: Gang, now: float) -> str:
 def wants_tick(state: State, now: float) -> bool:
     """Time alone changes decisions while gangs wait: a gang starts to starve, a PodGroup
     short of members is set aside, a running gang passes its minimum run time."""
-    return any(state.queues.values())
+    return any(state.queues.values()) or bool(state.short)
+
+
+def release_memberless(state: State, now: float) -> list[Output]:
+    """Admitted PodGroups whose member pods never all came, past their
+    ``scheduleTimeoutSeconds`` (else ``members_timeout_s``) since creation: a gang
+    declaring its GPUs (``baton.io/gpus-per-pod``, ``spec.minResources``) is admitted
+    before its pods exist, and without this held its team's quota forever. Its
+    admission is taken back, its GPUs go back to the team, and it is set aside (a
+    status and an Event, like a queued gang short of members) until its pods come."""
+    outputs: list[Output] = []
+    limit_s = state.config.queueing.members_timeout_s
+    for key in sorted(state.short):
+        gang = state.gangs[key]
+        limit = gang.schedule_timeout or limit_s
+        if now - gang.created_at < limit:
+            continue
+        gpus = gang.held
+        state.hold(gang, 0, borrowing=False)
+        gang.admitted = False
+        state.enqueue(gang)
+        outputs.append(_unadmit(gang, now, reason="its member pods did not come"))
+        aside = _aside(state, gang, now)
+        gang.aside = gang.reason = aside
+        gang.told_gpus = gang.gpus
+        state.untold.discard(gang.key)
+        outputs.append(
+            GangQueued(
+                at=now, gang=gang.key, team=gang.team, position=0, gpus=gang.gpus,
+                reason=f"{aside}; it was admitted and held {gpus} GPUs of the quota of "
+                f"team {gang.team!r}, now given back", set_aside=True,
+            )
+        )  # fmt: skip
+    return outputs
+
+
+def _unadmit(gang: Gang, now: float, *, reason: str) -> Annotate:
+    return Annotate(
+        id=ids.make("unadmit", gang.key, f"{now:.6f}"),
+        by="admission",
+        at=now,
+        priority="admission",
+        reason=reason,
+        kind=gang.kind,
+        api=gang.api,
+        namespace=gang.namespace,
+        name=gang.marked,
+        annotations={keys.ADMITTED: None, keys.BORROWING: None},
+    )
 
 
 def _try(
@@ -190,7 +256,8 @@ def _try(
     lendable = min(state.lendable(team), state.free()) - reserve
     if limit and borrowed + need <= limit and need <= lendable:
         return _commit(state, gang, now, borrowing=True)
-    if behind is None and (victims := _lower(state, gang, now)):  # nothing ahead reserves
+    victims = _lower(state, gang, now) if behind is None else []  # nothing ahead reserves
+    if victims and _fits_without(state, gang, victims, now):
         outputs: list[Output] = []
         for victim in victims:
             outputs.extend(preempt(state, victim, now, for_gang=gang))
@@ -234,6 +301,20 @@ def _in_quota(state: State, gang: Gang, now: float, *, reserve: int, kept: str) 
         for victim in victims:
             outputs.extend(preempt(state, victim, now, for_gang=gang))
     return outputs + _commit(state, gang, now, borrowing=False)
+
+
+def _fits_without(state: State, gang: Gang, victims: list[Gang], now: float) -> bool:
+    """The gang is admitted once ``victims`` (in-quota gangs of its team) are off: its
+    team's nodes and the cluster then have its GPUs, or borrowers can be reclaimed for
+    them. If not, preempting them would only lose their work (and, re-admitted in the
+    same cycle, they would be preempted again and again)."""
+    freed = sum(v.held for v in victims)
+    need, team = gang.gpus, gang.team
+    room, free = state.room(team) + freed, state.free() + freed
+    if need <= room and need <= free:
+        return True
+    short_own, short = need - room, need - free
+    return bool(reclaim_plan(state, team=team, short_own=short_own, short=short, now=now))
 
 
 def _lower(state: State, gang: Gang, now: float) -> list[Gang]:

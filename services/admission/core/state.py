@@ -47,7 +47,11 @@ class State:
     pool_gpus: dict[str, int] = field(default_factory=dict)  # pool name -> GPUs a node
     growth: dict[str, int] = field(default_factory=dict)  # team -> GPUs its pools may add
     untold: set[str] = field(default_factory=set)  # queued, not yet told why they wait
-    least: dict[str, int] = field(default_factory=dict)  # team -> least known queued need
+    # team -> need -> how many known queued gangs need that many GPUs (the least need of
+    # a team's queue at a glance; kept as gangs come, go and change)
+    needs: dict[str, dict[int, int]] = field(default_factory=dict)
+    floor: dict[str, int] = field(default_factory=dict)  # team -> least in-quota holder priority
+    short: set[str] = field(default_factory=set)  # admitted PodGroups whose pods never all came
 
     @property
     def nodes(self) -> dict[str, NodeView]:
@@ -97,6 +101,20 @@ class State:
         taken = sum(self.borrowed(t.name) for t in self.config.teams if t.name != team)
         return max(0, idle - taken)
 
+    def lendables(self) -> dict[str, int]:
+        """``lendable`` of every team at once (one pass over the teams, not one each)."""
+        idle = {
+            t.name: max(0, self.quota(t.name) - self.used.get(t.name, 0))
+            for t in self.config.teams
+            if t.lend
+        }
+        borrowed = {t.name: self.borrowed(t.name) for t in self.config.teams}
+        all_idle, all_taken = sum(idle.values()), sum(borrowed.values())
+        return {
+            t.name: max(0, all_idle - idle.get(t.name, 0) - (all_taken - borrowed[t.name]))
+            for t in self.config.teams
+        }
+
     def ceiling(self, team: str) -> int:
         """The largest gang a team could ever run: one runs either within its quota on
         the team's nodes, or wholly on GPUs borrowed from other teams."""
@@ -120,9 +138,8 @@ class State:
             self.dequeue(gang)
         queue = self.queues.setdefault(gang.team, [])
         self.untold.add(gang.key)
-        if gang.team in self.least and gang.known:
-            self.least[gang.team] = min(self.least[gang.team], gang.gpus)
         gang.qkey = queue_key(gang)
+        self.renew(gang)
         entry = (gang.qkey, gang.key)
         position = bisect.bisect_left(queue, entry)
         queue.insert(position, entry)
@@ -130,8 +147,8 @@ class State:
 
     def dequeue(self, gang: Gang) -> None:
         self.untold.discard(gang.key)
-        if self.least.get(gang.team) == gang.gpus:
-            del self.least[gang.team]  # it may have been the least
+        self._count(gang, -1)
+        gang.qneed = None
         if gang.qkey is None:
             return
         queue = self.queues.setdefault(gang.team, [])
@@ -141,13 +158,37 @@ class State:
             del queue[i]
         gang.qkey = None
 
+    def renew(self, gang: Gang) -> None:
+        """Count a queued gang's demand as it is now (after it changed) in ``needs``."""
+        need = gang.gpus if gang.qkey is not None and gang.known else None
+        if need != gang.qneed:
+            self._count(gang, -1)
+            gang.qneed = need
+            self._count(gang, 1)
+
+    def _count(self, gang: Gang, by: int) -> None:
+        if gang.qneed is None:
+            return
+        needs = self.needs.setdefault(gang.team, {})
+        left = needs.get(gang.qneed, 0) + by
+        if left:
+            needs[gang.qneed] = left
+        else:
+            del needs[gang.qneed]
+
     def least_need(self, team: str) -> int:
-        """The least GPUs a known gang in the team's queue needs (kept until the queue or
-        a queued gang's demand changes); a very large number when there is none."""
-        if team not in self.least:
-            queued = (self.gangs[k] for _, k in self.queues.get(team, ()))
-            self.least[team] = min((g.gpus for g in queued if g.known), default=1 << 62)
-        return self.least[team]
+        """The least GPUs a known gang in the team's queue needs; a very large number
+        when there is none."""
+        needs = self.needs.get(team)
+        return min(needs) if needs else 1 << 62
+
+    def least_priority(self, team: str) -> int:
+        """The lowest priority of the team's gangs holding GPUs within its quota (kept
+        until one of them changes); a very large number when there is none."""
+        if team not in self.floor:
+            held = (g.priority for g in self.holding(team) if not g.borrowed)
+            self.floor[team] = min(held, default=1 << 62)
+        return self.floor[team]
 
     def position(self, gang: Gang) -> int:
         queue = self.queues.get(gang.team, [])
@@ -169,11 +210,15 @@ class State:
             now = self.lent if borrowing else self.used
             now[gang.team] = now.get(gang.team, 0) + gpus
         gang.held, gang.borrowed = gpus, gpus if borrowing else 0
+        self.floor.pop(gang.team, None)
         holders = self.holders.setdefault(gang.team, set())
         if gpus > 0:
             holders.add(gang.key)
+            if not gang.complete and gang.kind == "PodGroup":
+                self.short.add(gang.key)
         else:
             holders.discard(gang.key)
+            self.short.discard(gang.key)
 
 
 def on_team(state: State, gang: Gang, team: str) -> int:

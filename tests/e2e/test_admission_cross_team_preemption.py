@@ -1,0 +1,148 @@
+"""Cross-team preemption end to end on simcluster: team b runs a low-priority gang on GPUs
+borrowed from team a (a's nodes, idle); a's high-priority gang comes, needs its quota back,
+and b's borrowing gang is preempted whole (every member evicted, none left running), a's
+gang is bound on its own nodes, and b's in-quota gang keeps running. Webhook, bridge,
+admission, gang and actuator over a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from baton.libs.bus import Bus
+from baton.libs.runner import Runner, serve
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.services.actuator import main as actuator_main
+from baton.services.admission import main as admission_main
+from baton.services.bridge import main as bridge_main
+from baton.services.gang import main as gang_main
+from tests.connected.test_webhook import make_cert
+from tests.e2e.test_admission_borrow_reclaim import gang_objects, register_webhooks, tasks
+from tests.pipeline import until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+TEAMS = """
+teams:
+  - name: a
+    namespaces: [team-a]
+    pools: [pa]
+  - name: b
+    namespaces: [team-b]
+    pools: [pb]
+    borrow: {gpus: 16}
+"""
+
+
+async def submit(
+    core_api: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    ns: str,
+    name: str,
+    members: int,
+    priority_class: str,
+) -> None:
+    group, pods = gang_objects(name, members)
+    await custom.create_namespaced_custom_object(
+        "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", group
+    )
+    for pod in pods:
+        pod["spec"]["priorityClassName"] = priority_class
+        created = await core_api.create_namespaced_pod(ns, pod)
+        assert created.spec.scheduler_name == "baton"  # set by the mutating webhook
+
+
+async def test_a_high_priority_gang_takes_its_quota_back_from_another_teams_borrower_whole(
+    tmp_path: Path,
+) -> None:
+    cert, key = make_cert(tmp_path)
+    ca = Path(cert).read_bytes()  # noqa: ASYNC240 - setup, before anything runs
+    teams = tmp_path / "teams.yaml"
+    teams.write_text(TEAMS)
+    async with running_nats() as url, running_sim(nodes=3) as sim:
+        api = await sim.api_client()
+        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        nodes = sorted(n.metadata.name for n in (await core_api.list_node()).items)
+        pools = {nodes[0]: "pa", nodes[1]: "pa", nodes[2]: "pb"}  # a: 16 GPUs, b: 8
+        for node, pool in pools.items():
+            await core_api.patch_node(node, {"metadata": {"labels": {"baton.io/pool": pool}}})
+        for ns in ("team-a", "team-b"):
+            await core_api.create_namespace({"metadata": {"name": ns}})
+        for name, value in (("low", 0), ("high", 1000)):
+            await custom.create_cluster_custom_object(
+                "scheduling.k8s.io", "v1", "priorityclasses",
+                {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                 "metadata": {"name": name}, "value": value},
+            )  # fmt: skip
+
+        bus = await Bus.connect(url, cluster="c1", name="admission")
+        await bus.ensure_streams()
+        common = {"nats_url": url, "cluster": "c1", "ops_port": 0}
+        settings = admission_main.Settings(
+            **common, teams_file=str(teams), reload_s=60, tls_cert=cert, tls_key=key,
+            webhook_host="127.0.0.1", webhook_port=0, cycle_interval=0.5,
+        )  # fmt: skip
+        admission = Runner(admission_main.SPEC, bus=bus, settings=settings)
+        bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        webhook = admission_main.beside(settings, bus, bound=bound)
+        gang = gang_main.Settings(**common, require_admission=True, cycle_interval=0.1)
+        async with tasks(
+            admission.run(),
+            webhook.run(admission),
+            bridge_main.serve_bridge(bridge_main.Settings(**common, kubeconfig=sim.kubeconfig)),
+            actuator_main.serve_actuator(
+                actuator_main.Settings(**common, kubeconfig=sim.kubeconfig)
+            ),
+            serve(gang_main.SPEC, gang),
+        ):
+            port = await asyncio.wait_for(bound, 10)
+            await register_webhooks(custom, port=port, ca=ca)
+
+            async def tainted() -> bool:
+                items = (await core_api.list_node()).items
+                return all(
+                    any(t.key == "baton.io/team" for t in n.spec.taints or []) for n in items
+                )
+
+            await until(tainted, what="team taints on every node", within=45)
+            await until(lambda: admission.ready, what="admission caught up", within=30)
+
+            async def placement(ns: str) -> dict[str, str]:
+                pods = (await core_api.list_namespaced_pod(ns)).items
+                return {p.metadata.name: p.spec.node_name or "" for p in pods}
+
+            # b fills its own node, then borrows a's two idle nodes for a low-priority gang
+            await submit(core_api, custom, "team-b", "own", 1, "low")
+            await submit(core_api, custom, "team-b", "extra", 2, "low")
+
+            async def b_running() -> dict[str, str] | None:
+                got = await placement("team-b")
+                return got if len(got) == 3 and all(got.values()) else None
+
+            first = await until(b_running, what="team b's two gangs bound", within=45)
+            assert {first["extra-0"], first["extra-1"]} == {nodes[0], nodes[1]}  # a's nodes
+            assert first["own-0"] == nodes[2]
+
+            # a's high-priority gang needs all of a's quota: the borrower goes, whole
+            await submit(core_api, custom, "team-a", "urgent", 2, "high")
+
+            async def swapped() -> dict[str, str] | None:
+                a, b = await placement("team-a"), await placement("team-b")
+                urgent = {a.get("urgent-0"), a.get("urgent-1")}
+                left = [n for n in ("extra-0", "extra-1") if b.get(n)]
+                return a if urgent == {nodes[0], nodes[1]} and not left else None
+
+            a = await until(swapped, what="the borrower evicted whole, a's gang bound", within=60)
+            assert set(a) == {"urgent-0", "urgent-1"}
+            after = await placement("team-b")
+            assert after.get("own-0") == nodes[2]  # b's in-quota gang kept running
+            assert not any(after.get(n) for n in ("extra-0", "extra-1"))  # no member left bound
+            extra = admission.state.gangs["team-b/extra"]
+            assert not extra.admitted and extra.qkey is not None  # back in b's queue
+            assert admission.state.gangs["team-a/urgent"].admitted
+        await bus.close()
+        await api.close()

@@ -1,0 +1,149 @@
+"""The admission cycle's shortcuts decide exactly as a straightforward cycle does.
+
+``queueing.admit`` keeps each team's least queued need and least in-quota priority as
+gangs change, and after an admission looks again only at teams that could still admit.
+``reference_admit`` below is the cycle without any of that: every team's stuckness
+recomputed from scratch (queue scanned, lenders summed, holders' priorities read) after
+every admission. Random workloads go through both; every output must be the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from baton.proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
+from baton.proto.runner import Tick
+from baton.services.admission import core
+from baton.services.admission.core import queueing
+from baton.services.admission.core.state import State
+from baton.services.admission.teams import parse
+
+pytestmark = pytest.mark.unit
+
+TEAMS = ("a", "b", "c")
+
+
+def _stuck_reference(state: State, team: str) -> bool:
+    queued = [state.gangs[k] for _, k in state.queues.get(team, ())]
+    least = max(min((g.gpus for g in queued if g.known), default=1 << 62), 1)
+    if state.quota(team) - state.used.get(team, 0) >= least:
+        return False
+    borrow = state.borrow_limit(team) - state.borrowed(team)
+    if borrow >= least and min(state.lendable(team), state.free()) >= least:
+        return False
+    if not queued or not state.config.queueing.preempt_within_team:
+        return True
+    top = max(g.priority for g in queued)
+    return not any(g.priority < top and not g.borrowed for g in state.holding(team))
+
+
+def reference_admit(state: State, now: float, *, every: bool = True) -> list[Any]:
+    outputs: list[Any] = queueing.release_memberless(state, now) if every else []
+    teams = [
+        t
+        for t in queueing.team_order(state)
+        if every or not _stuck_reference(state, t) or not queueing._tell(state, t, now, outputs)
+    ]
+    while any(queueing._serve(state, t, now, outputs) for t in teams):
+        teams = [t for t in queueing.team_order(state) if every or not _stuck_reference(state, t)]
+    return outputs
+
+
+def teams_config(draw: st.DrawFn) -> dict[str, Any]:
+    teams = []
+    for name in TEAMS:
+        team: dict[str, Any] = {
+            "name": name,
+            "namespaces": [name],
+            "pools": [f"p{name}"],
+            "borrow": {"gpus": draw(st.sampled_from([0, 8, 16, 32]))},
+            "priority": draw(st.sampled_from([0, 0, 5])),
+            "weight": draw(st.integers(1, 3)),
+            "lend": draw(st.booleans()),
+        }
+        quota = draw(st.sampled_from([None, 0, 8, 16, 24]))
+        if quota is not None:
+            team["quota"] = {"gpus": quota}
+        teams.append(team)
+    queueing_ = {
+        "strategy": draw(st.sampled_from(["BestEffortFIFO", "BestEffortFIFO", "StrictFIFO"])),
+        "starvation_s": draw(st.sampled_from([60, 1800])),
+        "preempt_within_team": draw(st.booleans()),
+        "preempt_min_run_s": draw(st.sampled_from([0, 100])),
+        "members_timeout_s": draw(st.sampled_from([30, 600])),
+    }
+    return {"teams": teams, "queueing": queueing_}
+
+
+def _pod(team: str, gang: str, i: int, gpus: int, priority: int, phase: str) -> PodEvent:
+    pod = Pod(
+        namespace=team,
+        name=f"{gang}-{i}",
+        uid=f"uid-{gang}-{i}",
+        phase=phase,  # type: ignore[arg-type]
+        labels={"scheduling.x-k8s.io/pod-group": gang},
+        requests={GPU: gpus},
+        priority=priority,
+        scheduler_name="baton",
+    )
+    return PodEvent(op="upsert", at=0.0, pod=pod)
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[float, Any]]]:
+    config = teams_config(draw)
+    now, events, gangs = 0.0, [], []  # gangs: (team, name, members, gpus, priority)
+    for n in range(draw(st.integers(1, 6))):
+        team = draw(st.sampled_from(TEAMS))
+        labels = {"baton.io/pool": f"p{team}"}
+        node = Node(name=f"n{n}", uid=f"u{n}", labels=labels, allocatable={GPU: 8})
+        events.append((now, NodeEvent(op="upsert", at=now, node=node)))
+    for _ in range(draw(st.integers(5, 40))):
+        now += draw(st.sampled_from([0.0, 1.0, 50.0, 200.0]))
+        op = draw(st.sampled_from(["gang", "gang", "gang", "pods", "finish", "delete", "tick"]))
+        if op == "gang" or not gangs:
+            team, name = draw(st.sampled_from(TEAMS)), f"g{len(gangs)}"
+            members, gpus = draw(st.integers(1, 3)), draw(st.sampled_from([0, 1, 4, 8]))
+            priority = draw(st.sampled_from([0, 0, 5, 10]))
+            gangs.append((team, name, members, gpus, priority))
+            group = PodGroup(
+                namespace=team, name=name, uid=f"uid-{name}", min_member=members, created_at=now
+            )
+            events.append((now, PodGroupEvent(op="upsert", at=now, pod_group=group)))
+            for i in range(draw(st.integers(0, members))):  # some pods may come later
+                events.append((now, _pod(team, name, i, gpus, priority, "Pending")))
+            continue
+        team, name, members, gpus, priority = draw(st.sampled_from(gangs))
+        if op == "pods":  # all its pods, some with another demand or priority
+            gpus = draw(st.sampled_from([gpus, gpus, 2]))
+            priority = draw(st.sampled_from([priority, priority, 7]))
+            for i in range(members):
+                events.append((now, _pod(team, name, i, gpus, priority, "Running")))
+        elif op == "finish":
+            for i in range(members):
+                events.append((now, _pod(team, name, i, gpus, priority, "Succeeded")))
+        elif op == "delete":
+            group = PodGroup(namespace=team, name=name, uid=f"uid-{name}", min_member=members)
+            events.append((now, PodGroupEvent(op="delete", at=now, pod_group=group)))
+        else:
+            events.append((now, Tick(at=now)))
+    return config, events
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_the_cycle_decides_as_the_straightforward_one(
+    workload: tuple[dict[str, Any], list[tuple[float, Any]]],
+) -> None:
+    config, events = workload
+    fast, slow = core.initial(parse(config)), core.initial(parse(config))
+    for now, event in events:
+        fast, got = core.step(fast, event, now)
+        with mock.patch.object(queueing, "admit", reference_admit):
+            slow, want = core.step(slow, event, now)
+        assert got == want, (event, got, want)
