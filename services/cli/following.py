@@ -30,11 +30,14 @@ from baton.proto.k8s import K8sEvent
 from baton.proto.runner import Started
 from baton.services.cli.view import RECENT, View
 
-QUIET = {subjects.K8S, subjects.TELEMETRY, subjects.RUNNER, subjects.BANDWIDTH}  # counted only
 # What `baton up` prints line by line when its output is not a terminal: the services'
 # decisions (actions and results stay on the status's recent lines only).
 DECIDING = {subjects.PLACEMENT, subjects.ADMISSION, subjects.HEALTH, subjects.BALLOON,
             subjects.AUTOSCALER}  # fmt: skip
+# Results a person should see on the recent lines; the others are counted (the actuator
+# answers ~50 actions a second on a busy demo: "applied" lines would push every decision
+# off the screen between two refreshes).
+NOTABLE = {"failed", "rolled-back", "dropped"}
 SIZED = (streams.K8S, streams.ACTIONS, streams.EVENTS, streams.HISTORY, streams.DEADLETTER)
 ACTUATOR_CONSUMER = "actuator"  # the actuator's durable consumer on ACTIONS
 Recorded = Started | AnyAdmissionEvent | TeamsLoaded | Allocation
@@ -81,7 +84,8 @@ async def load(nc: NATS, view: View, *, cluster: str, objects: bool = True) -> N
     for event in sorted(said, key=lambda e: e.at):
         view.record(event)
     for subject, data in await last_messages(nc, stream(cluster, streams.EVENTS), count=RECENT):
-        view.note(describe(subject, data))
+        if worth_a_line(subject, data):
+            view.note(describe(subject, data))
     await _facts(nc, view, cluster=cluster)
 
 
@@ -164,7 +168,7 @@ async def follow(nc: NATS, view: View, *, cluster: str) -> None:
         elif domain == subjects.HEALTH:
             with contextlib.suppress(Undecodable):
                 view.record(decode(msg.data, Health))
-        if domain not in QUIET:
+        if worth_a_line(msg.subject, msg.data):
             view.note(describe(msg.subject, msg.data), decision=domain in DECIDING)
 
     async def on_object(msg: Msg) -> None:
@@ -180,6 +184,20 @@ async def follow(nc: NATS, view: View, *, cluster: str) -> None:
         deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,  # current state, then every change
         stream=stream(cluster, streams.K8S),
     )
+
+
+def worth_a_line(subject: str, data: bytes) -> bool:
+    """The recent lines: the services' decisions, and what the actuator could not do."""
+    domain = subject.split(".")[2]
+    if domain in DECIDING:
+        return True
+    if domain != subjects.RESULT:
+        return False  # actions: their results say what came of them
+    try:
+        payload = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return True  # not ours to judge: show it
+    return not isinstance(payload, dict) or payload.get("outcome") in NOTABLE
 
 
 def describe(subject: str, data: bytes) -> str:

@@ -51,6 +51,24 @@ def test_render_shows_phases_services_and_recent_decisions() -> None:
     assert "placement.placed.v1 t/job" in shown
 
 
+def test_recent_lines_are_decisions_and_what_the_actuator_could_not_do() -> None:
+    """A busy demo answers ~50 actions a second: "applied" lines pushed every placement
+    off the terminal's recent lines between two refreshes."""
+    from baton.services.cli.following import worth_a_line
+
+    def result(outcome: str) -> bytes:
+        return b'{"type": "result.v1", "outcome": "%s"}' % outcome.encode()
+
+    assert worth_a_line("baton.c1.placement.placed.team-a.job", b"{}")
+    assert worth_a_line("baton.c1.health.state.n1", b"{}")
+    assert not worth_a_line("baton.c1.result.bind-gang.team-a.job", result("applied"))
+    assert not worth_a_line("baton.c1.result.bind-gang.team-a.job", result("stale"))
+    assert worth_a_line("baton.c1.result.bind-gang.team-a.job", result("failed"))
+    assert worth_a_line("baton.c1.result.bind-gang.team-a.job", result("rolled-back"))
+    assert not worth_a_line("baton.c1.action.bind-gang.team-a.job", b"{}")
+    assert not worth_a_line("baton.c1.k8s.pod.team-a.p", b"{}")
+
+
 def test_tail_scopes_short_subjects_to_the_cluster() -> None:
     assert tail.full_subject("k8s.pod.>", "c2") == "baton.c2.k8s.pod.>"
     assert tail.full_subject("baton.c1.>", "c2") == "baton.c1.>"
