@@ -16,6 +16,7 @@ from baton.proto.admission import (
     TeamsLoaded,
 )
 from baton.proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent, Taint
+from baton.proto.runner import Tick
 from baton.services.admission import core
 from baton.services.admission.teams import TeamConfigError, parse
 
@@ -433,3 +434,23 @@ def test_a_finished_gang_seen_after_a_restart_holds_no_quota(order: str) -> None
     # is adopted until its members arrive, then released (a true, harmless decision).
     released = [o.gang for o in of(out, GangReleased)]
     assert released == ([] if order == "pods first" else ["team-b/done"])
+
+
+def test_a_waiting_gang_is_not_told_again_when_only_the_counts_in_its_reason_move() -> None:
+    """Every admission moves its team's usage: re-telling each waiting gang "uses 9 of
+    16", then "uses 10 of 16", flooded the bus on a busy cluster (11 GangQueued a second
+    in a 64-node demo)."""
+    state = cluster(TWO_TEAMS, [node("b1", "pb"), node("b2", "pb")])
+    feed(state, submit("team-b", "run", 1, 0.0, phase="Running"))  # 8 of 16
+    told = of(feed(state, submit("team-b", "big", 2, 1.0)), GangQueued)
+    assert [q.gang for q in told][-1] == "team-b/big" and "uses 8 of" in told[-1].reason
+    out = feed(state, [lone("team-b", "small", gpus=1)])  # admitted: 9 of 16
+    assert [o.gang for o in of(out, GangAdmitted)] == ["team-b/small"]
+    out += feed(state, [Tick(at=2.0, service="admission")], now=2.0)  # every queue looked at
+    assert [q for q in of(out, GangQueued) if q.gang == "team-b/big"] == []  # same reason
+    assert "uses 9 of" in state.gangs["team-b/big"].reason  # kept, for whoever asks
+    out = feed(state, pods("team-b", "run", 1, phase="Succeeded"))  # 1 of 16: still short
+    out += feed(state, [Tick(at=3.0, service="admission")], now=3.0)
+    assert [q for q in of(out, GangQueued) if q.gang == "team-b/big"] == []
+    out = feed(state, [lone("team-b", "small", gpus=1, phase="Succeeded")])
+    assert [o.gang for o in of(out, GangAdmitted)] == ["team-b/big"]

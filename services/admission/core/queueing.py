@@ -19,6 +19,8 @@ lowest gang priority, then newest.
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from baton.proto import ids, keys
@@ -476,15 +478,23 @@ def remark(gang: Gang, now: float) -> Annotate:
 def _wait(
     state: State, gang: Gang, now: float, *, reason: str, aside: bool = False
 ) -> list[Output]:
+    same = _gist(reason) == _gist(gang.reason) and gang.gpus == gang.told_gpus
     gang.aside, gang.told_gpus = (reason if aside else ""), gang.gpus
     state.untold.discard(gang.key)
-    if reason == gang.reason:
-        return []
     gang.reason = reason
+    if same:
+        return []
     event = GangQueued(
         at=now, gang=gang.key, team=gang.team, reason=reason, position=0, gpus=gang.gpus
     )
     return [msgspec.structs.replace(event, set_aside=True) if aside else event]
+
+
+def _gist(reason: str) -> str:
+    """A reason without its counts: a waiting gang is not told again each time its team's
+    usage or its place in the queue moves by a few GPUs or gangs (on a busy cluster that
+    re-published every waiting gang after every admission), only when why it waits does."""
+    return re.sub(r"\d+", "#", reason)
 
 
 def queued(state: State, gang: Gang, now: float) -> GangQueued:
