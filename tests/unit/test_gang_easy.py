@@ -1,0 +1,128 @@
+"""EASY backfill: a gang expected to end before the head can start may use the head's
+reserved nodes; one that would delay the head, or has no estimate, may not."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from baton.libs.testing.builders import gang, node
+from baton.proto import durations, keys
+from baton.proto.k8s import Node
+from baton.services.gang import core, estimates
+from tests.unit.gang_helpers import apply, binds, feed, finish, make, tick, verdicts
+
+pytestmark = pytest.mark.unit
+
+
+def flat(count: int) -> list[Node]:
+    return [node(f"n{i:03}", gpus=8).build() for i in range(count)]
+
+
+def expecting(name: str, size: int, seconds: str | None, *, at: float, **kw: object) -> list:  # type: ignore[type-arg]
+    group, members = gang(name, size, created_at=at, **kw)  # type: ignore[arg-type]
+    if seconds is not None:
+        notes = {**group.annotations, keys.EXPECTED_DURATION: seconds}
+        group = msgspec.structs.replace(group, annotations=notes)
+    return [group, *members]
+
+
+def blocked_head(running: str | None, *, policy: core.Policy | None = None) -> core.State:
+    """8 nodes; a 4-node gang runs from t=1 (expected to take ``running``); an 8-node head
+    (created at 2) waits for it and reserves every node."""
+    state = make(flat(8), policy=policy)
+    feed(state, expecting("running", 4, running, at=0.0))
+    apply(state, binds(tick(state, 1.0))[0], at=1.0)
+    feed(state, expecting("head", 8, None, at=2.0, priority=5))
+    assert binds(tick(state, 2.0)) == []
+    return state
+
+
+@pytest.mark.parametrize(
+    ("case", "running", "small", "at", "backfills"),
+    [
+        ("ends before the head can start (t=1001)", "1000", "500", 3.0, True),
+        ("ends exactly when the head can start", "1000", "998", 3.0, True),
+        ("would delay the head", "1000", "2000", 3.0, False),
+        ("no estimate: never on reserved nodes", "1000", None, 3.0, False),
+        ("what blocks the head has no estimate: it may end now", None, "10", 3.0, False),
+        ("what blocks the head overran its estimate: it may end now", "100", "10", 200.0, False),
+        ("a Go-style duration", "1h", "30m", 3.0, True),
+    ],
+)
+def test_backfill_on_the_heads_nodes_only_if_it_ends_before_the_head_starts(
+    case: str, running: str | None, small: str | None, at: float, backfills: bool
+) -> None:
+    state = blocked_head(running)
+    feed(state, expecting("small", 2, small, at=at), at=at)
+    out = tick(state, at)
+    assert [b.gang for b in binds(out)] == (["default/small"] if backfills else []), case
+    if not backfills:
+        (verdict,) = (v for v in verdicts(out) if v.gang == "default/small")
+        assert verdict.blocked_by == "default/head"
+
+
+def test_the_head_starts_on_time_after_a_backfill() -> None:
+    state = blocked_head("1000")
+    feed(state, expecting("small", 4, "500", at=3.0), at=3.0)
+    (small,) = binds(tick(state, 3.0))
+    apply(state, small, at=3.0)
+    assert state.cluster.gangs["default/small"].backfilled
+    finish(state, "default/small", at=503.0)
+    assert binds(tick(state, 600.0)) == []  # the running gang has not ended yet
+    finish(state, "default/running", at=1001.0)
+    assert [b.gang for b in binds(tick(state, 1001.0))] == ["default/head"]
+
+
+def test_off_it_backfills_nothing_on_reserved_nodes() -> None:
+    state = blocked_head("1000", policy=core.Policy(backfill_estimates=False))
+    feed(state, expecting("small", 2, "500", at=3.0), at=3.0)
+    assert binds(tick(state, 3.0)) == []
+
+
+def test_a_learned_estimate_from_the_teams_completed_runs() -> None:
+    """No annotation: the 90th percentile of the team's last runs of that size."""
+    state = make(flat(8))
+    for i, took in enumerate((100.0, 120.0, 90.0, 110.0, 400.0)):
+        feed(state, expecting(f"warm{i}", 2, None, at=0.0), at=0.0)
+        apply(state, binds(tick(state, 0.0))[0], at=0.0)
+        finish(state, f"default/warm{i}", at=took)
+    runs = state.runs.seconds[("default", "9-64")]
+    assert runs == (100.0, 120.0, 90.0, 110.0, 400.0)
+    feed(state, expecting("running", 4, "1000", at=500.0))
+    apply(state, binds(tick(state, 500.0))[0], at=500.0)
+    feed(state, expecting("head", 8, None, at=501.0, priority=5))
+    tick(state, 501.0)
+    feed(state, expecting("small", 2, None, at=502.0), at=502.0)
+    # p90 of 5 runs is the longest, 400 s: 502 + 400 <= 1500
+    assert [b.gang for b in binds(tick(state, 502.0))] == ["default/small"]
+
+
+def test_too_few_runs_learn_nothing_and_a_restart_is_not_a_run() -> None:
+    policy = core.Policy()
+    runs = estimates.Runs()
+    for took in (100.0, 100.0, 100.0, 100.0):
+        runs.add("t", "1", took, keep=policy.estimate_history)
+    assert runs.estimate("t", "1", policy) is None
+    runs.add("t", "1", 300.0, keep=policy.estimate_history)
+    assert runs.estimate("t", "1", policy) == 300.0
+    assert runs.estimate("t", "1", core.Policy(estimate_percentile=50.0)) == 100.0
+    for took in range(100):
+        runs.add("t", "1", float(took), keep=3)
+    assert runs.seconds[("t", "1")] == (97.0, 98.0, 99.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("5400", 5400.0), ("90.5", 90.5), ("1h30m", 5400.0), ("1.5h", 5400.0),
+     ("2h0m0s", 7200.0), ("500ms", 0.5)],
+)  # fmt: skip
+def test_expected_durations_parse(text: str, seconds: float) -> None:
+    assert durations.parse(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "-5", "soon", "1h 30m", "1x", "nan", "inf", "h"])
+def test_invalid_expected_durations_name_the_key(text: str) -> None:
+    with pytest.raises(ValueError, match=keys.EXPECTED_DURATION):
+        durations.parse(text)
+    assert durations.seconds_or_none(text) is None
