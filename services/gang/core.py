@@ -348,6 +348,7 @@ def assume(
     gang.started = now
     gang.estimate = estimates.expected(cl, gang, state.runs, state.policy)
     gang.ran_gpus = sum(cl.pods[k].requests.get(GPU, 0) for k in plan.nodes)
+    gang.ran_team = estimates.team(cl, gang)
     for key, node in plan.nodes.items():
         cl.account(key, node, cl.pods[key].requests)
     state.inflight[action_id] = gang.key

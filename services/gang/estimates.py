@@ -99,7 +99,7 @@ def finished(cluster: Cluster, gang: Gang, runs: Runs, policy: GangPolicy, now: 
     if gang.ran_gpus < 0 or not policy.learn_estimates:
         return
     runs.add(
-        team(cluster, gang), size_class(gang.ran_gpus), max(now - gang.started, 0.0),
+        gang.ran_team, size_class(gang.ran_gpus), max(now - gang.started, 0.0),
         keep=policy.estimate_history,
     )  # fmt: skip
 

@@ -8,7 +8,7 @@ import pytest
 
 from baton.libs.testing.builders import gang, node
 from baton.proto import durations, keys
-from baton.proto.k8s import Node
+from baton.proto.k8s import Node, Taint
 from baton.services.gang import core, estimates
 from tests.unit.gang_helpers import apply, binds, feed, finish, make, tick, verdicts
 
@@ -80,25 +80,55 @@ def test_off_it_backfills_nothing_on_reserved_nodes() -> None:
     assert binds(tick(state, 3.0)) == []
 
 
-def test_a_learned_estimate_from_the_teams_completed_runs() -> None:
+@pytest.mark.parametrize(
+    ("case", "team", "other", "backfills"),
+    [
+        ("the namespace's runs, for a gang without a team label", None, None, True),
+        ("the team label of its pods", "ml", "ml", True),
+        ("another team's runs say nothing about it", "ml", "vision", False),
+    ],
+)
+def test_a_learned_estimate_from_the_teams_completed_runs(
+    case: str, team: str | None, other: str | None, backfills: bool
+) -> None:
     """No annotation: the 90th percentile of the team's last runs of that size."""
     state = make(flat(8))
+    labels = {"labels": {keys.TEAM: team}} if team else {}
     for i, took in enumerate((100.0, 120.0, 90.0, 110.0, 400.0)):
-        feed(state, expecting(f"warm{i}", 2, None, at=0.0), at=0.0)
+        feed(state, expecting(f"warm{i}", 2, None, at=0.0, **labels), at=0.0)
         apply(state, binds(tick(state, 0.0))[0], at=0.0)
         finish(state, f"default/warm{i}", at=took)
-    runs = state.runs.seconds[("default", "9-64")]
+    runs = state.runs.seconds[(team or "default", "9-64")]
     assert runs == (100.0, 120.0, 90.0, 110.0, 400.0)
     feed(state, expecting("running", 4, "1000", at=500.0))
     apply(state, binds(tick(state, 500.0))[0], at=500.0)
     feed(state, expecting("head", 8, None, at=501.0, priority=5))
     tick(state, 501.0)
-    feed(state, expecting("small", 2, None, at=502.0), at=502.0)
+    mine = {"labels": {keys.TEAM: other}} if other else {}
+    feed(state, expecting("small", 2, None, at=502.0, **mine), at=502.0)
     # p90 of 5 runs is the longest, 400 s: 502 + 400 <= 1500
-    assert [b.gang for b in binds(tick(state, 502.0))] == ["default/small"]
+    placed = [b.gang for b in binds(tick(state, 502.0))]
+    assert placed == (["default/small"] if backfills else []), case
 
 
-def test_too_few_runs_learn_nothing_and_a_restart_is_not_a_run() -> None:
+def test_a_gang_taken_off_by_a_restart_is_not_a_run() -> None:
+    state = make(flat(8))
+    feed(state, expecting("job", 2, None, at=0.0), at=0.0)
+    (bind,) = binds(tick(state, 1.0))
+    apply(state, bind, at=1.0)
+    node_name = bind.bindings[0].node
+    drained = msgspec.structs.replace(
+        state.cluster.nodes[node_name].node,
+        taints=(Taint(key=keys.DRAINING, value="", effect="NoExecute"),),
+    )
+    feed(state, [drained], at=50.0)
+    assert state.cluster.gangs["default/job"].restarting
+    for key in sorted(state.cluster.gangs["default/job"].bound):
+        feed(state, [state.cluster.pods[key]], at=60.0, op="delete")
+    assert state.runs.seconds == {}
+
+
+def test_too_few_runs_learn_nothing() -> None:
     policy = core.Policy()
     runs = estimates.Runs()
     for took in (100.0, 100.0, 100.0, 100.0):
