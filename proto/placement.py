@@ -107,3 +107,4 @@ class GangPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     estimate_percentile: float = 90.0  # of those runs
     estimate_samples: int = 5  # runs needed before a learned estimate is used
     estimate_history: int = 50  # runs kept per team and size class
+    backfill_loans: bool = True  # a head that could start but for EASY backfill takes it back

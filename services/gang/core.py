@@ -243,6 +243,7 @@ def _limits(state: State) -> preempting.Limits:
     return preempting.Limits(
         preemption=policy.preemption, min_run_s=policy.preempt_min_run_s,
         moves_per_hour=policy.defrag_moves_per_hour, moved=state.moved,
+        loans=policy.backfill_estimates and policy.backfill_loans,
     )  # fmt: skip
 
 

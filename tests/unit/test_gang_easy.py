@@ -9,6 +9,7 @@ import pytest
 from baton.libs.testing.builders import gang, node
 from baton.proto import durations, keys
 from baton.proto.k8s import Node, Taint
+from baton.proto.placement import GangRestarted
 from baton.services.gang import core, estimates
 from tests.unit.gang_helpers import apply, binds, feed, finish, make, tick, verdicts
 
@@ -72,6 +73,27 @@ def test_the_head_starts_on_time_after_a_backfill() -> None:
     assert binds(tick(state, 600.0)) == []  # the running gang has not ended yet
     finish(state, "default/running", at=1001.0)
     assert [b.gang for b in binds(tick(state, 1001.0))] == ["default/head"]
+
+
+@pytest.mark.parametrize("loans", [True, False])
+def test_a_head_that_could_start_takes_its_nodes_back_from_a_backfill(loans: bool) -> None:
+    """The running gang ends long before its estimate: the head could start but for the
+    gang backfilled on its nodes, which it takes back (whole, as preemption does)."""
+    state = blocked_head("1000", policy=core.Policy(backfill_loans=loans))
+    feed(state, expecting("small", 4, "900", at=3.0), at=3.0)
+    apply(state, binds(tick(state, 3.0))[0], at=3.0)
+    finish(state, "default/running", at=100.0)
+    out = tick(state, 100.0)
+    taken = [o for o in out if isinstance(o, GangRestarted)]
+    if not loans:
+        assert taken == [] and binds(out) == []  # the reservation waits for it to end
+        return
+    (restart,) = taken
+    assert restart.gang == "default/small"
+    assert restart.reason == "backfilled on reserved nodes, taken back for default/head"
+    for key in sorted(state.cluster.gangs["default/small"].bound):
+        feed(state, [state.cluster.pods[key]], at=101.0, op="delete")
+    assert [b.gang for b in binds(tick(state, 101.0))] == ["default/head"]
 
 
 def test_off_it_backfills_nothing_on_reserved_nodes() -> None:
