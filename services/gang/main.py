@@ -42,6 +42,7 @@ class Settings(Base, frozen=True, kw_only=True):
     estimate_percentile: float = 90.0
     estimate_samples: int = 5
     estimate_history: int = 50
+    backfill_loans: bool = True  # a head may take back gangs backfilled on its nodes
     config: str = ""  # BATON_GANG_CONFIG: a settings file (read before the others)
 
     def __post_init__(self) -> None:
@@ -77,7 +78,7 @@ class Settings(Base, frozen=True, kw_only=True):
             defrag_moves_per_hour=self.defrag_moves_per_hour,
             backfill_estimates=self.backfill_estimates, learn_estimates=self.learn_estimates,
             estimate_percentile=self.estimate_percentile, estimate_samples=self.estimate_samples,
-            estimate_history=self.estimate_history,
+            estimate_history=self.estimate_history, backfill_loans=self.backfill_loans,
         )  # fmt: skip
 
 
