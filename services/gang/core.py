@@ -38,9 +38,6 @@ class State:
     nominated: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict)
     moved: tuple[float, ...] = ()  # when gangs were moved to defragment (the last hour)
     runs: estimates.Runs = field(default_factory=estimates.Runs)  # learned run times
-    # the head and its reserved nodes once an EASY backfill used them: kept while it is
-    # the head, so the reservation does not move off the nodes whose shadow time it used
-    kept: tuple[str, frozenset[str]] | None = None
 
 
 def initial(policy: Policy | None = None) -> State:
@@ -159,9 +156,7 @@ def cycle(state: State, now: float) -> list[Output]:
                     outputs += _take_off(state, gang, room, now)
             if not head and not young and not _timed_out(cl, gang, now):
                 # the first gang that does not fit (and has not timed out) is the head
-                nodes = _kept(state, gang, members) or reserve(
-                    cl, members, required=required, preferred=preferred
-                )
+                nodes = reserve(cl, members, required=required, preferred=preferred)
                 young = bool(nodes) and not _waited(state, gang, now)
                 if nodes and not young:  # it reserves once it has waited reserve_after_s
                     head, reserved = gang.key, nodes
@@ -176,10 +171,6 @@ def cycle(state: State, now: float) -> list[Output]:
         # 3. assume: members count against their nodes from now on.
         action_id = assume(state, gang, found.plan, members, now)
         gang.backfilled = backfill
-        if backfill:
-            state.kept = (head, reserved)
-        elif state.kept is not None and state.kept[0] == gang.key:
-            state.kept = None  # the head it was kept for starts
         state.nominated.pop(gang.key, None)
         _take(free, members)
         # 4. commit: one idempotent all-or-nothing bind for the actuator.
@@ -187,16 +178,6 @@ def cycle(state: State, now: float) -> list[Output]:
             cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s
         )
     return outputs
-
-
-def _kept(state: State, gang: Gang, members: dict[Shape, list[str]]) -> frozenset[str]:
-    """The nodes kept for ``gang`` (an EASY backfill used them), if they still hold it."""
-    kept = state.kept
-    if kept is None or kept[0] != gang.key:
-        return frozenset()
-    empty = state.cluster.eligible(next(iter(members)), empty=True)
-    room = sum(empty.count(name) for name in kept[1])
-    return kept[1] if room >= sum(len(keys) for keys in members.values()) else frozenset()
 
 
 def _ends_by(state: State, gang: Gang, now: float, shadow: float) -> bool:
