@@ -5,8 +5,11 @@ Placers: the gang core under strict FIFO; as it was before this work (the first 
 that does not fit reserves at once, smaller ones backfill outside the reservation, no
 preemption, no defragmentation); with today's defaults (the same, plus priority
 preemption and defragmentation); with a starvation threshold (the head reserves only
-after 30 min); and pod-by-pod greedy (kube-scheduler-like: each pod alone, on the least
-allocated node, partial jobs hold GPUs).
+after 30 min); with EASY backfill (today's defaults: learned estimates, or users'
+estimates of the true duration x U(1, 3); with and without loans); and pod-by-pod greedy
+(kube-scheduler-like: each pod alone, on the least allocated node, partial jobs hold
+GPUs). ``BATON_SCHEDULING_PLACERS`` picks rows by key (``compare``),
+``BATON_SCHEDULING_PARTS`` the parts (decision, philly, llm).
 
 Workloads, in a pure discrete-event harness (a cycle every 30 trace seconds):
 
@@ -332,7 +335,8 @@ STRICT = core.Policy(strict_fifo=True, preemption=False, defrag_moves_per_hour=0
 BEFORE = core.Policy(preemption=False, defrag_moves_per_hour=0, **OFF)
 NOW = core.Policy(**OFF)  # preemption and defragmentation, no EASY backfill
 STARVATION = core.Policy(reserve_after_s=1800.0, **OFF)
-EASY = core.Policy()  # today's defaults: EASY backfill, learned estimates
+EASY = core.Policy()  # today's defaults: EASY backfill, learned estimates, loans
+NO_LOANS = core.Policy(backfill_loans=False)  # EASY, but the head waits for backfilled gangs
 
 
 def compare(jobs: list[Job], nodes: list[Node], *, only: str = "") -> None:
@@ -352,6 +356,10 @@ def compare(jobs: list[Job], nodes: list[Node], *, only: str = "") -> None:
          lambda: run_core(jobs, nodes, EASY)),
         ("easy-user", "EASY, users' estimates (true x U(1, 3))",
          lambda: run_core(told, nodes, EASY)),
+        ("easy-noloans", "EASY, learned estimates, no loans",
+         lambda: run_core(jobs, nodes, NO_LOANS)),
+        ("easy-user-noloans", "EASY, users' estimates, no loans",
+         lambda: run_core(told, nodes, NO_LOANS)),
         ("greedy", "pod-by-pod greedy", lambda: run_greedy(jobs, nodes)),
     ]  # fmt: skip
     wanted = set(only.split(",")) if only else {key for key, _, _ in placers}
