@@ -178,3 +178,18 @@ def test_invalid_expected_durations_name_the_key(text: str) -> None:
     with pytest.raises(ValueError, match=keys.EXPECTED_DURATION):
         durations.parse(text)
     assert durations.seconds_or_none(text) is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "key"),
+    [("estimate_percentile", 0.0, "ESTIMATE_PERCENTILE"),
+     ("estimate_percentile", 101.0, "ESTIMATE_PERCENTILE"),
+     ("estimate_samples", 0, "ESTIMATE_SAMPLES"),
+     ("estimate_history", 2, "ESTIMATE_HISTORY")],
+)  # fmt: skip
+def test_estimate_settings_out_of_range_name_the_key(setting: str, value: float, key: str) -> None:
+    from baton.services.gang.main import Settings
+
+    with pytest.raises(ValueError, match=f"BATON_GANG_{key} is out of range"):
+        Settings(**{setting: value})  # type: ignore[arg-type]
+    assert Settings().policy().backfill_estimates and Settings().policy().backfill_loans
