@@ -328,9 +328,10 @@ def assume(
     action_id = ids.make("bind", uid, gang.attempt, *uids)
     gang.assumed = Assumption(action_id=action_id, nodes=dict(plan.nodes), at=now)
     gang.started = now
-    gang.estimate = estimates.expected(cl, gang, state.runs, state.policy)
-    gang.ran_gpus = sum(cl.pods[k].requests.get(GPU, 0) for k in plan.nodes)
-    gang.ran_team = estimates.team(cl, gang)
+    if state.policy.backfill_estimates:  # what EASY needs: its expected end, its runs
+        gang.estimate = estimates.expected(cl, gang, state.runs, state.policy)
+        gang.ran_gpus = sum(cl.pods[k].requests.get(GPU, 0) for k in plan.nodes)
+        gang.ran_team = estimates.team(cl, gang)
     for key, node in plan.nodes.items():
         cl.account(key, node, cl.pods[key].requests)
     state.inflight[action_id] = gang.key

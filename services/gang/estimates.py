@@ -58,30 +58,30 @@ def gpus(cluster: Cluster, pod_keys: set[str]) -> int:
 
 
 def team(cluster: Cluster, gang: Gang) -> str:
-    """The ``baton.io/team`` label of its PodGroup or a member, else its namespace."""
+    """The ``baton.io/team`` label of its PodGroup or its first member, else its
+    namespace."""
     if gang.group is not None and keys.TEAM in gang.group.labels:
         return gang.group.labels[keys.TEAM]
-    for key in sorted(gang.pending | gang.bound):
-        pod = cluster.pods.get(key)
+    for members in (gang.pending, gang.bound):  # the webhook labels every pod of a team
+        pod = cluster.pods.get(min(members)) if members else None
         if pod is not None and keys.TEAM in pod.labels:
             return pod.labels[keys.TEAM]
     return gang.key.split("/", 1)[0]
 
 
 def stated(cluster: Cluster, gang: Gang) -> float | None:
-    """``baton.io/expected-duration`` on the PodGroup, else the longest on its pods (an
-    invalid value is no estimate: the webhook refuses it before it gets here)."""
+    """``baton.io/expected-duration`` on the PodGroup, else on its first member (members
+    share a template; an invalid value is no estimate: the webhook refuses it before it
+    gets here)."""
     if gang.group is not None:
         found = durations.seconds_or_none(gang.group.annotations.get(keys.EXPECTED_DURATION))
         if found is not None:
             return found
-    pods = cluster.pods
-    values = (
-        durations.seconds_or_none(pods[k].annotations.get(keys.EXPECTED_DURATION))
-        for k in gang.pending | gang.bound
-        if k in pods
-    )
-    return max((v for v in values if v is not None), default=None)
+    for members in (gang.pending, gang.bound):
+        pod = cluster.pods.get(min(members)) if members else None
+        if pod is not None:
+            return durations.seconds_or_none(pod.annotations.get(keys.EXPECTED_DURATION))
+    return None
 
 
 def expected(cluster: Cluster, gang: Gang, runs: Runs, policy: GangPolicy) -> float | None:

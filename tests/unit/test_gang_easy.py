@@ -193,3 +193,10 @@ def test_estimate_settings_out_of_range_name_the_key(setting: str, value: float,
     with pytest.raises(ValueError, match=f"BATON_GANG_{key} is out of range"):
         Settings(**{setting: value})  # type: ignore[arg-type]
     assert Settings().policy().backfill_estimates and Settings().policy().backfill_loans
+
+
+def test_an_expected_duration_on_the_pods_counts_too() -> None:
+    state = blocked_head("1000")
+    group, members = gang("small", 2, created_at=3.0, annotations={keys.EXPECTED_DURATION: "8m20s"})
+    feed(state, [group, *members], at=3.0)
+    assert [b.gang for b in binds(tick(state, 3.0))] == ["default/small"]
