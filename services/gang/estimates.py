@@ -1,7 +1,7 @@
 """Expected run times and EASY backfill: when the head can start, and who may run before.
 
 A gang's expected run time is its ``baton.io/expected-duration`` annotation (on the
-PodGroup, else the longest on its pods), else what its team's recent runs of the same
+PodGroup, else on its first member), else what its team's recent runs of the same
 size took: the ``estimate_percentile`` of the last ``estimate_history`` completed runs
 of that team and size class, once there are ``estimate_samples`` of them. Runs are
 learned from the events the core sees (a gang placed by this core whose last bound
@@ -12,7 +12,8 @@ The head's *shadow time*: when, going by the expected ends of what runs on its r
 nodes, enough of them frees for it to start. A pod whose end is not known (no estimate,
 not placed by this core, another scheduler's) or that has run past its estimate counts
 as ending now, so the shadow time is never later than the estimates say (a backfill
-decided against it cannot delay the head, as long as the estimates hold).
+decided against it cannot delay the head, as long as the estimates hold; when they do
+not, the head takes back what was backfilled: ``preempting``, loans).
 """
 
 from __future__ import annotations
