@@ -22,6 +22,7 @@ so a service never spells one as a string of its own. The docs print this module
 | ``baton.io/gpus-per-pod`` | PodGroup | users | GPUs each member will ask for |
 | ``baton.io/topology-required`` | PodGroup | users | level the gang must fit in |
 | ``baton.io/topology-preferred`` | PodGroup | users | level the gang should fit in |
+| ``baton.io/expected-duration`` | PodGroup, pod | users | run time (``"5400"``, ``"1h30m"``) |
 | ``baton.io/recreate`` | pod annotation | users | ``"false"``: not recreated on restart |
 | ``baton.io/recreated-from`` | pod annotation | actuator | the uid a recreated copy replaced |
 | ``baton.io/egress-limit`` | pod annotation | bandwidth | the limit it wrote last |
@@ -60,6 +61,7 @@ GPUS_PER_POD: Final = "baton.io/gpus-per-pod"
 TOPOLOGY_REQUIRED: Final = "baton.io/topology-required"
 TOPOLOGY_PREFERRED: Final = "baton.io/topology-preferred"
 RECREATE: Final = "baton.io/recreate"
+EXPECTED_DURATION: Final = "baton.io/expected-duration"  # seconds, or "1h30m" (Go-style)
 PREEMPTIBLE: Final = "baton.io/preemptible"  # "true": may be moved to defragment
 RECREATED_FROM: Final = "baton.io/recreated-from"  # on a RecreatePod copy: the uid it replaced
 BALLOON: Final = "baton.io/balloon"

@@ -5,7 +5,7 @@ to do (docs/admission.md, docs/gang.md "Gang formats"). Pure functions.
 
 from __future__ import annotations
 
-from baton.proto import keys
+from baton.proto import durations, keys
 from baton.services.admission import formats
 from baton.services.admission.core.state import State
 from baton.services.admission.objects import KGroupPolicy, KPodGroup, KUpstreamPodGroup, KWorkload
@@ -100,6 +100,12 @@ def annotation_problem(
         return (
             f'annotation {keys.GPUS_PER_POD}: {per_pod!r} is not a whole number of GPUs (e.g. "8")'
         )
+    expected = annotations.get(keys.EXPECTED_DURATION)
+    if expected is not None:
+        try:
+            durations.parse(expected)
+        except ValueError as error:
+            return str(error)
     for key in TOPOLOGY_KEYS:
         value = annotations.get(key)
         if value is not None and not is_label_key(value):

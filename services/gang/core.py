@@ -17,7 +17,7 @@ from baton.proto.actions import ActionResult, BindGang, Binding, EvictGang, Recr
 from baton.proto.k8s import GPU, NodeEvent, Pod, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from baton.proto.runner import Tick
-from baton.services.gang import ordering, preempting, restarting
+from baton.services.gang import estimates, ordering, preempting, restarting
 from baton.services.gang.gangs import Assumption, Cluster, Gang, delete_pod, new_cluster
 from baton.services.gang.needs import identity, shortfall, unknown_level, verdict
 from baton.services.gang.topology import Plan, Search, reserve, search
@@ -37,6 +37,7 @@ class State:
     # gang key -> (nodes it will take once the gangs preempted for it are gone, since)
     nominated: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict)
     moved: tuple[float, ...] = ()  # when gangs were moved to defragment (the last hour)
+    runs: estimates.Runs = field(default_factory=estimates.Runs)  # learned run times
 
 
 def initial(policy: Policy | None = None) -> State:
@@ -66,12 +67,16 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             cl.upsert_node(node)
             outputs += restarting.check_node(cl, node.name, recreate=recreate, now=now)
         case PodEvent(op="delete", pod=pod):
+            ending = _running(cl, cl.pods.get(pod.key, pod))
             _changed(cl, cl.pods.get(pod.key, pod))
             delete_pod(cl, pod)
+            _ended(state, ending, now)
         case PodEvent(pod=pod):
+            ending = _running(cl, cl.pods.get(pod.key, pod))
             _changed(cl, cl.pods.get(pod.key, pod))  # the gang it was in, if another
             cl.upsert_pod(pod)
             _changed(cl, pod)
+            _ended(state, ending, now)
             if pod.node_name and pod.node_name in cl.nodes:
                 outputs += restarting.check_node(cl, pod.node_name, recreate=recreate, now=now)
         case PodGroupEvent(op="delete", pod_group=group):
@@ -81,6 +86,20 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
         case ActionResult():
             on_result(state, event, now)
     return state, tuple(outputs)
+
+
+def _running(cl: Cluster, pod: Pod) -> Gang | None:
+    """The gang of ``pod`` if it runs and no restart is taking it off (its end would be
+    a completed run)."""
+    gang = cl.gangs.get(gang_key(pod))
+    return gang if gang is not None and gang.bound and not gang.restarting else None
+
+
+def _ended(state: State, gang: Gang | None, now: float) -> None:
+    """The event took the last bound member of a running gang: learn its run time."""
+    if gang is not None and not gang.bound and not gang.restarting:
+        estimates.finished(state.cluster, gang, state.runs, state.policy, now)
+        gang.ran_gpus, gang.backfilled = -1, False
 
 
 def _changed(cl: Cluster, pod: Pod) -> None:
@@ -98,6 +117,8 @@ def cycle(state: State, now: float) -> list[Output]:
     queue = ordering.queue(cl, now=now, require_admission=policy.require_admission)
     free = cl.free_totals()
     head, reserved, young, tried = "", frozenset[str](), False, False
+    shadow: float | None = None  # when the head is expected to start (computed when asked)
+    head_need: tuple[Shape, int] | None = None
     outputs: list[Output] = list(_set_aside(state, now))
     for gang in queue:
         if head and policy.strict_fifo:
@@ -111,9 +132,18 @@ def cycle(state: State, now: float) -> list[Output]:
             outputs += _published(gang, unknown_level(gang.key, members, required, cl.levels, now))
             continue
         # 2. decide: all members in the narrowest, best-fitting domain, or none.
-        found = None
+        found, backfill = None, False
         if not shortfall(members, free, floor=_floor(gang)):
             found = search(cl, members, required=required, preferred=preferred, excluded=held)
+            if found.plan is None and reserved and head_need is not None:
+                # EASY: on the head's reserved nodes too, if it ends before the head starts
+                if shadow is None:
+                    shadow = estimates.shadow(cl, *head_need, reserved, now)
+                if _ends_by(state, gang, now, shadow):
+                    easy = search(cl, members, required=required, preferred=preferred,
+                                  excluded=_held(state, gang, frozenset()))  # fmt: skip
+                    if easy.plan is not None:
+                        found, backfill = easy, True
         if found is None or found.plan is None:
             if not tried and _may_make_room(state, gang, now):
                 tried = True  # one try a cycle: each costs searches
@@ -130,6 +160,8 @@ def cycle(state: State, now: float) -> list[Output]:
                 young = bool(nodes) and not _waited(state, gang, now)
                 if nodes and not young:  # it reserves once it has waited reserve_after_s
                     head, reserved = gang.key, nodes
+                    if policy.backfill_estimates and not policy.strict_fifo:
+                        head_need = (next(iter(members)), sum(map(len, members.values())))
                 elif nodes and policy.strict_fifo:
                     head = gang.key
             outputs += _unschedulable(
@@ -138,6 +170,7 @@ def cycle(state: State, now: float) -> list[Output]:
             continue
         # 3. assume: members count against their nodes from now on.
         action_id = assume(state, gang, found.plan, members, now)
+        gang.backfilled = backfill
         state.nominated.pop(gang.key, None)
         _take(free, members)
         # 4. commit: one idempotent all-or-nothing bind for the actuator.
@@ -145,6 +178,14 @@ def cycle(state: State, now: float) -> list[Output]:
             cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s
         )
     return outputs
+
+
+def _ends_by(state: State, gang: Gang, now: float, shadow: float) -> bool:
+    """EASY: the gang is expected to end by the head's shadow time (no estimate: no)."""
+    if shadow <= now:
+        return False
+    expected = estimates.expected(state.cluster, gang, state.runs, state.policy)
+    return expected is not None and now + expected <= shadow
 
 
 def _settled(state: State, gang: Gang, now: float, *, tried: bool) -> bool:
@@ -183,6 +224,7 @@ def _limits(state: State) -> preempting.Limits:
     return preempting.Limits(
         preemption=policy.preemption, min_run_s=policy.preempt_min_run_s,
         moves_per_hour=policy.defrag_moves_per_hour, moved=state.moved,
+        loans=policy.backfill_estimates and policy.backfill_loans,
     )  # fmt: skip
 
 
@@ -286,6 +328,10 @@ def assume(
     action_id = ids.make("bind", uid, gang.attempt, *uids)
     gang.assumed = Assumption(action_id=action_id, nodes=dict(plan.nodes), at=now)
     gang.started = now
+    if state.policy.backfill_estimates:  # what EASY needs: its expected end, its runs
+        gang.estimate = estimates.expected(cl, gang, state.runs, state.policy)
+        gang.ran_gpus = sum(cl.pods[k].requests.get(GPU, 0) for k in plan.nodes)
+        gang.ran_team = estimates.team(cl, gang)
     for key, node in plan.nodes.items():
         cl.account(key, node, cl.pods[key].requests)
     state.inflight[action_id] = gang.key

@@ -37,6 +37,10 @@ class Gang(GangView):
     room_after: float = 0.0  # no new try at making room for it before then
     rank: int | None = None  # its priority in the queue, kept until one of its pods changes
     asks_gpus: bool | None = None  # a pending member asks for GPUs (kept the same way)
+    estimate: float | None = None  # expected run time when this core placed it (None: none)
+    ran_gpus: int = -1  # GPUs of its members when this core placed it (-1: not placed)
+    ran_team: str = ""  # its team then (``estimates.team``): whose runs it adds to
+    backfilled: bool = False  # placed on the head's reserved nodes on its estimate (EASY)
 
     def holds(self, pod: str) -> bool:
         """An assumed member stays accounted on its node until it is bound or forgotten."""

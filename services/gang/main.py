@@ -35,6 +35,12 @@ class Settings(Base, frozen=True, kw_only=True):
     preempt_min_run_s: float = 300.0
     preempt_grace_s: int = 30
     defrag_moves_per_hour: int = 4
+    backfill_estimates: bool = True  # EASY: backfill on the head's nodes if done before it starts
+    learn_estimates: bool = True  # no baton.io/expected-duration: the team's recent runs
+    estimate_percentile: float = 90.0
+    estimate_samples: int = 5
+    estimate_history: int = 50
+    backfill_loans: bool = True  # a head may take back gangs backfilled on its nodes
     config: str = ""  # BATON_GANG_CONFIG: a settings file (read before the others)
 
     def __post_init__(self) -> None:
@@ -51,6 +57,9 @@ class Settings(Base, frozen=True, kw_only=True):
             "PREEMPT_MIN_RUN_S": self.preempt_min_run_s >= 0,
             "PREEMPT_GRACE_S": self.preempt_grace_s >= 0,
             "DEFRAG_MOVES_PER_HOUR": self.defrag_moves_per_hour >= 0,
+            "ESTIMATE_PERCENTILE": 0 < self.estimate_percentile <= 100,
+            "ESTIMATE_SAMPLES": self.estimate_samples >= 1,
+            "ESTIMATE_HISTORY": self.estimate_history >= self.estimate_samples,
         }
         require(PREFIX, checks)
 
@@ -63,6 +72,9 @@ class Settings(Base, frozen=True, kw_only=True):
             strict_fifo=self.strict_fifo, preemption=self.preemption,
             preempt_min_run_s=self.preempt_min_run_s, preempt_grace_s=self.preempt_grace_s,
             defrag_moves_per_hour=self.defrag_moves_per_hour,
+            backfill_estimates=self.backfill_estimates, learn_estimates=self.learn_estimates,
+            estimate_percentile=self.estimate_percentile, estimate_samples=self.estimate_samples,
+            estimate_history=self.estimate_history, backfill_loans=self.backfill_loans,
         )  # fmt: skip
 
 

@@ -49,6 +49,7 @@ class Limits:
     min_run_s: float
     moves_per_hour: int
     moved: tuple[float, ...]  # when gangs were moved to defragment (last hour counts)
+    loans: bool = False  # gangs backfilled on reserved nodes (EASY) may be taken back
 
 
 def make_room(
@@ -73,6 +74,13 @@ def make_room(
         if found is not None:
             victims, nodes = found
             why = f"preempted for {gang.key} (priority {mine})"
+            return Room(victims=victims, nodes=nodes, why=why)
+    if limits.loans:  # EASY backfill on a head's nodes is a loan: a head may take it back
+        loaned = [g for g in running if g.backfilled and priority(cluster, g) <= mine]
+        found = _victims(cluster, gang, members, loaned, required, preferred, excluded, now)
+        if found is not None:
+            victims, nodes = found
+            why = f"backfilled on reserved nodes, taken back for {gang.key}"
             return Room(victims=victims, nodes=nodes, why=why)
     budget = limits.moves_per_hour - sum(1 for t in limits.moved if now - t < HOUR)
     if budget <= 0 or shortfall(members, cluster.free_totals(), floor={}):

@@ -5,8 +5,11 @@ Placers: the gang core under strict FIFO; as it was before this work (the first 
 that does not fit reserves at once, smaller ones backfill outside the reservation, no
 preemption, no defragmentation); with today's defaults (the same, plus priority
 preemption and defragmentation); with a starvation threshold (the head reserves only
-after 30 min); and pod-by-pod greedy (kube-scheduler-like: each pod alone, on the least
-allocated node, partial jobs hold GPUs).
+after 30 min); with EASY backfill (today's defaults: learned estimates, or users'
+estimates of the true duration x U(1, 3); with and without loans); and pod-by-pod greedy
+(kube-scheduler-like: each pod alone, on the least allocated node, partial jobs hold
+GPUs). ``BATON_SCHEDULING_PLACERS`` picks rows by key (``compare``),
+``BATON_SCHEDULING_PARTS`` the parts (decision, philly, llm).
 
 Workloads, in a pure discrete-event harness (a cycle every 30 trace seconds):
 
@@ -27,6 +30,7 @@ loss is smaller); evictions take effect at once (no grace in trace time).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gc
 import heapq
 import math
@@ -65,6 +69,8 @@ class Job:
     duration: float
     priority: int = 0
     preemptible: bool = False
+    team: str = ""  # the pods' baton.io/team label (Philly: the virtual cluster)
+    estimate: float | None = None  # baton.io/expected-duration on its pods, if any
 
     def pods(self, per_node: int = 8) -> list[int]:
         if self.gpus <= per_node:
@@ -97,7 +103,7 @@ def philly(first: int = 48_000, count: int = 3_000) -> tuple[list[Job], str]:
     t0 = float(rows[0]["submit_s"])
     jobs = [
         Job(f"j{r['job_id']}", float(r["submit_s"]) - t0, int(r["num_gpus"]),
-            float(r["duration_s"]))
+            float(r["duration_s"]), team=r.get("vc") or "")
         for r in rows
     ]  # fmt: skip
     return jobs, note
@@ -120,7 +126,16 @@ def llm_mix(seed: int = 7, hours: float = 72.0) -> list[Job]:
     add("eval", 2000, (1, 1, 2, 4, 8, 8), 15 * 60, preemptible=True)
     add("tune", 160, (16, 32, 64, 128), 2 * 3600)
     add("pretrain", 20, (256, 512, 512, 1024), 10 * 3600, priority=10)
+    teams = random.Random(seed + 1)  # its own stream: the jobs are those of before
+    jobs = [dataclasses.replace(j, team=f"team{teams.randrange(6)}") for j in jobs]
     return sorted(jobs, key=lambda j: (j.submit, j.name))
+
+
+def overestimated(jobs: list[Job], seed: int = 11, most: float = 3.0) -> list[Job]:
+    """Users' estimates: the true duration times a factor uniform in [1, ``most``] (users
+    overestimate to stay clear of limits; never under, so no run overruns its estimate)."""
+    rng = random.Random(seed)
+    return [dataclasses.replace(j, estimate=j.duration * rng.uniform(1.0, most)) for j in jobs]
 
 
 # -- placers -----------------------------------------------------------------------------
@@ -138,8 +153,11 @@ def run_core(jobs: list[Job], nodes: list[Node], policy: core.Policy) -> Outcome
     def members(job: Job, t: float) -> None:
         sizes = job.pods()
         notes = {keys.PREEMPTIBLE: "true"} if job.preemptible else {}
+        if job.estimate is not None:
+            notes[keys.EXPECTED_DURATION] = f"{job.estimate:.0f}"
+        labels = {keys.TEAM: job.team} if job.team else {}
         group, pods = gang(job.name, len(sizes), gpus=sizes[0], created_at=job.submit,
-                           priority=job.priority, annotations=notes)  # fmt: skip
+                           priority=job.priority, annotations=notes, labels=labels)  # fmt: skip
         if job.name not in generation:
             core.step(state, PodGroupEvent(op="upsert", at=t, pod_group=group), t)
         for p in pods:
@@ -314,24 +332,42 @@ def header() -> str:
     )
 
 
-STRICT = core.Policy(strict_fifo=True, preemption=False, defrag_moves_per_hour=0)
-BEFORE = core.Policy(preemption=False, defrag_moves_per_hour=0)
-DEFAULTS = core.Policy()
-STARVATION = core.Policy(reserve_after_s=1800.0)
+OFF = {"backfill_estimates": False}  # the rows of before EASY backfill
+STRICT = core.Policy(strict_fifo=True, preemption=False, defrag_moves_per_hour=0, **OFF)
+BEFORE = core.Policy(preemption=False, defrag_moves_per_hour=0, **OFF)
+NOW = core.Policy(**OFF)  # preemption and defragmentation, no EASY backfill
+STARVATION = core.Policy(reserve_after_s=1800.0, **OFF)
+EASY = core.Policy()  # today's defaults: EASY backfill, learned estimates, loans
+NO_LOANS = core.Policy(backfill_loans=False)  # EASY, but the head waits for backfilled gangs
 
 
-def compare(jobs: list[Job], nodes: list[Node]) -> None:
+def compare(jobs: list[Job], nodes: list[Node], *, only: str = "") -> None:
+    """``only``: a comma-separated subset of the placers' keys (all when empty)."""
     gpus = sum(n.allocatable[GPU] for n in nodes)
     print(header())
-    placers: list[tuple[str, Callable[[], Outcome]]] = [
-        ("strict FIFO", lambda: run_core(jobs, nodes, STRICT)),
-        ("before: head reserves at once, backfill", lambda: run_core(jobs, nodes, BEFORE)),
-        ("now: + preemption + defragmentation", lambda: run_core(jobs, nodes, DEFAULTS)),
-        ("now, head reserves after 30 min", lambda: run_core(jobs, nodes, STARVATION)),
-        ("pod-by-pod greedy", lambda: run_greedy(jobs, nodes)),
-    ]
-    for label, run in placers:
-        print(row(label, jobs, run(), gpus), flush=True)
+    told = overestimated(jobs)
+    placers: list[tuple[str, str, Callable[[], Outcome]]] = [
+        ("strict", "strict FIFO", lambda: run_core(jobs, nodes, STRICT)),
+        ("before", "before: head reserves at once, backfill",
+         lambda: run_core(jobs, nodes, BEFORE)),
+        ("now", "before EASY: + preemption + defragmentation",
+         lambda: run_core(jobs, nodes, NOW)),
+        ("starvation", "before EASY, head reserves after 30 min",
+         lambda: run_core(jobs, nodes, STARVATION)),
+        ("easy", "EASY, learned estimates (p90 of the team's last 50 runs of that size)",
+         lambda: run_core(jobs, nodes, EASY)),
+        ("easy-user", "EASY, users' estimates (true x U(1, 3))",
+         lambda: run_core(told, nodes, EASY)),
+        ("easy-noloans", "EASY, learned estimates, no loans",
+         lambda: run_core(jobs, nodes, NO_LOANS)),
+        ("easy-user-noloans", "EASY, users' estimates, no loans",
+         lambda: run_core(told, nodes, NO_LOANS)),
+        ("greedy", "pod-by-pod greedy", lambda: run_greedy(jobs, nodes)),
+    ]  # fmt: skip
+    wanted = set(only.split(",")) if only else {key for key, _, _ in placers}
+    for key, label, run in placers:
+        if key in wanted:
+            print(row(label, jobs, run(), gpus), flush=True)
 
 
 # -- decision time with a long queue -----------------------------------------------------
@@ -394,6 +430,22 @@ def _decision_time(queued: int) -> tuple[float, float, float]:
 
 
 def main() -> None:
+    """``BATON_SCHEDULING_PARTS`` (decision,philly,llm) and ``BATON_SCHEDULING_PLACERS``
+    (keys of ``compare``) pick a subset; everything by default."""
+    parts = set(os.environ.get("BATON_SCHEDULING_PARTS", "decision,philly,llm").split(","))
+    only = os.environ.get("BATON_SCHEDULING_PLACERS", "")
+    if "decision" in parts:
+        decisions()
+    if "philly" in parts:
+        jobs, note = philly()
+        nodes = racks(zones=1, blocks=1, racks=5, nodes=8)
+        print(f"### {note} ({len(jobs)} jobs), {len(nodes)} nodes / {len(nodes) * 8} GPUs\n")
+        compare(jobs, nodes, only=only)
+    if "llm" in parts:
+        mix(only)
+
+
+def decisions() -> None:
     print("### Decision time: a 1,024-pod gang, 7,500 nodes (40% busy), gangs queued\n")
     print("| gangs queued | p50 ms | min ms | max ms | goal |\n|---:|---:|---:|---:|---|")
     for queued, tuned in ((0, True), (10_000, True), (10_000, False)):  # 0: the baseline
@@ -402,11 +454,8 @@ def main() -> None:
         print(f"| {what} | {p50:.1f} | {best:.1f} | {worst:.1f} | < 50 ms |", flush=True)
     print()
 
-    jobs, note = philly()
-    nodes = racks(zones=1, blocks=1, racks=5, nodes=8)
-    print(f"### {note} ({len(jobs)} jobs), {len(nodes)} nodes / {len(nodes) * 8} GPUs\n")
-    compare(jobs, nodes)
 
+def mix(only: str) -> None:
     jobs = llm_mix()
     nodes = racks(zones=1, blocks=4, racks=4, nodes=16)
     demand = sum(j.gpus * j.duration for j in jobs) / (len(nodes) * 8 * max(j.submit for j in jobs))
@@ -418,7 +467,7 @@ def main() -> None:
         f"{len(nodes) * 8} GPUs, offered load {demand:.0%}, {big:.0%} of GPU time in "
         "gangs of 256+ GPUs\n"
     )
-    compare(jobs, nodes)
+    compare(jobs, nodes, only=only)
 
 
 if __name__ == "__main__":
