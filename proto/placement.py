@@ -103,7 +103,7 @@ class GangPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     defrag_moves_per_hour: int = 4  # preemptible gangs moved to free whole nodes, per hour
     # EASY backfill: a gang expected to end before the head can start may use its nodes
     backfill_estimates: bool = True
-    learn_estimates: bool = True  # no annotation: the team's recent runs of that size
+    learn_estimates: bool = False  # no annotation: the team's recent runs of that size
     estimate_percentile: float = 90.0  # of those runs
     estimate_samples: int = 5  # runs needed before a learned estimate is used
     estimate_history: int = 50  # runs kept per team and size class

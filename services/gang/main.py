@@ -36,7 +36,7 @@ class Settings(Base, frozen=True, kw_only=True):
     preempt_grace_s: int = 30
     defrag_moves_per_hour: int = 4
     backfill_estimates: bool = True  # EASY: backfill on the head's nodes if done before it starts
-    learn_estimates: bool = True  # no baton.io/expected-duration: the team's recent runs
+    learn_estimates: bool = False  # no baton.io/expected-duration: the team's recent runs
     estimate_percentile: float = 90.0
     estimate_samples: int = 5
     estimate_history: int = 50

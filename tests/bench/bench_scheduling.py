@@ -337,8 +337,8 @@ STRICT = core.Policy(strict_fifo=True, preemption=False, defrag_moves_per_hour=0
 BEFORE = core.Policy(preemption=False, defrag_moves_per_hour=0, **OFF)
 NOW = core.Policy(**OFF)  # preemption and defragmentation, no EASY backfill
 STARVATION = core.Policy(reserve_after_s=1800.0, **OFF)
-EASY = core.Policy()  # today's defaults: EASY backfill, learned estimates, loans
-NO_LOANS = core.Policy(backfill_loans=False)  # EASY, but the head waits for backfilled gangs
+EASY = core.Policy(learn_estimates=True)  # EASY backfill, learned estimates (off by default)
+NO_LOANS = core.Policy(backfill_loans=False, learn_estimates=True)  # the head waits for them
 
 
 def compare(jobs: list[Job], nodes: list[Node], *, only: str = "") -> None:

@@ -113,8 +113,9 @@ def test_off_it_backfills_nothing_on_reserved_nodes() -> None:
 def test_a_learned_estimate_from_the_teams_completed_runs(
     case: str, team: str | None, other: str | None, backfills: bool
 ) -> None:
-    """No annotation: the 90th percentile of the team's last runs of that size."""
-    state = make(flat(8))
+    """No annotation: the 90th percentile of the team's last runs of that size (learning
+    is off by default: docs/gang.md)."""
+    state = make(flat(8), policy=core.Policy(learn_estimates=True))
     labels = {"labels": {keys.TEAM: team}} if team else {}
     for i, took in enumerate((100.0, 120.0, 90.0, 110.0, 400.0)):
         feed(state, expecting(f"warm{i}", 2, None, at=0.0, **labels), at=0.0)
@@ -131,6 +132,20 @@ def test_a_learned_estimate_from_the_teams_completed_runs(
     # p90 of 5 runs is the longest, 400 s: 502 + 400 <= 1500
     placed = [b.gang for b in binds(tick(state, 502.0))]
     assert placed == (["default/small"] if backfills else []), case
+
+
+def test_without_learning_an_unannotated_gang_is_not_backfilled_on_reserved_nodes() -> None:
+    state = make(flat(8))  # the defaults: only annotated estimates
+    for i, took in enumerate((100.0, 120.0, 90.0, 110.0, 400.0)):
+        feed(state, expecting(f"warm{i}", 2, None, at=0.0), at=0.0)
+        apply(state, binds(tick(state, 0.0))[0], at=0.0)
+        finish(state, f"default/warm{i}", at=took)
+    feed(state, expecting("running", 4, "1000", at=500.0))
+    apply(state, binds(tick(state, 500.0))[0], at=500.0)
+    feed(state, expecting("head", 8, None, at=501.0, priority=5))
+    tick(state, 501.0)
+    feed(state, expecting("small", 2, None, at=502.0), at=502.0)
+    assert [b.gang for b in binds(tick(state, 502.0))] == []
 
 
 def test_a_gang_taken_off_by_a_restart_is_not_a_run() -> None:
