@@ -6,25 +6,17 @@ calls it on create), bridge, admission, gang and actuator, all over a real nats-
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
-from baton.libs.bus import Bus
-from baton.libs.runner import Runner, serve
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
-from baton.services.actuator import main as actuator_main
-from baton.services.admission import main as admission_main
-from baton.services.bridge import main as bridge_main
-from baton.services.gang import main as gang_main
-from tests.connected.test_webhook import make_cert
+from tests.e2e.admitting import admitting, submit
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -39,17 +31,6 @@ teams:
     pools: [pb]
     priority: 10
 """
-
-
-@contextlib.asynccontextmanager
-async def tasks(*coros: Coroutine[Any, Any, Any]) -> AsyncIterator[list[asyncio.Task[Any]]]:
-    running = [asyncio.create_task(c) for c in coros]
-    try:
-        yield running
-    finally:
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
 
 
 async def until(
@@ -68,41 +49,7 @@ async def until(
         await asyncio.sleep(0.2)
 
 
-def gang_objects(name: str, members: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    group = {
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"minMember": members},
-    }
-    pods = [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"{name}-{i}", "labels": {"scheduling.x-k8s.io/pod-group": name}},
-            "spec": {
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "x",
-                        "resources": {
-                            "requests": {"nvidia.com/gpu": "8"},
-                            "limits": {"nvidia.com/gpu": "8"},
-                        },
-                    }
-                ]
-            },
-        }
-        for i in range(members)
-    ]
-    return group, pods
-
-
 async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) -> None:
-    cert, key = make_cert(tmp_path)
-    ca = Path(cert).read_bytes()  # noqa: ASYNC240 - setup, before anything runs
-    teams = tmp_path / "teams.yaml"
-    teams.write_text(TEAMS)
     async with running_nats() as url, running_sim(nodes=3) as sim:
         api = await sim.api_client()
         core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -113,28 +60,7 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
         for ns in ("team-a", "team-b"):
             await core_api.create_namespace({"metadata": {"name": ns}})
 
-        bus = await Bus.connect(url, cluster="c1", name="admission")
-        await bus.ensure_streams()
-        common = {"nats_url": url, "cluster": "c1", "ops_port": 0}
-        settings = admission_main.Settings(
-            **common, teams_file=str(teams), reload_s=60, tls_cert=cert, tls_key=key,
-            webhook_host="127.0.0.1", webhook_port=0,
-        )  # fmt: skip
-        admission = Runner(admission_main.SPEC, bus=bus, settings=settings)
-        bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        webhook = admission_main.beside(settings, bus, bound=bound)
-        gang = gang_main.Settings(**common, require_admission=True, cycle_interval=0.1)
-        async with tasks(
-            admission.run(),
-            webhook.run(admission),
-            bridge_main.serve_bridge(bridge_main.Settings(**common, kubeconfig=sim.kubeconfig)),
-            actuator_main.serve_actuator(
-                actuator_main.Settings(**common, kubeconfig=sim.kubeconfig)
-            ),
-            serve(gang_main.SPEC, gang),
-        ):
-            port = await asyncio.wait_for(bound, 10)
-            await register_webhooks(custom, port=port, ca=ca)
+        async with admitting(url, sim, custom, teams=TEAMS, folder=tmp_path) as admission:
 
             async def tainted() -> bool:
                 items = (await core_api.list_node()).items
@@ -193,7 +119,6 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
 
             await until(one_solo_runs, "the first lone pod admitted and bound, the second queued")
             assert not (await placement("team-b"))["solo-2"]
-        await bus.close()
         await api.close()
 
 
@@ -220,55 +145,3 @@ def lone_pod(name: str) -> dict[str, Any]:
             ],
         },
     }
-
-
-async def submit(
-    core_api: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, name: str, members: int
-) -> None:
-    group, pods = gang_objects(name, members)
-    await custom.create_namespaced_custom_object(
-        "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", group
-    )
-    for pod in pods:
-        created = await core_api.create_namespaced_pod(ns, pod)
-        assert created.spec.scheduler_name == "baton"  # set by the mutating webhook
-
-
-async def register_webhooks(custom: client.CustomObjectsApi, *, port: int, ca: bytes) -> None:
-    bundle = base64.b64encode(ca).decode()
-    rules = [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
-        {
-            "apiGroups": ["scheduling.x-k8s.io"],
-            "apiVersions": ["v1alpha1"],
-            "operations": ["CREATE"],
-            "resources": ["podgroups"],
-        },
-    ]
-    for kind, plural, path in (
-        ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "/mutate"),
-        ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "/validate"),
-    ):
-        await custom.create_cluster_custom_object(
-            "admissionregistration.k8s.io",
-            "v1",
-            plural,
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": kind,
-                "metadata": {"name": "baton"},
-                "webhooks": [
-                    {
-                        "name": "baton.io",
-                        "admissionReviewVersions": ["v1"],
-                        "sideEffects": "None",
-                        "failurePolicy": "Fail",
-                        "rules": rules,
-                        "clientConfig": {
-                            "url": f"https://127.0.0.1:{port}{path}",
-                            "caBundle": bundle,
-                        },
-                    }
-                ],
-            },
-        )

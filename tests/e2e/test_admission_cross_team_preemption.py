@@ -6,22 +6,14 @@ admission, gang and actuator over a real nats-server."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client
 
-from baton.libs.bus import Bus
-from baton.libs.runner import Runner, serve
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
-from baton.services.actuator import main as actuator_main
-from baton.services.admission import main as admission_main
-from baton.services.bridge import main as bridge_main
-from baton.services.gang import main as gang_main
-from tests.connected.test_webhook import make_cert
-from tests.e2e.test_admission_borrow_reclaim import gang_objects, register_webhooks, tasks
+from tests.e2e.admitting import admitting, submit
 from tests.pipeline import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -38,31 +30,9 @@ teams:
 """
 
 
-async def submit(
-    core_api: client.CoreV1Api,
-    custom: client.CustomObjectsApi,
-    ns: str,
-    name: str,
-    members: int,
-    priority_class: str,
-) -> None:
-    group, pods = gang_objects(name, members)
-    await custom.create_namespaced_custom_object(
-        "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", group
-    )
-    for pod in pods:
-        pod["spec"]["priorityClassName"] = priority_class
-        created = await core_api.create_namespaced_pod(ns, pod)
-        assert created.spec.scheduler_name == "baton"  # set by the mutating webhook
-
-
 async def test_a_high_priority_gang_takes_its_quota_back_from_another_teams_borrower_whole(
     tmp_path: Path,
 ) -> None:
-    cert, key = make_cert(tmp_path)
-    ca = Path(cert).read_bytes()  # noqa: ASYNC240 - setup, before anything runs
-    teams = tmp_path / "teams.yaml"
-    teams.write_text(TEAMS)
     async with running_nats() as url, running_sim(nodes=3) as sim:
         api = await sim.api_client()
         core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -79,28 +49,9 @@ async def test_a_high_priority_gang_takes_its_quota_back_from_another_teams_borr
                  "metadata": {"name": name}, "value": value},
             )  # fmt: skip
 
-        bus = await Bus.connect(url, cluster="c1", name="admission")
-        await bus.ensure_streams()
-        common = {"nats_url": url, "cluster": "c1", "ops_port": 0}
-        settings = admission_main.Settings(
-            **common, teams_file=str(teams), reload_s=60, tls_cert=cert, tls_key=key,
-            webhook_host="127.0.0.1", webhook_port=0, cycle_interval=0.5,
-        )  # fmt: skip
-        admission = Runner(admission_main.SPEC, bus=bus, settings=settings)
-        bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        webhook = admission_main.beside(settings, bus, bound=bound)
-        gang = gang_main.Settings(**common, require_admission=True, cycle_interval=0.1)
-        async with tasks(
-            admission.run(),
-            webhook.run(admission),
-            bridge_main.serve_bridge(bridge_main.Settings(**common, kubeconfig=sim.kubeconfig)),
-            actuator_main.serve_actuator(
-                actuator_main.Settings(**common, kubeconfig=sim.kubeconfig)
-            ),
-            serve(gang_main.SPEC, gang),
-        ):
-            port = await asyncio.wait_for(bound, 10)
-            await register_webhooks(custom, port=port, ca=ca)
+        async with admitting(
+            url, sim, custom, teams=TEAMS, folder=tmp_path, cycle_interval=0.5
+        ) as admission:
 
             async def tainted() -> bool:
                 items = (await core_api.list_node()).items
@@ -116,8 +67,8 @@ async def test_a_high_priority_gang_takes_its_quota_back_from_another_teams_borr
                 return {p.metadata.name: p.spec.node_name or "" for p in pods}
 
             # b fills its own node, then borrows a's two idle nodes for a low-priority gang
-            await submit(core_api, custom, "team-b", "own", 1, "low")
-            await submit(core_api, custom, "team-b", "extra", 2, "low")
+            await submit(core_api, custom, "team-b", "own", 1, priority_class="low")
+            await submit(core_api, custom, "team-b", "extra", 2, priority_class="low")
 
             async def b_running() -> dict[str, str] | None:
                 got = await placement("team-b")
@@ -128,7 +79,7 @@ async def test_a_high_priority_gang_takes_its_quota_back_from_another_teams_borr
             assert first["own-0"] == nodes[2]
 
             # a's high-priority gang needs all of a's quota: the borrower goes, whole
-            await submit(core_api, custom, "team-a", "urgent", 2, "high")
+            await submit(core_api, custom, "team-a", "urgent", 2, priority_class="high")
 
             async def swapped() -> dict[str, str] | None:
                 a, b = await placement("team-a"), await placement("team-b")
@@ -144,5 +95,4 @@ async def test_a_high_priority_gang_takes_its_quota_back_from_another_teams_borr
             extra = admission.state.gangs["team-b/extra"]
             assert not extra.admitted and extra.qkey is not None  # back in b's queue
             assert admission.state.gangs["team-a/urgent"].admitted
-        await bus.close()
         await api.close()

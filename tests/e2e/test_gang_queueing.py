@@ -6,24 +6,16 @@ Webhook, bridge, admission, gang, actuator and reporter over a real nats-server.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
-from baton.libs.bus import Bus
-from baton.libs.runner import Runner, serve
+from baton.libs.runner import serve
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
-from baton.services.actuator import main as actuator_main
-from baton.services.admission import main as admission_main
-from baton.services.bridge import main as bridge_main
-from baton.services.gang import main as gang_main
 from baton.services.reporter import main as reporter_main
-from tests.connected.test_webhook import make_cert
-from tests.e2e.test_admission_borrow_reclaim import register_webhooks, submit, tasks
+from tests.e2e.admitting import admitting, common, submit
 from tests.pipeline import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]  # its waits add up to 165 s
@@ -38,10 +30,6 @@ teams:
 
 
 async def test_a_head_over_quota_and_an_empty_podgroup_block_nobody(tmp_path: Path) -> None:
-    cert, key = make_cert(tmp_path)
-    ca = Path(cert).read_bytes()  # noqa: ASYNC240 - setup, before anything runs
-    teams = tmp_path / "teams.yaml"
-    teams.write_text(TEAMS)
     async with running_nats() as url, running_sim(nodes=3) as sim:
         api = await sim.api_client()
         core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -50,29 +38,11 @@ async def test_a_head_over_quota_and_an_empty_podgroup_block_nobody(tmp_path: Pa
             await core_api.patch_node(node.metadata.name, {"metadata": {"labels": labels}})
         await core_api.create_namespace({"metadata": {"name": "team-a"}})
 
-        bus = await Bus.connect(url, cluster="c1", name="admission")
-        await bus.ensure_streams()
-        common: dict[str, Any] = {"nats_url": url, "cluster": "c1", "ops_port": 0}
-        settings = admission_main.Settings(
-            **common, teams_file=str(teams), reload_s=60, tls_cert=cert, tls_key=key,
-            webhook_host="127.0.0.1", webhook_port=0, cycle_interval=0.2,
-        )  # fmt: skip
-        admission = Runner(admission_main.SPEC, bus=bus, settings=settings)
-        bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        webhook = admission_main.beside(settings, bus, bound=bound)
-        gang = gang_main.Settings(**common, require_admission=True, cycle_interval=0.1)
-        async with tasks(
-            admission.run(),
-            webhook.run(admission),
-            bridge_main.serve_bridge(bridge_main.Settings(**common, kubeconfig=sim.kubeconfig)),
-            actuator_main.serve_actuator(
-                actuator_main.Settings(**common, kubeconfig=sim.kubeconfig)
-            ),
-            serve(gang_main.SPEC, gang),
-            serve(reporter_main.SPEC, reporter_main.Settings(**common, tick_every=0.2)),
-        ):
-            port = await asyncio.wait_for(bound, 10)
-            await register_webhooks(custom, port=port, ca=ca)
+        reporter = reporter_main.Settings(**common(url), tick_every=0.2)
+        async with admitting(
+            url, sim, custom, teams=TEAMS, folder=tmp_path, cycle_interval=0.2,
+            beside=[serve(reporter_main.SPEC, reporter)],
+        ) as admission:  # fmt: skip
             await until(lambda: admission.ready, what="admission caught up", within=30)
 
             async def placement() -> dict[str, str]:
@@ -125,5 +95,4 @@ async def test_a_head_over_quota_and_an_empty_podgroup_block_nobody(tmp_path: Pa
             # both the gang service (its verdict) and admission (GangQueued) say so
             await until(lambda: admission.state.gangs["team-a/ghost"].aside,
                         what="admission setting the empty PodGroup aside", within=30)  # fmt: skip
-        await bus.close()
         await api.close()
