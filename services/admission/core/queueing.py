@@ -399,18 +399,7 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
         reason = f"reclaimed by team {for_gang.team!r} for {for_gang.key}"
     when = f"{now:.6f}"  # a gang is preempted at most once at one time
     return [
-        Annotate(
-            id=ids.make("unadmit", gang.key, when),
-            by="admission",
-            at=now,
-            priority="admission",
-            reason=reason,
-            kind=gang.kind,
-            api=gang.api,
-            namespace=gang.namespace,
-            name=gang.marked,
-            annotations={keys.ADMITTED: None, keys.BORROWING: None},
-        ),
+        _unadmit(gang, now, reason=reason),
         EvictGang(
             id=ids.make("evict", gang.key, when),
             by="admission",
