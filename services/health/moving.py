@@ -194,7 +194,7 @@ def mark(
     return [action]
 
 
-def marked(s: State, action_id: str, outcome: str, now: float) -> NodeRecord | None:
+def marked(s: State, action_id: str, outcome: str, now: float) -> None:
     """The result of a MarkNode: a failed one is asked again, whole, ``REMARK_AFTER_S``
     later (a stale one was superseded by a newer one, which has its own result). Without
     it a node whose preflight taint never got on would wait in validating for ever."""
@@ -203,7 +203,6 @@ def marked(s: State, action_id: str, outcome: str, now: float) -> NodeRecord | N
     if rec is not None and outcome == "failed":
         rec.remark_at = now + REMARK_AFTER_S
         rec.deadline = min(rec.deadline, rec.remark_at)
-    return rec
 
 
 # -- when time alone changes something -----------------------------------------------------
