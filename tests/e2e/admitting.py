@@ -86,6 +86,22 @@ async def admitting(
         await bus.close()
 
 
+def gpu_pod(
+    name: str, *, labels: dict[str, str] | None = None, scheduler: str = ""
+) -> dict[str, Any]:
+    """A pod asking for 8 GPUs (``scheduler`` '': the webhook sets Baton's for a gang member)."""
+    spec: dict[str, Any] = {"schedulerName": scheduler} if scheduler else {}
+    spec["containers"] = [
+        {
+            "name": "c",
+            "image": "x",
+            "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}},
+        }
+    ]
+    metadata: dict[str, Any] = {"name": name, **({"labels": labels} if labels else {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
 def gang_objects(name: str, members: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     group = {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
@@ -93,27 +109,8 @@ def gang_objects(name: str, members: int) -> tuple[dict[str, Any], list[dict[str
         "metadata": {"name": name},
         "spec": {"minMember": members},
     }
-    pods = [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"{name}-{i}", "labels": {"scheduling.x-k8s.io/pod-group": name}},
-            "spec": {
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "x",
-                        "resources": {
-                            "requests": {"nvidia.com/gpu": "8"},
-                            "limits": {"nvidia.com/gpu": "8"},
-                        },
-                    }
-                ]
-            },
-        }
-        for i in range(members)
-    ]
-    return group, pods
+    label = {"scheduling.x-k8s.io/pod-group": name}
+    return group, [gpu_pod(f"{name}-{i}", labels=label) for i in range(members)]
 
 
 async def submit(

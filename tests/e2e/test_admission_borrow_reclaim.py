@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
-from tests.e2e.admitting import admitting, submit
+from tests.e2e.admitting import admitting, gpu_pod, submit
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -105,7 +105,7 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
 
             # lone Baton pods are gangs of one: b has 8 GPUs of quota left, for one of them
             for name in ("solo-1", "solo-2"):
-                await core_api.create_namespaced_pod("team-b", lone_pod(name))
+                await core_api.create_namespaced_pod("team-b", gpu_pod(name, scheduler="baton"))
 
             async def one_solo_runs() -> bool:
                 b = await placement("team-b")
@@ -124,24 +124,3 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
 
 async def _true(value: bool) -> bool:
     return value
-
-
-def lone_pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "schedulerName": "baton",
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "x",
-                    "resources": {
-                        "requests": {"nvidia.com/gpu": "8"},
-                        "limits": {"nvidia.com/gpu": "8"},
-                    },
-                }
-            ],
-        },
-    }
