@@ -113,8 +113,11 @@ def cycle(state: State, now: float) -> list[Output]:
     """One placement cycle; step 5 (forget) runs when a failed result arrives."""
     cl, policy = state.cluster, state.policy
     expire(state, now)
-    # 1. snapshot: the gangs ready to place, highest priority then oldest first.
-    queue = ordering.queue(cl, now=now, require_admission=policy.require_admission)
+    # 1. snapshot: the gangs ready to place, highest priority then oldest first
+    # (young gangs shortest first with ``shortest_first_s``: ``ordering.key``).
+    queue = ordering.queue(
+        cl, now=now, require_admission=policy.require_admission, policy=policy, runs=state.runs
+    )
     free = cl.free_totals()
     head, reserved, young, tried = "", frozenset[str](), False, False
     shadow: float | None = None  # when the head is expected to start (computed when asked)

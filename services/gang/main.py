@@ -31,6 +31,7 @@ class Settings(Base, frozen=True, kw_only=True):
     verdict_refresh_s: float = 10.0
     reserve_after_s: float = 0.0
     strict_fifo: bool = False  # nothing behind the first gang that does not fit is placed
+    shortest_first_s: float = 0.0  # younger gangs: shortest expected work first (0: off)
     preemption: bool = True  # a waiting gang takes lower-priority running gangs off, whole
     preempt_min_run_s: float = 300.0
     preempt_grace_s: int = 30
@@ -54,6 +55,7 @@ class Settings(Base, frozen=True, kw_only=True):
             "ASSUME_TIMEOUT_S": self.assume_timeout_s > 0,
             "VERDICT_REFRESH_S": self.verdict_refresh_s >= 0,
             "RESERVE_AFTER_S": self.reserve_after_s >= 0,
+            "SHORTEST_FIRST_S": self.shortest_first_s >= 0,
             "PREEMPT_MIN_RUN_S": self.preempt_min_run_s >= 0,
             "PREEMPT_GRACE_S": self.preempt_grace_s >= 0,
             "DEFRAG_MOVES_PER_HOUR": self.defrag_moves_per_hour >= 0,
@@ -69,7 +71,8 @@ class Settings(Base, frozen=True, kw_only=True):
             recreate_bare_pods=self.recreate_bare_pods, backoff_s=self.backoff_s,
             backoff_max_s=self.backoff_max_s, assume_timeout_s=self.assume_timeout_s,
             verdict_refresh_s=self.verdict_refresh_s, reserve_after_s=self.reserve_after_s,
-            strict_fifo=self.strict_fifo, preemption=self.preemption,
+            strict_fifo=self.strict_fifo, shortest_first_s=self.shortest_first_s,
+            preemption=self.preemption,
             preempt_min_run_s=self.preempt_min_run_s, preempt_grace_s=self.preempt_grace_s,
             defrag_moves_per_hour=self.defrag_moves_per_hour,
             backfill_estimates=self.backfill_estimates, learn_estimates=self.learn_estimates,

@@ -1,13 +1,20 @@
-"""Which gangs are ready to place, and in what order: priority, then age."""
+"""Which gangs are ready to place, and in what order: priority, then age (or, within
+``shortest_first_s`` of their creation, shortest expected work first)."""
 
 from __future__ import annotations
+
+import math
 
 import msgspec
 
 from baton.libs.view import quorum
 from baton.proto import keys
 from baton.proto.k8s import NodeSelectorTerm, Pod, Requirement
+from baton.proto.placement import GangPolicy
+from baton.services.gang import estimates
 from baton.services.gang.gangs import Cluster, Gang
+
+Key = tuple[int, int, float, float, str]
 
 
 def members(cluster: Cluster, gang: Gang) -> list[Pod]:
@@ -106,13 +113,64 @@ def created(cluster: Cluster, gang: Gang) -> float:
     return min((cluster.pods[k].created_at for k in gang.pending if k in cluster.pods), default=0.0)
 
 
-def queue(cluster: Cluster, *, now: float, require_admission: bool) -> list[Gang]:
-    """Ready gangs: highest priority first, then oldest, then by key (deterministic)."""
+def key(
+    cluster: Cluster,
+    gang: Gang,
+    *,
+    now: float,
+    policy: GangPolicy | None = None,
+    runs: estimates.Runs | None = None,
+) -> Key:
+    """The gang's place in the queue, smallest first: ``(-priority, tier, work, created,
+    gang key)``.
+
+    Without ``policy.shortest_first_s`` (0, the default; ignored under ``strict_fifo``)
+    every gang is in tier 0 and the order is priority, then age, then key. With it,
+    within a priority, a gang of one pod created less than ``shortest_first_s`` ago is
+    *young* (tier 1): young gangs come after every other gang, shortest expected work
+    first (``work``: GPUs x expected run time, ``estimates.expected``; no estimate: after
+    those with one, oldest first). The others (older gangs, gangs of several pods) keep
+    their order by age, so the head (the first gang that does not fit) is the oldest of
+    them and reserves as before: a young gang overtakes only other young gangs, multi-pod
+    gangs are never overtaken, and no gang is overtaken once it has waited
+    ``shortest_first_s`` (starvation protection).
+
+    What changes it (a cache kept on the gang must be dropped then): one of its pods
+    (priority, members, ``baton.io/expected-duration``), its PodGroup (created time,
+    annotation), ``now`` passing ``created + shortest_first_s`` (once: young -> tier 0),
+    and, with ``learn_estimates``, every completed run of its team and size class
+    (``estimates.finished``: the learned estimate moves).
+    """
+    born = created(cluster, gang)
+    rank = -priority(cluster, gang)
+    if (
+        policy is None
+        or policy.strict_fifo
+        or now - born >= policy.shortest_first_s
+        or len(gang.pending) > 1
+    ):
+        return (rank, 0, 0.0, born, gang.key)
+    expected = estimates.expected(cluster, gang, runs or estimates.Runs(), policy)
+    gpus = max(estimates.gpus(cluster, gang.pending), 1)
+    work = math.inf if expected is None else gpus * expected
+    return (rank, 1, work, born, gang.key)
+
+
+def queue(
+    cluster: Cluster,
+    *,
+    now: float,
+    require_admission: bool,
+    policy: GangPolicy | None = None,
+    runs: estimates.Runs | None = None,
+) -> list[Gang]:
+    """Ready gangs in ``key`` order (deterministic: keys are unique, the gang's key
+    breaks ties)."""
     ready = [
         g
         for g in cluster.gangs.values()
         if is_ready(cluster, g, now=now, require_admission=require_admission)
     ]
-    keyed = [((-priority(cluster, g), created(cluster, g), g.key), g) for g in ready]
-    keyed.sort(key=lambda entry: entry[0])  # keys are unique: the gang's key breaks ties
+    keyed = [(key(cluster, g, now=now, policy=policy, runs=runs), g) for g in ready]
+    keyed.sort(key=lambda entry: entry[0])
     return [g for _, g in keyed]

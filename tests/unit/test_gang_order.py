@@ -1,0 +1,134 @@
+"""Shortest expected work first for young gangs (``shortest_first_s``): a short job
+overtakes a longer one that has not waited long, never one that has, and the head still
+reserves by age."""
+
+from __future__ import annotations
+
+import pytest
+
+from baton.libs.testing.builders import gang, node, pod
+from baton.proto import keys
+from baton.proto.k8s import Node, Pod, PodGroup
+from baton.services.gang import core, estimates, ordering
+from tests.unit.gang_helpers import apply, binds, feed, gangs_bound, make, tick, verdicts
+
+pytestmark = pytest.mark.unit
+
+HOUR = 3600.0
+
+
+def flat(count: int) -> list[Node]:
+    return [node(f"n{i:03}", gpus=8).build() for i in range(count)]
+
+
+def job(
+    name: str, *, at: float, expected: str | None, gpus: int = 1, size: int = 1
+) -> tuple[PodGroup, list[Pod]]:
+    notes = {keys.EXPECTED_DURATION: expected} if expected is not None else {}
+    return gang(name, size, gpus=gpus, created_at=at, annotations=notes)
+
+
+def one_gpu_free(policy: core.Policy) -> core.State:
+    """One node with 1 of its 8 GPUs free; a long job (10 h, created at 0) and a short
+    one (10 min, created at 60) both want that GPU."""
+    busy = pod("busy", gpus=7, node_name="n000", phase="Running", scheduler="other")
+    return make(
+        flat(1),
+        busy,
+        job("long", at=0.0, expected="10h")[0],
+        job("long", at=0.0, expected="10h")[1],
+        job("short", at=60.0, expected="10m")[0],
+        job("short", at=60.0, expected="10m")[1],
+        policy=policy,
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "policy", "at", "first"),
+    [
+        ("priority then age by default", core.Policy(), 120.0, "default/long"),
+        (
+            "young: the shortest goes first",
+            core.Policy(shortest_first_s=HOUR),
+            120.0,
+            "default/short",
+        ),
+        (
+            "an older gang past shortest_first_s keeps its turn",
+            core.Policy(shortest_first_s=HOUR),
+            HOUR + 1.0,
+            "default/long",
+        ),
+        (
+            "strict FIFO ignores it",
+            core.Policy(strict_fifo=True, shortest_first_s=HOUR),
+            120.0,
+            "default/long",
+        ),
+    ],
+)
+def test_which_job_gets_the_free_gpu(case: str, policy: core.Policy, at: float, first: str) -> None:
+    state = one_gpu_free(policy)
+    assert gangs_bound(tick(state, at)) == [first]
+
+
+def test_smaller_work_first_and_no_estimate_last() -> None:
+    """Work is GPUs x expected run time; a gang with no estimate is ordered after those
+    with one (oldest first among them)."""
+    state = make(
+        flat(1),
+        *job("unknown", at=0.0, expected=None),
+        *job("wide", at=1.0, expected="1h", gpus=4),  # 4 GPU-h
+        *job("narrow", at=2.0, expected="2h", gpus=1),  # 2 GPU-h
+        policy=core.Policy(shortest_first_s=HOUR),
+    )
+    queue = ordering.queue(
+        state.cluster, now=10.0, require_admission=False, policy=state.policy, runs=state.runs
+    )
+    assert [g.key for g in queue] == ["default/narrow", "default/wide", "default/unknown"]
+
+
+def test_a_multi_pod_gang_keeps_its_place_by_age() -> None:
+    """Only one-pod gangs are reordered: a young two-node gang stays ahead of a younger
+    short job (and so can become the head)."""
+    state = make(
+        flat(2),
+        *job("pair", at=0.0, expected="10h", gpus=8, size=2),
+        *job("short", at=1.0, expected="1m"),
+        *job("long", at=2.0, expected="10h"),
+        policy=core.Policy(shortest_first_s=HOUR),
+    )
+    queue = ordering.queue(
+        state.cluster, now=10.0, require_admission=False, policy=state.policy, runs=state.runs
+    )
+    assert [g.key for g in queue] == ["default/pair", "default/short", "default/long"]
+
+
+def test_learned_estimates_order_young_gangs_too() -> None:
+    """With ``learn_estimates`` a gang without an annotation is ordered by its team's
+    recent runs of its size (they change as runs finish: the key is not fixed)."""
+    policy = core.Policy(shortest_first_s=HOUR, learn_estimates=True, estimate_samples=1)
+    state = make(flat(1), *job("a", at=0.0, expected=None), *job("b", at=1.0, expected="1h"),
+                 policy=policy)  # fmt: skip
+    cl = state.cluster
+    a = cl.gangs["default/a"]
+    assert ordering.key(cl, a, now=10.0, policy=policy, runs=state.runs)[2] == float("inf")
+    state.runs.add(estimates.team(cl, a), "1", 600.0, keep=policy.estimate_history)
+    queue = ordering.queue(cl, now=10.0, require_admission=False, policy=policy, runs=state.runs)
+    assert [g.key for g in queue] == ["default/a", "default/b"]  # 10 min before 1 h
+
+
+def test_the_head_still_reserves_once_it_has_waited() -> None:
+    """8 nodes, 4 busy; an 8-node head, no estimate, older than ``shortest_first_s``; a
+    short 1-GPU job arrives: it would fit on the head's reserved nodes, and does not
+    take them (it would if young gangs went first)."""
+    policy = core.Policy(shortest_first_s=600.0, reserve_after_s=600.0)
+    running_group, running = gang("running", 4, created_at=0)
+    state = make(flat(8), running_group, running, policy=policy)
+    apply(state, binds(tick(state, 1.0))[0])
+    feed(state, [*gang("head", 8, created_at=1.0)[0:1], *gang("head", 8, created_at=1.0)[1]])
+    group, members = job("quick", at=700.0, expected="5m")
+    feed(state, [group, *members], at=700.0)
+    out = tick(state, 700.0)
+    assert binds(out) == []
+    assert {v.gang: v for v in verdicts(out)}["default/quick"].blocked_by == "default/head"
