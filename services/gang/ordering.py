@@ -146,6 +146,7 @@ def key(
     if (
         policy is None
         or policy.strict_fifo
+        or policy.shortest_first_s <= 0  # off (a creation time ahead of now stays in tier 0)
         or now - born >= policy.shortest_first_s
         or len(gang.pending) > 1
     ):

@@ -6,7 +6,8 @@ that does not fit reserves at once, smaller ones backfill outside the reservatio
 preemption, no defragmentation); with today's defaults (the same, plus priority
 preemption and defragmentation); with a starvation threshold (the head reserves only
 after 30 min); with EASY backfill (today's defaults: learned estimates, or users'
-estimates of the true duration x U(1, 3); with and without loans); and pod-by-pod greedy
+estimates of the true duration x U(1, 3); with and without loans); EASY with young
+one-pod gangs shortest expected work first (``shortest_first_s``); and pod-by-pod greedy
 (kube-scheduler-like: each pod alone, on the least allocated node, partial jobs hold
 GPUs). ``BATON_SCHEDULING_PLACERS`` picks rows by key (``compare``),
 ``BATON_SCHEDULING_PARTS`` the parts (decision, philly, llm).
@@ -339,6 +340,8 @@ NOW = core.Policy(**OFF)  # preemption and defragmentation, no EASY backfill
 STARVATION = core.Policy(reserve_after_s=1800.0, **OFF)
 EASY = core.Policy(learn_estimates=True)  # EASY backfill, learned estimates (off by default)
 NO_LOANS = core.Policy(backfill_loans=False, learn_estimates=True)  # the head waits for them
+# EASY, and one-pod gangs younger than 3 h ordered shortest expected work first
+SHORTEST = core.Policy(learn_estimates=True, shortest_first_s=3 * 3600.0)
 
 
 def compare(jobs: list[Job], nodes: list[Node], *, only: str = "") -> None:
@@ -362,6 +365,10 @@ def compare(jobs: list[Job], nodes: list[Node], *, only: str = "") -> None:
          lambda: run_core(jobs, nodes, NO_LOANS)),
         ("easy-user-noloans", "EASY, users' estimates, no loans",
          lambda: run_core(told, nodes, NO_LOANS)),
+        ("sjf", "EASY + shortest expected work first (3 h), learned estimates",
+         lambda: run_core(jobs, nodes, SHORTEST)),
+        ("sjf-user", "EASY + shortest expected work first (3 h), users' estimates",
+         lambda: run_core(told, nodes, SHORTEST)),
         ("greedy", "pod-by-pod greedy", lambda: run_greedy(jobs, nodes)),
     ]  # fmt: skip
     wanted = set(only.split(",")) if only else {key for key, _, _ in placers}
