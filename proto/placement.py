@@ -97,8 +97,10 @@ class GangPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     verdict_refresh_s: float = 10.0  # recompute a cheaply rejected gang's verdict this often
     reserve_after_s: float = 0.0  # the head reserves nodes once it has waited this long
     strict_fifo: bool = False  # nothing behind the first gang that does not fit is placed
-    # one-pod gangs younger than this go behind the others, shortest expected work first
+    # a one-pod gang's place in the queue moves back by its expected work (GPU-s) times
+    # shortest_first_weight, at most shortest_first_s (0: off, age order)
     shortest_first_s: float = 0.0
+    shortest_first_weight: float = 0.25
     preemption: bool = True  # a waiting gang takes lower-priority running gangs off, whole
     preempt_min_run_s: float = 300.0  # a gang runs at least this long before it is taken off
     preempt_grace_s: int = 30  # its pods' termination grace when taken off (checkpoint)

@@ -31,7 +31,8 @@ class Settings(Base, frozen=True, kw_only=True):
     verdict_refresh_s: float = 10.0
     reserve_after_s: float = 0.0
     strict_fifo: bool = False  # nothing behind the first gang that does not fit is placed
-    shortest_first_s: float = 0.0  # younger gangs: shortest expected work first (0: off)
+    shortest_first_s: float = 0.0  # one-pod gangs move back for expected work, this most
+    shortest_first_weight: float = 0.25  # seconds moved back per expected GPU-second
     preemption: bool = True  # a waiting gang takes lower-priority running gangs off, whole
     preempt_min_run_s: float = 300.0
     preempt_grace_s: int = 30
@@ -56,6 +57,7 @@ class Settings(Base, frozen=True, kw_only=True):
             "VERDICT_REFRESH_S": self.verdict_refresh_s >= 0,
             "RESERVE_AFTER_S": self.reserve_after_s >= 0,
             "SHORTEST_FIRST_S": self.shortest_first_s >= 0,
+            "SHORTEST_FIRST_WEIGHT": self.shortest_first_weight >= 0,
             "PREEMPT_MIN_RUN_S": self.preempt_min_run_s >= 0,
             "PREEMPT_GRACE_S": self.preempt_grace_s >= 0,
             "DEFRAG_MOVES_PER_HOUR": self.defrag_moves_per_hour >= 0,
@@ -72,6 +74,7 @@ class Settings(Base, frozen=True, kw_only=True):
             backoff_max_s=self.backoff_max_s, assume_timeout_s=self.assume_timeout_s,
             verdict_refresh_s=self.verdict_refresh_s, reserve_after_s=self.reserve_after_s,
             strict_fifo=self.strict_fifo, shortest_first_s=self.shortest_first_s,
+            shortest_first_weight=self.shortest_first_weight,
             preemption=self.preemption,
             preempt_min_run_s=self.preempt_min_run_s, preempt_grace_s=self.preempt_grace_s,
             defrag_moves_per_hour=self.defrag_moves_per_hour,

@@ -1,9 +1,7 @@
-"""Which gangs are ready to place, and in what order: priority, then age (or, within
-``shortest_first_s`` of their creation, shortest expected work first)."""
+"""Which gangs are ready to place, and in what order: priority, then age (with
+``shortest_first_s``, one-pod gangs moved back for their expected work)."""
 
 from __future__ import annotations
-
-import math
 
 import msgspec
 
@@ -14,7 +12,7 @@ from baton.proto.placement import GangPolicy
 from baton.services.gang import estimates
 from baton.services.gang.gangs import Cluster, Gang
 
-Key = tuple[int, int, float, float, str]
+Key = tuple[int, float, float, str]
 
 
 def members(cluster: Cluster, gang: Gang) -> list[Pod]:
@@ -117,44 +115,41 @@ def key(
     cluster: Cluster,
     gang: Gang,
     *,
-    now: float,
     policy: GangPolicy | None = None,
     runs: estimates.Runs | None = None,
 ) -> Key:
-    """The gang's place in the queue, smallest first: ``(-priority, tier, work, created,
-    gang key)``.
+    """The gang's place in the queue, smallest first: ``(-priority, place, created, gang
+    key)``; ``place`` is its creation time, moved back for its expected work.
 
     Without ``policy.shortest_first_s`` (0, the default; ignored under ``strict_fifo``)
-    every gang is in tier 0 and the order is priority, then age, then key. With it,
-    within a priority, a gang of one pod created less than ``shortest_first_s`` ago is
-    *young* (tier 1): young gangs come after every other gang, shortest expected work
-    first (``work``: GPUs x expected run time, ``estimates.expected``; no estimate: after
-    those with one, oldest first). The others (older gangs, gangs of several pods) keep
-    their order by age, so the head (the first gang that does not fit) is the oldest of
-    them and reserves as before: a young gang overtakes only other young gangs, multi-pod
-    gangs are never overtaken, and no gang is overtaken once it has waited
-    ``shortest_first_s`` (starvation protection).
+    ``place`` is the creation time: priority, then age, then key. With it, a gang of one
+    pod goes back ``shortest_first_weight`` x its expected work (GPUs x expected run
+    time, ``estimates.expected``), at most ``shortest_first_s`` (no estimate: the most),
+    so within a priority a job overtakes a longer one created up to that much before it
+    (shortest expected work first, with starvation protection: a gang is overtaken only
+    by gangs created less than ``shortest_first_s`` after it). Gangs of several pods keep
+    their creation time: the order never delays them, so the head (the first gang that
+    does not fit) reserves for them as before. The key does not depend on the clock.
 
     What changes it (a cache kept on the gang must be dropped then): one of its pods
     (priority, members, ``baton.io/expected-duration``), its PodGroup (created time,
-    annotation), ``now`` passing ``created + shortest_first_s`` (once: young -> tier 0),
-    and, with ``learn_estimates``, every completed run of its team and size class
-    (``estimates.finished``: the learned estimate moves).
+    annotation) and, with ``learn_estimates``, every completed run of its team and size
+    class (``estimates.finished``: the learned estimate moves).
     """
     born = created(cluster, gang)
     rank = -priority(cluster, gang)
     if (
         policy is None
         or policy.strict_fifo
-        or policy.shortest_first_s <= 0  # off (a creation time ahead of now stays in tier 0)
-        or now - born >= policy.shortest_first_s
+        or policy.shortest_first_s <= 0
         or len(gang.pending) > 1
     ):
-        return (rank, 0, 0.0, born, gang.key)
+        return (rank, born, born, gang.key)
     expected = estimates.expected(cluster, gang, runs or estimates.Runs(), policy)
     gpus = max(estimates.gpus(cluster, gang.pending), 1)
-    work = math.inf if expected is None else gpus * expected
-    return (rank, 1, work, born, gang.key)
+    most = policy.shortest_first_s
+    back = most if expected is None else min(policy.shortest_first_weight * gpus * expected, most)
+    return (rank, born + back, born, gang.key)
 
 
 def queue(
@@ -172,6 +167,6 @@ def queue(
         for g in cluster.gangs.values()
         if is_ready(cluster, g, now=now, require_admission=require_admission)
     ]
-    keyed = [(key(cluster, g, now=now, policy=policy, runs=runs), g) for g in ready]
+    keyed = [(key(cluster, g, policy=policy, runs=runs), g) for g in ready]
     keyed.sort(key=lambda entry: entry[0])
     return [g for _, g in keyed]

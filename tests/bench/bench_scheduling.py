@@ -6,8 +6,8 @@ that does not fit reserves at once, smaller ones backfill outside the reservatio
 preemption, no defragmentation); with today's defaults (the same, plus priority
 preemption and defragmentation); with a starvation threshold (the head reserves only
 after 30 min); with EASY backfill (today's defaults: learned estimates, or users'
-estimates of the true duration x U(1, 3); with and without loans); EASY with young
-one-pod gangs shortest expected work first (``shortest_first_s``); and pod-by-pod greedy
+estimates of the true duration x U(1, 3); with and without loans); EASY with one-pod
+gangs ordered shortest expected work first (``shortest_first_s``); and pod-by-pod greedy
 (kube-scheduler-like: each pod alone, on the least allocated node, partial jobs hold
 GPUs). ``BATON_SCHEDULING_PLACERS`` picks rows by key (``compare``),
 ``BATON_SCHEDULING_PARTS`` the parts (decision, philly, llm).
@@ -340,7 +340,7 @@ NOW = core.Policy(**OFF)  # preemption and defragmentation, no EASY backfill
 STARVATION = core.Policy(reserve_after_s=1800.0, **OFF)
 EASY = core.Policy(learn_estimates=True)  # EASY backfill, learned estimates (off by default)
 NO_LOANS = core.Policy(backfill_loans=False, learn_estimates=True)  # the head waits for them
-# EASY, and one-pod gangs younger than 3 h ordered shortest expected work first
+# EASY, and one-pod gangs moved back in the queue by 0.25 x expected GPU-s, at most 3 h
 SHORTEST = core.Policy(learn_estimates=True, shortest_first_s=3 * 3600.0)
 
 

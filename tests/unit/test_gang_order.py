@@ -1,6 +1,7 @@
-"""Shortest expected work first for young gangs (``shortest_first_s``): a short job
-overtakes a longer one that has not waited long, never one that has, and the head still
-reserves by age."""
+"""Shortest expected work first (``shortest_first_s``): a one-pod gang's place in the
+queue moves back by its expected work, at most ``shortest_first_s``: a short job
+overtakes a longer one created shortly before it, never one created long before, and
+never a multi-pod gang; the head still reserves by age."""
 
 from __future__ import annotations
 
@@ -28,69 +29,63 @@ def job(
     return gang(name, size, gpus=gpus, created_at=at, annotations=notes)
 
 
-def one_gpu_free(policy: core.Policy) -> core.State:
+def one_gpu_free(policy: core.Policy, short_at: float) -> core.State:
     """One node with 1 of its 8 GPUs free; a long job (10 h, created at 0) and a short
-    one (10 min, created at 60) both want that GPU."""
+    one (10 min, created at ``short_at``) both want that GPU."""
     busy = pod("busy", gpus=7, node_name="n000", phase="Running", scheduler="other")
     return make(
         flat(1),
         busy,
-        job("long", at=0.0, expected="10h")[0],
-        job("long", at=0.0, expected="10h")[1],
-        job("short", at=60.0, expected="10m")[0],
-        job("short", at=60.0, expected="10m")[1],
+        *job("long", at=0.0, expected="10h"),
+        *job("short", at=short_at, expected="10m"),
         policy=policy,
     )
 
 
+SHORTEST = core.Policy(shortest_first_s=HOUR)
+
+
 @pytest.mark.parametrize(
-    ("case", "policy", "at", "first"),
+    ("case", "policy", "short_at", "first"),
     [
-        ("priority then age by default", core.Policy(), 120.0, "default/long"),
-        (
-            "young: the shortest goes first",
-            core.Policy(shortest_first_s=HOUR),
-            120.0,
-            "default/short",
-        ),
-        (
-            "an older gang past shortest_first_s keeps its turn",
-            core.Policy(shortest_first_s=HOUR),
-            HOUR + 1.0,
-            "default/long",
-        ),
-        (
-            "strict FIFO ignores it",
-            core.Policy(strict_fifo=True, shortest_first_s=HOUR),
-            120.0,
-            "default/long",
-        ),
+        ("priority then age by default", core.Policy(), 60.0, "default/long"),
+        ("the shorter goes first", SHORTEST, 60.0, "default/short"),
+        ("not past a gang created shortest_first_s before", SHORTEST, HOUR, "default/long"),
+        ("strict FIFO ignores it", core.Policy(strict_fifo=True, shortest_first_s=HOUR), 60.0,
+         "default/long"),
     ],
-)
-def test_which_job_gets_the_free_gpu(case: str, policy: core.Policy, at: float, first: str) -> None:
-    state = one_gpu_free(policy)
-    assert gangs_bound(tick(state, at)) == [first]
+)  # fmt: skip
+def test_which_job_gets_the_free_gpu(
+    case: str, policy: core.Policy, short_at: float, first: str
+) -> None:
+    state = one_gpu_free(policy, short_at)
+    assert gangs_bound(tick(state, short_at + 60.0)) == [first]
 
 
-def test_smaller_work_first_and_no_estimate_last() -> None:
-    """Work is GPUs x expected run time; a gang with no estimate is ordered after those
-    with one (oldest first among them)."""
+def test_smaller_work_first_and_no_estimate_moved_back_the_most() -> None:
+    """Work is GPUs x expected run time (x ``shortest_first_weight``: 0.25); a gang with
+    no estimate moves back the most, ``shortest_first_s``."""
     state = make(
         flat(1),
-        *job("unknown", at=0.0, expected=None),
-        *job("wide", at=1.0, expected="1h", gpus=4),  # 4 GPU-h
-        *job("narrow", at=2.0, expected="2h", gpus=1),  # 2 GPU-h
+        *job("unknown", at=0.0, expected=None),  # place 3,600
+        *job("wide", at=1.0, expected="10m", gpus=4),  # 40 GPU-min: place 601
+        *job("narrow", at=2.0, expected="10m", gpus=1),  # 10 GPU-min: place 152
         policy=core.Policy(shortest_first_s=HOUR),
     )
     queue = ordering.queue(
         state.cluster, now=10.0, require_admission=False, policy=state.policy, runs=state.runs
     )
     assert [g.key for g in queue] == ["default/narrow", "default/wide", "default/unknown"]
+    assert [ordering.key(state.cluster, g, policy=state.policy)[1] for g in queue] == [
+        152.0,
+        601.0,
+        3600.0,
+    ]
 
 
 def test_a_multi_pod_gang_keeps_its_place_by_age() -> None:
-    """Only one-pod gangs are reordered: a young two-node gang stays ahead of a younger
-    short job (and so can become the head)."""
+    """Only one-pod gangs move back: a two-node gang stays ahead of a younger short job
+    (and so can become the head)."""
     state = make(
         flat(2),
         *job("pair", at=0.0, expected="10h", gpus=8, size=2),
@@ -112,16 +107,16 @@ def test_learned_estimates_order_young_gangs_too() -> None:
                  policy=policy)  # fmt: skip
     cl = state.cluster
     a = cl.gangs["default/a"]
-    assert ordering.key(cl, a, now=10.0, policy=policy, runs=state.runs)[2] == float("inf")
+    assert ordering.key(cl, a, policy=policy, runs=state.runs)[1] == HOUR  # no runs yet
     state.runs.add(estimates.team(cl, a), "1", 600.0, keep=policy.estimate_history)
     queue = ordering.queue(cl, now=10.0, require_admission=False, policy=policy, runs=state.runs)
-    assert [g.key for g in queue] == ["default/a", "default/b"]  # 10 min before 1 h
+    assert [g.key for g in queue] == ["default/a", "default/b"]  # 150 s back, b 900 s
 
 
 def test_the_head_still_reserves_once_it_has_waited() -> None:
-    """8 nodes, 4 busy; an 8-node head, no estimate, older than ``shortest_first_s``; a
-    short 1-GPU job arrives: it would fit on the head's reserved nodes, and does not
-    take them (it would if young gangs went first)."""
+    """8 nodes, 4 busy; an 8-node head, no estimate, waiting ``reserve_after_s``; a short
+    1-GPU job arrives: it would fit on the head's reserved nodes, and does not take them
+    (it would if short jobs were moved ahead of the head)."""
     policy = core.Policy(shortest_first_s=600.0, reserve_after_s=600.0)
     running_group, running = gang("running", 4, created_at=0)
     state = make(flat(8), running_group, running, policy=policy)
