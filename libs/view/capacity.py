@@ -3,10 +3,12 @@
 A placement used to recompute, for every gang, how many pods of each shape every
 node takes and the per-domain sums of those counts: two passes over all nodes
 (~10 ms at 7,500 nodes). Here each shape's counts (a ``Tally``) are built once and
-then updated node by node: the view marks a node *dirty* whenever its free
-capacity, labels, taints or health change (``View.dirty``), and the next query
-refreshes only those nodes in every tally. The numbers are exactly the ones a full
-pass (``fitting.eligible_counts``) would give; only their cost differs.
+then updated node by node: the view marks a node *dirty* whenever its labels,
+taints or health change (``View.dirty``) and *refilled* when only its free capacity
+does (``View.refilled``), and the next query refreshes only those nodes: dirty ones in
+every tally, refilled ones in the tallies that read free capacity. The numbers are
+exactly the ones a full pass (``fitting.eligible_counts``) would give; only their cost
+differs.
 
 Tallies are kept for the most recently used ``MAX_TALLIES`` (shape, mode) pairs;
 ``empty`` mode counts as if the node ran nothing (reservations, "what would fit").
@@ -153,16 +155,21 @@ class Index:
         return dict(self.totals)
 
     def sync(self, view: View[Any]) -> None:
-        """Refresh every node changed since the last query, in every tally."""
-        if not view.dirty:
+        """Refresh every node changed since the last query, in every tally; a node whose
+        free capacity alone changed only in the tallies that read it (not ``empty``)."""
+        if not view.dirty and not view.refilled:
             return
-        for name in view.dirty:
-            state = view.nodes.get(name)
-            for tally in self.tallies.values():
-                tally.refresh(name, state)
-            if self.totals is not None:
-                self._share(name, state)
+        tallies = list(self.tallies.values())
+        by_free = [t for t in tallies if not t.empty]
+        for names, touched in ((view.dirty, tallies), (view.refilled - view.dirty, by_free)):
+            for name in names:
+                state = view.nodes.get(name)
+                for tally in touched:
+                    tally.refresh(name, state)
+                if self.totals is not None:
+                    self._share(name, state)
         view.dirty.clear()
+        view.refilled.clear()
 
     def _tally(self, view: View[Any], shape: Shape, empty: bool) -> Tally:
         self.sync(view)

@@ -54,7 +54,14 @@ def min_member(cluster: Cluster, gang: Gang) -> int:
 
 
 def is_admitted(cluster: Cluster, gang: Gang) -> bool:
-    """PodGroup annotation ``baton.io/admitted: "true"``, or the label/annotation on a member."""
+    """PodGroup annotation ``baton.io/admitted: "true"``, or the label/annotation on a member
+    (kept on the gang until one of its pods or its PodGroup changes)."""
+    if gang.admitted is None:
+        gang.admitted = _admitted(cluster, gang)
+    return gang.admitted
+
+
+def _admitted(cluster: Cluster, gang: Gang) -> bool:
     if gang.group is not None and gang.group.annotations.get(keys.ADMITTED) == "true":
         return True
     for key in gang.pending:
@@ -67,6 +74,14 @@ def is_admitted(cluster: Cluster, gang: Gang) -> bool:
     return False
 
 
+def quorate(cluster: Cluster, gang: Gang) -> bool:
+    """minMember pending pods, and the count is known (kept like ``is_admitted``)."""
+    if gang.quorate is None:
+        need = min_member(cluster, gang)
+        gang.quorate = need > 0 and len(gang.pending) >= need  # 0: a PodGroup not seen yet
+    return gang.quorate
+
+
 def is_ready(cluster: Cluster, gang: Gang, *, now: float, require_admission: bool) -> bool:
     """minMember pending pods, nothing bound or in flight, not backing off, admitted if gated.
 
@@ -75,12 +90,7 @@ def is_ready(cluster: Cluster, gang: Gang, *, now: float, require_admission: boo
     """
     if gang.bound or gang.assumed is not None or gang.restarting or now < gang.retry_after:
         return False
-    need = min_member(cluster, gang)
-    if need == 0:
-        return False  # pods name a PodGroup we have not seen (yet), and say no count
-    if not gang.pending or len(gang.pending) < need:
-        return False
-    return not require_admission or is_admitted(cluster, gang)
+    return quorate(cluster, gang) and (not require_admission or is_admitted(cluster, gang))
 
 
 def short(cluster: Cluster, gang: Gang) -> bool:
@@ -106,13 +116,20 @@ def created(cluster: Cluster, gang: Gang) -> float:
     return min((cluster.pods[k].created_at for k in gang.pending if k in cluster.pods), default=0.0)
 
 
+def key(cluster: Cluster, gang: Gang) -> tuple[int, float, str]:
+    """Its place in the queue: highest priority first, then oldest, then by key (unique:
+    deterministic). Kept on the gang until one of its pods or its PodGroup changes."""
+    if gang.order is None:
+        gang.order = (-priority(cluster, gang), created(cluster, gang), gang.key)
+    return gang.order
+
+
 def queue(cluster: Cluster, *, now: float, require_admission: bool) -> list[Gang]:
-    """Ready gangs: highest priority first, then oldest, then by key (deterministic)."""
+    """Ready gangs in queue order (``key``)."""
     ready = [
         g
         for g in cluster.gangs.values()
         if is_ready(cluster, g, now=now, require_admission=require_admission)
     ]
-    keyed = [((-priority(cluster, g), created(cluster, g), g.key), g) for g in ready]
-    keyed.sort(key=lambda entry: entry[0])  # keys are unique: the gang's key breaks ties
-    return [g for _, g in keyed]
+    ready.sort(key=lambda g: key(cluster, g))
+    return ready
