@@ -52,14 +52,18 @@ class Tally:
         self.nodes = [{} for _ in range(self.depth)]
 
     def refresh(self, name: str, state: NodeView | None) -> None:
-        old = self.n.pop(name, 0)
+        count = 0
+        if state is not None and admits(state, self.shape):
+            free = state.node.allocatable if self.empty else state.free
+            count = count_fits(free, self.shape.requests)
+        old = self.n.get(name, 0)
+        if old and count == old and state is not None and self.paths[name] == state.paths:
+            return  # what changed on the node changed nothing here
         if old:
+            del self.n[name]
             self._move(name, self.paths.pop(name), -old)
-        if state is None or not admits(state, self.shape):
-            return
-        free = state.node.allocatable if self.empty else state.free
-        count = count_fits(free, self.shape.requests)
         if count > 0:
+            assert state is not None
             self.n[name] = count
             self.paths[name] = state.paths
             self._move(name, state.paths, count)
@@ -187,12 +191,15 @@ class Index:
     def _share(self, name: str, state: NodeView | None) -> None:
         assert self.totals is not None
         totals = self.totals
-        for res, amount in self.shares.pop(name, {}).items():
-            totals[res] -= amount
-        if state is None or not state.usable:
-            return
-        share = {res: amount for res, amount in state.free.items() if amount > 0}
+        share: dict[str, int] = {}
+        if state is not None and state.usable:
+            share = {res: amount for res, amount in state.free.items() if amount > 0}
+        old = self.shares.pop(name, {})
         if share:
             self.shares[name] = share
-            for res, amount in share.items():
-                totals[res] = totals.get(res, 0) + amount
+        if share == old:
+            return  # the node's part of the totals is what it was
+        for res, amount in old.items():
+            totals[res] -= amount
+        for res, amount in share.items():
+            totals[res] = totals.get(res, 0) + amount
