@@ -13,6 +13,7 @@ import contextlib
 import os
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -51,16 +52,33 @@ def inbox_prefix(public_key: str) -> str:
     return f"_INBOX_{public_key}"
 
 
-def auth_options(*, seed_file: str = "", ca_file: str = "") -> dict[str, Any]:
+def auth_options(
+    *, seed_file: str = "", ca_file: str = "", token_file: str = "", inbox: str = ""
+) -> dict[str, Any]:
     """nats-py ``connect`` options for an nkey user (``seed_file``: its seed, ``SU...``)
-    and TLS with a private CA (``ca_file``). ``SettingsError`` names a bad seed."""
+    and TLS with a private CA (``ca_file``). ``SettingsError`` names a bad seed.
+    ``token_file``: instead of a seed, send this file's text as ``auth_token``, read
+    again at every (re)connect (a projected ServiceAccount token rotates), with replies
+    on ``inbox`` (the auth callout lets an agent read its own; ``access.agent_inbox``)."""
     options: dict[str, Any] = {}
     if seed_file:
         public = seed_file_public_key(seed_file, setting=SEED_SETTING)
         options |= {"nkeys_seed": seed_file, "inbox_prefix": inbox_prefix(public)}
+    elif token_file:
+        options["token"] = lambda: _read_token(token_file)
+        if inbox:
+            options["inbox_prefix"] = inbox
     if ca_file:
         options["tls"] = ssl.create_default_context(cafile=ca_file)
     return options
+
+
+def _read_token(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:  # the server refuses an empty token; the next try reads again
+        log.warning("nats token unreadable", path=path, error=exc.strerror)
+        return ""
 
 
 def env_auth_options(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
@@ -81,14 +99,23 @@ class Bus:
 
     @classmethod
     async def connect(
-        cls, url: str, *, cluster: str, name: str, ca_file: str = "", seed_file: str = ""
+        cls,
+        url: str,
+        *,
+        cluster: str,
+        name: str,
+        ca_file: str = "",
+        seed_file: str = "",
+        token_file: str = "",
+        inbox: str = "",
     ) -> Bus:
         """Connect (waiting for NATS if it is not up yet) and reconnect forever.
         ``ca_file``: the CA of NATS's certificate, for TLS with a private CA;
         ``seed_file``: the nkey seed of this service's NATS user (``SU...``)."""
         subjects.check_cluster(cluster)
         _, shown = credentials(url)
-        options = auth_options(seed_file=seed_file, ca_file=ca_file)
+        options = auth_options(seed_file=seed_file, ca_file=ca_file, token_file=token_file,
+                               inbox=inbox)  # fmt: skip
 
         async def disconnected() -> None:
             if not nc.is_closed:  # not our own close()
