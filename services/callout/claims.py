@@ -60,12 +60,6 @@ def account_pair(seed: str) -> Any:
         raise ValueError(f"not a valid NATS account nkey seed ({exc})") from exc
 
 
-def new_account_seed(entropy: bytes) -> str:
-    """An account seed (``SA...``) from 32 random bytes (the caller's ``secrets``)."""
-    seed: bytes = nkeys.encode_seed(entropy, nkeys.PREFIX_BYTE_ACCOUNT)
-    return seed.decode()
-
-
 def verify(public: str, data: bytes, signature: bytes) -> bool:
     """Whether ``signature`` is the nkey ``public``'s (``U``, ``A``, ``N``...) over ``data``."""
     try:

@@ -23,7 +23,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from baton.libs.bus import Bus
 from baton.libs.runner import access
-from baton.libs.runtime.nkey import public_key
+from baton.libs.runtime.nkey import new_account_seed, public_key
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import subjects
@@ -83,7 +83,7 @@ async def callout_nats(tmp_path: Path, *, serve_callout: bool = True) -> AsyncIt
     """simcluster with nodes A and B and the agents' namespace; NATS configured as
     ``baton nats-config --callout`` does; the callout running (unless told not to)."""
     found = access.users(specs(), C, callout=True)
-    issuer = claims.new_account_seed(secrets.token_bytes(32))
+    issuer = new_account_seed()
     issuer_file = tmp_path / "issuer"
     issuer_file.write_text(issuer)
     issuer_key = claims.account_pair(issuer).public_key.decode()
