@@ -243,3 +243,39 @@ async def test_services_with_their_nkeys_never_wait_for_the_callout(tmp_path: Pa
 def _nkey_creds(seed_file: str) -> dict[str, Any]:
     seed = Path(seed_file).read_text().strip()
     return {"signer": seed, "nkey": public_key(seed)}
+
+
+async def test_an_agent_moves_to_its_rotated_token_before_the_old_one_expires(
+    tmp_path: Path,
+) -> None:
+    """The user lives no longer than its token, and NATS closes the connection then
+    (nats-py does not come back from that): the agent reconnects as soon as the kubelet
+    writes the new token, so it is still connected once the old one has expired."""
+    async with callout_nats(tmp_path) as setup:
+        setup.sim.server.tokens.min_expiration_s = 1
+        admin = await Bus.connect(setup.server, cluster=C, name="test",
+                                  seed_file=setup.seeds["admin"])  # fmt: skip
+        await admin.ensure_streams()
+        await setup.pod("agent-a", A)
+        short = await setup.token("agent-a", seconds=4)
+        token_file = setup.token_file(short)
+        agent = await Bus.connect(setup.server, cluster=C, name="agent-gpu-0",
+                                  token_file=token_file, inbox=access.agent_inbox(A),
+                                  token_check_s=0.1)  # fmt: skip
+        assert agent.nc.stats["reconnects"] == 0
+        _rotate(token_file, await setup.token("agent-a"))  # as the kubelet does
+        await until(lambda: agent.nc.stats["reconnects"] >= 1 and agent.nc.is_connected,
+                    what="reconnected with the new token")  # fmt: skip
+        exp = _exp(short)
+        await until(lambda: time.time() > exp + 1.5, what="the old token expired", within=15)
+        assert agent.nc.is_connected and agent.nc.stats["reconnects"] == 1, agent.nc.last_error
+        beat = Heartbeat(node=A, at=1.0, seq=1, started=1.0)
+        await agent.publish(subjects.telemetry(C, "heartbeat", A), beat)
+        stored = await admin.snapshot(subjects.wildcard(C, subjects.TELEMETRY, ">"), Heartbeat)
+        assert [b.node for b in stored] == [A]
+        await agent.close()
+        await admin.close()
+
+
+def _rotate(path: str, token: str) -> None:
+    Path(path).write_text(token)
