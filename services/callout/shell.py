@@ -113,7 +113,7 @@ class Callout:
             try:
                 found = await self.review(request.token, self.policy.audience)
             except Exception as exc:  # the API down, RBAC missing: refuse, say why
-                decision = core.Refusal(f"TokenReview failed: {type(exc).__name__}: {exc}")
+                decision = core.Refusal(f"TokenReview failed: {_described(exc)}")
             else:
                 decision = core.decide(found, self.policy, self.clock(), self.rights)
         return self._respond(request, decision).encode()
@@ -140,3 +140,11 @@ class Callout:
         reply = await self.answer(msg.data)
         if reply is not None and msg.reply:
             await msg.respond(reply)
+
+
+def _described(exc: Exception) -> str:
+    """An API error by its status and reason alone: its body could quote the request."""
+    status = getattr(exc, "status", None)
+    if status is not None:
+        return f"{type(exc).__name__} {status} {getattr(exc, 'reason', '')}".strip()
+    return f"{type(exc).__name__}: {exc}"

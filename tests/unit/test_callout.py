@@ -9,13 +9,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import nkeys
 import pytest
 
 from baton.libs.runner import access
 from baton.libs.runtime import SettingsError
 from baton.libs.runtime.nkey import new_account_seed, new_user_seed, public_key
 from baton.services.agent import main as agent
-from baton.services.callout import claims, core
+from baton.services.callout import claims, core, shell
 from baton.services.callout import main as callout
 from baton.services.cli.natsconfig import CALLOUT_ISSUER, run, specs
 from baton.services.simcluster.objects import ApiError
@@ -298,3 +299,51 @@ def test_token_requests_the_api_server_refuses() -> None:
     with pytest.raises(ApiError) as missing:
         ask(tokens, boundObjectRef={"kind": "Pod", "name": "nope"})
     assert missing.value.code == 404
+
+
+# The shell's answer to a server's request (the reviewer stands in for the API server)
+
+
+def server_request(token: str) -> bytes:
+    entropy = bytes(range(32))
+    server = nkeys.from_seed(bytearray(nkeys.encode_seed(entropy, nkeys.PREFIX_BYTE_SERVER)))
+    claims_ = {"aud": claims.REQUEST_AUDIENCE, "sub": "AISSUER", "iat": int(NOW),
+               "nats": {"type": "authorization_request", "version": 2, "user_nkey": "UONE",
+                        "server_id": {"id": "NSERVERID", "name": "n1"},
+                        "connect_opts": {"auth_token": token, "name": "agent-gpu-0"},
+                        "client_info": {"host": "10.0.0.7"}}}  # fmt: skip
+    return claims.encode(claims_, server).encode()
+
+
+async def test_the_callout_answers_a_signed_request_with_a_signed_user_or_an_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    issuer = new_account_seed()
+    key = claims.account_pair(issuer).public_key.decode()
+
+    async def reviewed(token: str, audience: str) -> core.Review:
+        assert (token, audience) == ("the-token", "nats")
+        return review()
+
+    async def broken(token: str, audience: str) -> core.Review:
+        raise ConnectionRefusedError(111, "Connect call failed")
+
+    answer = await shell.Callout(issuer_seed=issuer, policy=POLICY, review=reviewed,
+                                 clock=lambda: NOW).answer(server_request("the-token"))  # fmt: skip
+    assert answer is not None
+    response = claims.decode(answer.decode(), kind="authorization_response", issuer_prefix="A")
+    assert (response["iss"], response["sub"], response["aud"]) == (key, "UONE", "NSERVERID")
+    user = claims.decode(response["nats"]["jwt"], kind="user", issuer_prefix="A")
+    assert user["iss"] == key and user["sub"] == "UONE" and user["name"] == "agent-gpu-0"
+    callout_ = shell.Callout(issuer_seed=issuer, policy=POLICY, review=broken, clock=lambda: NOW)
+    refused = await callout_.answer(server_request("the-token"))
+    assert refused is not None
+    error = claims.decode(refused.decode(), kind="authorization_response")["nats"]
+    assert "jwt" not in error and error["error"] == "not authorized"
+    assert await callout_.answer(b"not.a.jwt") is None  # nobody to answer: the server times out
+    forged = server_request("the-token").replace(b".", b".x", 1)
+    assert await callout_.answer(forged) is None
+    said = capsys.readouterr()
+    logged = said.out + said.err
+    assert "TokenReview failed: ConnectionRefusedError" in logged  # the reason, logged
+    assert "the-token" not in logged  # never the token
