@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from baton.services.callout.claims import REQUEST_AUDIENCE
+
 
 class Permissions(Protocol):
     """``access.Permissions``, as the core reads it (``libs.runner`` does I/O)."""
@@ -45,7 +47,7 @@ GLOBAL_ACCOUNT = "$G"
 @dataclass(frozen=True, slots=True)
 class Policy:
     cluster: str = "c1"
-    namespace: str = "baton-system"  # the agents' ServiceAccount
+    namespace: str = "baton-agent"  # the agents' ServiceAccount
     service_account: str = "baton-agent"
     audience: str = "nats"
     max_s: int = 3600  # a user never lives longer than this
@@ -158,6 +160,10 @@ class Request:
 
 def request_of(claims: Mapping[str, Any]) -> Request:
     """The fields of a decoded ``authorization_request``; ``ValueError`` naming a missing one."""
+    if claims.get("aud") != REQUEST_AUDIENCE:
+        raise ValueError(
+            f"authorization request for {claims.get('aud')!r}, not {REQUEST_AUDIENCE!r}"
+        )
     nats = claims.get("nats") or {}
     user_key = nats.get("user_nkey") or ""
     server_id = (nats.get("server_id") or {}).get("id") or ""

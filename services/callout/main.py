@@ -11,7 +11,7 @@ See docs/security.md. Replicas share the work (a queue group); no state.
 | ``BATON_NATS_URL`` / ``_CA_FILE`` | | NATS, as every service |
 | ``BATON_NATS_NKEY_SEED_FILE`` | required | its own NATS user (``nats-config --callout``) |
 | ``BATON_CALLOUT_ISSUER_SEED_FILE`` | required | account seed (``SA...``) signing answers |
-| ``BATON_CALLOUT_NAMESPACE`` | ``baton-system`` | the agents' ServiceAccount's namespace |
+| ``BATON_CALLOUT_NAMESPACE`` | ``baton-agent`` | the agents' ServiceAccount's namespace |
 | ``BATON_CALLOUT_SERVICE_ACCOUNT`` | ``baton-agent`` | the agents' ServiceAccount |
 | ``BATON_CALLOUT_AUDIENCE`` | ``nats`` | the audience tokens must be for |
 | ``BATON_CALLOUT_MAX_S`` | ``3600`` | a user's longest life (never past its token's expiry) |
@@ -52,7 +52,7 @@ log = structlog.get_logger("baton.callout")
 class Settings(Base, frozen=True, kw_only=True):
     ops_port: int = OPS_PORTS["callout"]
     issuer_seed_file: str = ""
-    namespace: str = "baton-system"
+    namespace: str = "baton-agent"
     service_account: str = "baton-agent"
     audience: str = "nats"
     max_s: int = 3600

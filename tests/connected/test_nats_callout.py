@@ -38,7 +38,7 @@ from tests.pipeline import running, stop, until
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(120)]
 C = "c1"
-NS = "baton-system"
+NS = "baton-agent"  # where deploy/ runs the agents
 SA = "baton-agent"
 A, B = "gpu-0", "gpu-1"
 

@@ -86,7 +86,7 @@ def test_an_account_seed_is_required_to_sign() -> None:
 def review(**kw: Any) -> core.Review:
     base: dict[str, Any] = {
         "authenticated": True,
-        "username": "system:serviceaccount:baton-system:baton-agent",
+        "username": "system:serviceaccount:baton-agent:baton-agent",
         "audiences": ("nats",),
         "extra": {core.NODE_NAME: ["gpu-0"], core.POD_NAME: ["baton-agent-x1"]},
         "expires": NOW + 600,
@@ -117,7 +117,7 @@ def test_a_good_token_gets_exactly_its_nodes_agent_permissions_until_it_expires(
         (review(authenticated=False, error="invalid bearer token"), "invalid bearer token"),
         (review(audiences=("api",)), "not for audience 'nats'"),
         (review(username="system:serviceaccount:default:default"), "not the agents'"),
-        (review(username="system:serviceaccount:baton-system:baton-agents"), "not the agents'"),
+        (review(username="system:serviceaccount:baton-agent:baton-agents"), "not the agents'"),
         (review(extra={core.POD_NAME: ["p"]}), "names no node"),
         (review(extra={core.NODE_NAME: ["a", "b"]}), "names no node"),
         (review(extra={core.NODE_NAME: ["Not_A_Name"]}), "cannot be a subject token"),
@@ -149,14 +149,17 @@ def test_the_response_carries_the_user_or_an_error_for_that_server_and_key() -> 
 
 
 def test_a_request_without_its_user_key_is_unreadable() -> None:
-    good = {"nats": {"user_nkey": "UKEY", "server_id": {"id": "NSRV"},
+    good = {"aud": claims.REQUEST_AUDIENCE,
+            "nats": {"user_nkey": "UKEY", "server_id": {"id": "NSRV"},
                      "connect_opts": {"auth_token": "t", "name": "agent-gpu-0"},
                      "client_info": {"host": "10.0.0.7"}}}  # fmt: skip
     request = core.request_of(good)
     assert (request.user_key, request.server_id, request.token) == ("UKEY", "NSRV", "t")
     assert request.client == "agent-gpu-0@10.0.0.7"
     with pytest.raises(ValueError, match="user_nkey"):
-        core.request_of({"nats": {"server_id": {"id": "NSRV"}}})
+        core.request_of({"aud": claims.REQUEST_AUDIENCE, "nats": {"server_id": {"id": "NSRV"}}})
+    with pytest.raises(ValueError, match="not 'nats-authorization-request'"):
+        core.request_of({**good, "aud": "NSERVERID"})  # e.g. a response replayed as a request
 
 
 # The server's configuration
@@ -209,7 +212,7 @@ def test_the_callout_stops_naming_a_missing_or_bad_issuer(tmp_path: Path) -> Non
     issuer = tmp_path / "issuer"
     issuer.write_text(new_account_seed())
     good = callout.settings_from({**env, "BATON_CALLOUT_ISSUER_SEED_FILE": str(issuer)})
-    assert good.policy().username == "system:serviceaccount:baton-system:baton-agent"
+    assert good.policy().username == "system:serviceaccount:baton-agent:baton-agent"
     with pytest.raises(SettingsError, match="BATON_NATS_NKEY_SEED_FILE"):
         callout.settings_from({"BATON_CALLOUT_ISSUER_SEED_FILE": str(issuer)})
 
