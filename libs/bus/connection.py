@@ -13,6 +13,7 @@ import contextlib
 import os
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -51,16 +52,45 @@ def inbox_prefix(public_key: str) -> str:
     return f"_INBOX_{public_key}"
 
 
-def auth_options(*, seed_file: str = "", ca_file: str = "") -> dict[str, Any]:
+def auth_options(
+    *, seed_file: str = "", ca_file: str = "", token_file: str = "", inbox: str = ""
+) -> dict[str, Any]:
     """nats-py ``connect`` options for an nkey user (``seed_file``: its seed, ``SU...``)
-    and TLS with a private CA (``ca_file``). ``SettingsError`` names a bad seed."""
+    and TLS with a private CA (``ca_file``). ``SettingsError`` names a bad seed.
+    ``token_file``: instead of a seed, send this file's text as ``auth_token``, read
+    again at every (re)connect (a projected ServiceAccount token rotates), with replies
+    on ``inbox`` (the auth callout lets an agent read its own; ``access.agent_inbox``)."""
     options: dict[str, Any] = {}
     if seed_file:
         public = seed_file_public_key(seed_file, setting=SEED_SETTING)
         options |= {"nkeys_seed": seed_file, "inbox_prefix": inbox_prefix(public)}
+    elif token_file:
+        options["token"] = TokenFile(token_file)
+        if inbox:
+            options["inbox_prefix"] = inbox
     if ca_file:
         options["tls"] = ssl.create_default_context(cafile=ca_file)
     return options
+
+
+class TokenFile:
+    """nats-py's token callback: the file's text, read at every (re)connect; ``sent``
+    is what the last CONNECT carried, so a rotation can be noticed (``Bus``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sent = ""
+
+    def read(self) -> str:
+        try:
+            return Path(self.path).read_text().strip()
+        except OSError as exc:  # the server refuses an empty token; the next try reads again
+            log.warning("nats token unreadable", path=self.path, error=exc.strerror)
+            return ""
+
+    def __call__(self) -> str:
+        self.sent = self.read()
+        return self.sent
 
 
 def env_auth_options(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
@@ -78,17 +108,28 @@ class Bus:
         self.name = name
         self.replicas = 1  # copies of each stream and bucket in a NATS cluster
         self._subscriptions: set[Subscription[Any]] = set()
+        self._follow: asyncio.Task[None] | None = None  # the token file's (see connect)
 
     @classmethod
     async def connect(
-        cls, url: str, *, cluster: str, name: str, ca_file: str = "", seed_file: str = ""
+        cls,
+        url: str,
+        *,
+        cluster: str,
+        name: str,
+        ca_file: str = "",
+        seed_file: str = "",
+        token_file: str = "",
+        inbox: str = "",
+        token_check_s: float = 5.0,
     ) -> Bus:
         """Connect (waiting for NATS if it is not up yet) and reconnect forever.
         ``ca_file``: the CA of NATS's certificate, for TLS with a private CA;
         ``seed_file``: the nkey seed of this service's NATS user (``SU...``)."""
         subjects.check_cluster(cluster)
         _, shown = credentials(url)
-        options = auth_options(seed_file=seed_file, ca_file=ca_file)
+        options = auth_options(seed_file=seed_file, ca_file=ca_file, token_file=token_file,
+                               inbox=inbox)  # fmt: skip
 
         async def disconnected() -> None:
             if not nc.is_closed:  # not our own close()
@@ -116,7 +157,22 @@ class Bus:
         )
         user = options.get("inbox_prefix", "").removeprefix("_INBOX_") or None
         log.info("nats connected", url=shown, cluster=cluster, nkey=user)
-        return cls(nc, cluster=cluster, name=name)
+        bus = cls(nc, cluster=cluster, name=name)
+        token = options.get("token")
+        if isinstance(token, TokenFile):
+            bus._follow = asyncio.create_task(bus._follow_token(token, token_check_s))
+        return bus
+
+    async def _follow_token(self, token: TokenFile, every: float) -> None:
+        """Reconnect as soon as the token file changes: the user the auth callout made
+        expires with the token it was made for, and NATS then closes the connection
+        (nats-py does not reconnect after "user authentication expired"). The kubelet
+        rotates a projected token well before it expires (at 80% of its life)."""
+        while not self.nc.is_closed:
+            await asyncio.sleep(every)
+            if self.nc.is_connected and token.read() not in ("", token.sent):
+                log.info("nats token rotated: reconnecting with it", path=token.path)
+                await self.nc.force_reconnect()
 
     async def ensure_streams(
         self, configs: Iterable[StreamConfig] | None = None, *, sources_timeout: float = 5.0
@@ -216,6 +272,8 @@ class Bus:
 
     async def close(self) -> None:
         """Close subscriptions, flush pending acks and publishes, disconnect."""
+        if self._follow is not None:
+            self._follow.cancel()
         for sub in list(self._subscriptions):
             await sub.close()
         if self.nc.is_closed:

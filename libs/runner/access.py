@@ -22,6 +22,10 @@ It reads replies only on its own inbox prefix (``_INBOX_<its public key>``, whic
 
 A node agent may publish only ``telemetry.*.<its node>`` and read only its node's
 limits (a core subscription and one direct get). It has no other JetStream API.
+
+With the auth callout (``server_config(callout_issuer=...)``, ``services/callout``),
+agents have no user here: each presents its pod's ServiceAccount token and the callout
+answers with a user of exactly ``agent_permissions(cluster, its node)``.
 """
 
 from __future__ import annotations
@@ -146,6 +150,12 @@ def agent_user_name(node: str) -> str:
     return f"agent-{subjects.encode_name(node)}"
 
 
+def agent_inbox(node: str) -> str:
+    """The reply prefix of a node's agent that connects with a token (no nkey of its
+    own): the callout lets it read ``<this>.>`` and no other inbox."""
+    return inbox_prefix(agent_user_name(node))
+
+
 def agent_permissions(cluster: str, node: str) -> Permissions:
     """A node's agent: its own telemetry out, its own egress limits in; nothing else."""
     token = subjects.encode_name(node)
@@ -158,6 +168,15 @@ def agent_permissions(cluster: str, node: str) -> Permissions:
         ),
         subscribe=(limits,),
     )
+
+
+def agent_token_user(cluster: str, node: str) -> tuple[str, Permissions]:
+    """The user the auth callout makes for ``node``'s agent (it has no nkey, so its
+    inbox is named after the node): its name and ``agent_permissions`` plus that inbox.
+    ``InvalidName`` (a ``ValueError``) when ``node`` cannot be a subject token."""
+    rights = agent_permissions(cluster, node)
+    subscribe = (*rights.subscribe, f"{agent_inbox(node)}.>")
+    return agent_user_name(node), Permissions(rights.publish, subscribe, rights.deny_publish)
 
 
 def fleet_permissions(cluster: str) -> Permissions:
@@ -175,6 +194,9 @@ def fleet_permissions(cluster: str) -> Permissions:
 
 
 ADMIN_PERMISSIONS = Permissions(publish=(">",), subscribe=(">",))
+CALLOUT = "callout"  # the auth callout's own user (services/callout)
+# It reads the server's authorization requests and answers on the server's inboxes.
+CALLOUT_PERMISSIONS = Permissions(publish=("$SYS._INBOX.>",), subscribe=("$SYS.REQ.USER.AUTH",))
 
 
 def users(
@@ -184,8 +206,10 @@ def users(
     nodes: Sequence[str] = (),
     fleet: bool = False,
     seeds: Mapping[str, str] | None = None,
+    callout: bool = False,
 ) -> list[User]:
-    """The users of one cluster: admin, one per service, one per node (and the fleet's).
+    """The users of one cluster: admin, one per service, one per node (and the fleet's);
+    ``callout``: the auth callout's user too (agents then need no user of their own).
     ``seeds`` keeps known users' nkeys; the others get new random ones."""
     known = dict(seeds or {})
     wanted: list[tuple[str, Permissions]] = [(ADMIN, ADMIN_PERMISSIONS)]
@@ -193,6 +217,8 @@ def users(
     wanted += [(agent_user_name(node), agent_permissions(cluster, node)) for node in nodes]
     if fleet:
         wanted.append((AGENT_FLEET, fleet_permissions(cluster)))
+    if callout:
+        wanted.append((CALLOUT, CALLOUT_PERMISSIONS))
     return [User(name, known.get(name) or new_user_seed(), perms) for name, perms in wanted]
 
 
@@ -203,10 +229,14 @@ def server_config(
     port: int = 4222,
     store_dir: str | None = "/data/jetstream",
     tls: Mapping[str, str] | None = None,
+    callout_issuer: str = "",
 ) -> dict[str, Any]:
     """A nats-server configuration (JSON is valid nats-server syntax). ``store_dir``: None
     when the command line gives it (nats-server refuses it twice). ``tls``: e.g.
-    ``{"cert_file": ..., "key_file": ..., "ca_file": ...}`` for the client port."""
+    ``{"cert_file": ..., "key_file": ..., "ca_file": ...}`` for the client port.
+    ``callout_issuer``: the account public key (``A...``) that signs the auth callout's
+    answers: every client not in ``found`` (each of those keeps its permissions and
+    bypasses the callout) is then let in, or not, by the callout (``auth_callout``)."""
     config: dict[str, Any] = {
         "host": host,
         "port": port,
@@ -214,6 +244,13 @@ def server_config(
         "jetstream": {"store_dir": store_dir} if store_dir else {},
         "authorization": {"users": [u.to_config() for u in found]},
     }
+    if callout_issuer:
+        if not any(u.name == CALLOUT for u in found):
+            raise ValueError("auth callout: no callout user (users(..., callout=True))")
+        config["authorization"]["auth_callout"] = {
+            "issuer": callout_issuer,
+            "auth_users": [u.public_key for u in found],
+        }
     if tls:
         config["tls"] = dict(tls)
     return config

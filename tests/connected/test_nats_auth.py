@@ -117,7 +117,7 @@ async def test_a_client_without_credentials_is_refused(tmp_path: Path) -> None:
         assert (await hello(nats_.server, good)).startswith("PONG")
 
 
-async def hello(server: str, creds: dict[str, str]) -> str:
+async def hello(server: str, creds: dict[str, str], *, within: float = 5.0) -> str:
     """The server's answer to CONNECT (with ``creds``; ``signer``: the seed that signs
     the server's nonce) and PING, over a plain socket."""
     host, port = server.removeprefix("nats://").split(":")
@@ -131,7 +131,7 @@ async def hello(server: str, creds: dict[str, str]) -> str:
         connect = {"verbose": False, "pedantic": False, "protocol": 1, **creds}
         writer.write(f"CONNECT {json.dumps(connect)}\r\nPING\r\n".encode())
         await writer.drain()
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(within):
             return (await reader.readline()).decode()
     finally:
         writer.close()
