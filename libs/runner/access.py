@@ -67,12 +67,16 @@ class Permissions:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
     deny_publish: tuple[str, ...] = ()
+    deny_subscribe: tuple[str, ...] = ()
 
     def to_config(self) -> dict[str, Any]:
         publish: dict[str, list[str]] = {"allow": list(self.publish)}
         if self.deny_publish:
             publish["deny"] = list(self.deny_publish)
-        return {"publish": publish, "subscribe": {"allow": list(self.subscribe)}}
+        subscribe: dict[str, list[str]] = {"allow": list(self.subscribe)}
+        if self.deny_subscribe:
+            subscribe["deny"] = list(self.deny_subscribe)
+        return {"publish": publish, "subscribe": subscribe}
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,10 +197,15 @@ def fleet_permissions(cluster: str) -> Permissions:
     )
 
 
-ADMIN_PERMISSIONS = Permissions(publish=(">",), subscribe=(">",))
 CALLOUT = "callout"  # the auth callout's own user (services/callout)
 # It reads the server's authorization requests and answers on the server's inboxes.
-CALLOUT_PERMISSIONS = Permissions(publish=("$SYS._INBOX.>",), subscribe=("$SYS.REQ.USER.AUTH",))
+AUTH_REQUESTS = "$SYS.REQ.USER.AUTH"
+CALLOUT_PERMISSIONS = Permissions(publish=("$SYS._INBOX.>",), subscribe=(AUTH_REQUESTS,))
+# The operator's tools: everything, but the authorization requests, which carry agents'
+# tokens in the clear (``nats sub '>'`` or ``baton tail`` would print them)
+ADMIN_PERMISSIONS = Permissions(
+    publish=(">",), subscribe=(">",), deny_publish=(AUTH_REQUESTS,), deny_subscribe=(AUTH_REQUESTS,)
+)
 
 
 def users(

@@ -22,6 +22,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from baton.libs.bus import Bus
+from baton.libs.bus.connection import auth_options
 from baton.libs.runner import access
 from baton.libs.runtime.nkey import new_account_seed, public_key
 from baton.libs.testing.nats import running_nats
@@ -279,3 +280,42 @@ async def test_an_agent_moves_to_its_rotated_token_before_the_old_one_expires(
 
 def _rotate(path: str, token: str) -> None:
     Path(path).write_text(token)
+
+
+async def test_the_operator_never_sees_an_agents_token_on_the_callouts_subject(
+    tmp_path: Path,
+) -> None:
+    """The server hands each CONNECT to the callout with the agent's token in the clear:
+    admin (everything else allowed) may neither read those requests nor send one."""
+    async with callout_nats(tmp_path) as setup:
+        errors: list[str] = []
+
+        async def on_error(exc: Exception) -> None:
+            errors.append(str(exc).lower())
+
+        admin = await nats.connect(setup.server, error_cb=on_error, allow_reconnect=False,
+                                   **auth_options(seed_file=setup.seeds["admin"]))  # fmt: skip
+        seen: list[bytes] = []
+
+        async def keep(msg: Any) -> None:
+            seen.append(msg.data)
+
+        await admin.subscribe(access.AUTH_REQUESTS, cb=keep)
+        await admin.subscribe(">", cb=keep)
+        await admin.publish(access.AUTH_REQUESTS, b"forged")
+        await admin.flush()
+        await setup.pod("agent-a", A)
+        token = await setup.token("agent-a")
+        said = await hello(setup.server, {"auth_token": token})
+        assert said.startswith("PONG"), said  # the callout got the request and let it in
+
+        def refused(what: str) -> bool:
+            return any(
+                "permissions violation" in e and what in e and access.AUTH_REQUESTS.lower() in e
+                for e in errors
+            )
+
+        await until(lambda: refused("subscription"), what="admin's subscription refused")
+        await until(lambda: refused("publish"), what="admin's publish refused")
+        assert not any(token.encode() in data for data in seen)
+        await admin.close()
