@@ -168,8 +168,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def make_tls(folder: Path, hosts: Sequence[str]) -> Path:
-    """NATS's self-signed server certificate and key in ``folder``, and ``ca.crt``."""
-    cert, _ = self_signed(str(folder), hosts=tuple(hosts))
+    """NATS's self-signed certificate and key in ``folder``, and ``ca.crt``: the servers'
+    own, and the one they present to each other on the cluster's routes."""
+    cert, _ = self_signed(str(folder), hosts=tuple(hosts), routes=True)
     ca = folder / "ca.crt"
     ca.write_bytes(Path(cert).read_bytes())
     return ca

@@ -145,3 +145,18 @@ def test_nats_requires_the_generated_users() -> None:
     volumes = {v["name"]: v for v in nats["spec"]["template"]["spec"]["volumes"]}
     assert volumes[mounts["/etc/nats/auth"]]["secret"]["secretName"] == "nats-auth"
     assert all(d["metadata"].get("namespace") in (None, CONTROL, AGENTS) for d in render(BASE))
+
+
+def test_the_nats_servers_route_to_each_other_over_tls_and_check_their_peers() -> None:
+    """The cluster block has its own TLS (peers verified against the CA the clients use)
+    and the certificate may be used by a route's dialling side (client auth)."""
+    conf = of("ConfigMap")["nats-config"]["data"]["nats.conf"]
+    cluster = conf[conf.index("cluster {") :]
+    block = cluster[cluster.index("tls {") : cluster.index("}")]
+    assert "verify: true" in block
+    ca = re.search(r"ca_file: (\S+)", block)
+    assert ca is not None
+    nats = of("StatefulSet")["nats"]
+    assert volume_at(nats, ca[1])["configMap"]["name"] == "baton-nats-ca"
+    certificate = of("Certificate", CERT_MANAGER)["nats"]
+    assert {"server auth", "client auth"} <= set(certificate["spec"]["usages"])
