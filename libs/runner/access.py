@@ -201,8 +201,8 @@ CALLOUT = "callout"  # the auth callout's own user (services/callout)
 # It reads the server's authorization requests and answers on the server's inboxes.
 AUTH_REQUESTS = "$SYS.REQ.USER.AUTH"
 CALLOUT_PERMISSIONS = Permissions(publish=("$SYS._INBOX.>",), subscribe=(AUTH_REQUESTS,))
-# The operator's tools: everything, but the authorization requests, which carry agents'
-# tokens in the clear (``nats sub '>'`` or ``baton tail`` would print them)
+# The operator's tools: everything but the authorization requests, which carry agents'
+# tokens in the clear (``nats sub '>'`` or ``baton tail`` would print them).
 ADMIN_PERMISSIONS = Permissions(
     publish=(">",), subscribe=(">",), deny_publish=(AUTH_REQUESTS,), deny_subscribe=(AUTH_REQUESTS,)
 )
