@@ -7,6 +7,7 @@ started before the owner waits for them, then runs."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import nats.errors
@@ -49,32 +50,44 @@ async def test_a_service_reads_only_the_streams_it_has_inputs_from(tmp_path: Pat
         await done.put("a-1", b"applied")
         violations = Violations()
         nc = await violations.connect(nats_.server, nats_.seed("gang"))
-        js = nc.jetstream(timeout=1.0)
-        refused = {
-            f"$JS.API.CONSUMER.CREATE.{LIMITS}": js.add_consumer(LIMITS, ConsumerConfig()),
-            f"$JS.API.CONSUMER.CREATE.{TELEMETRY}": js.add_consumer(TELEMETRY, ConsumerConfig()),
-            f"$JS.API.DIRECT.GET.{LIMITS}": js.get_last_msg(LIMITS, limits, direct=True),
-            f"$JS.API.STREAM.MSG.GET.{LIMITS}": js.get_last_msg(LIMITS, limits),
-            f"$JS.API.CONSUMER.MSG.NEXT.{LIMITS}.peek": nc.request(
-                f"$JS.API.CONSUMER.MSG.NEXT.{LIMITS}.peek", b'{"batch": 1}', timeout=1.0
-            ),
-            f"$JS.API.STREAM.INFO.{DONE}": js.key_value(subjects.stream_name(C, "done")),
-            f"$JS.API.STREAM.MSG.GET.{DONE}": js.get_last_msg(DONE, "$KV.BATON_C1_DONE.a-1"),
-        }
-        for api, call in refused.items():
-            with pytest.raises(nats.errors.TimeoutError):  # the server drops it: no answer
-                await call
-            await until(lambda a=api: violations.saw(a), what=f"gang refused {api}")  # type: ignore[misc]
-        # Its own: the objects it reads, by a consumer of its own, fetched.
-        sub = await js.pull_subscribe(
-            subjects.wildcard(C, subjects.K8S, "node", ">"), stream=K8S,
-            config=ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT),
-        )  # fmt: skip
-        got = await sub.fetch(1, timeout=5.0)
-        assert [m.data for m in got] == [b'{"node": "gpu-0"}']
-        await nc.close()
-        await owner.close()
-        await admin.close()
+        try:
+            js = nc.jetstream(timeout=1.0)
+            refused: dict[str, Callable[[], Awaitable[object]]] = {
+                f"$JS.API.CONSUMER.CREATE.{LIMITS}": lambda: js.add_consumer(
+                    LIMITS, ConsumerConfig()
+                ),
+                f"$JS.API.CONSUMER.CREATE.{TELEMETRY}": lambda: js.add_consumer(
+                    TELEMETRY, ConsumerConfig()
+                ),
+                f"$JS.API.DIRECT.GET.{LIMITS}": lambda: js.get_last_msg(
+                    LIMITS, limits, direct=True
+                ),
+                f"$JS.API.STREAM.MSG.GET.{LIMITS}": lambda: js.get_last_msg(LIMITS, limits),
+                f"$JS.API.CONSUMER.MSG.NEXT.{LIMITS}.peek": lambda: nc.request(
+                    f"$JS.API.CONSUMER.MSG.NEXT.{LIMITS}.peek", b'{"batch": 1}', timeout=1.0
+                ),
+                f"$JS.API.STREAM.INFO.{DONE}": lambda: js.key_value(
+                    subjects.stream_name(C, "done")
+                ),
+                f"$JS.API.STREAM.MSG.GET.{DONE}": lambda: js.get_last_msg(
+                    DONE, "$KV.BATON_C1_DONE.a-1"
+                ),
+            }
+            for api, call in refused.items():
+                with pytest.raises(nats.errors.TimeoutError):  # the server drops it: no answer
+                    await call()
+                await until(lambda a=api: violations.saw(a), what=f"gang refused {api}")  # type: ignore[misc]
+            # Its own: the objects it reads, by a consumer of its own, fetched.
+            sub = await js.pull_subscribe(
+                subjects.wildcard(C, subjects.K8S, "node", ">"), stream=K8S,
+                config=ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT),
+            )  # fmt: skip
+            got = await sub.fetch(1, timeout=5.0)
+            assert [m.data for m in got] == [b'{"node": "gpu-0"}']
+        finally:
+            await nc.close()
+            await owner.close()
+            await admin.close()
 
 
 async def test_a_service_started_before_the_owner_waits_then_runs(tmp_path: Path) -> None:
