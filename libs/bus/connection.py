@@ -100,6 +100,10 @@ def env_auth_options(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
                         ca_file=env.get("BATON_NATS_CA_FILE", ""))  # fmt: skip
 
 
+class StreamsMissing(RuntimeError):
+    """Streams a service needs were not created in time (``Bus.wait_for_streams``)."""
+
+
 class Bus:
     def __init__(self, nc: Client, *, cluster: str, name: str) -> None:
         self.nc = nc
@@ -177,10 +181,16 @@ class Bus:
     async def ensure_streams(
         self, configs: Iterable[StreamConfig] | None = None, *, sources_timeout: float = 5.0
     ) -> None:
-        """Create or update every Baton stream of this cluster (idempotent), then wait
-        until each sourcing stream (HISTORY) copies from all its sources: until then an
-        object updated twice in K8S (one message per subject) would lose its first
-        version from the history, and replay would diverge."""
+        """Create or update every Baton stream of this cluster (idempotent), the lease
+        bucket first, then wait until each sourcing stream (HISTORY) copies from all its
+        sources: until then an object updated twice in K8S (one message per subject)
+        would lose its first version from the history, and replay would diverge. With
+        NATS auth only the owner (the actuator) and the operator may
+        (``libs.runner.serving.prepare_streams``)."""
+        if configs is None:
+            leases = streams.leases_config(self.cluster, replicas=self.replicas)
+            with contextlib.suppress(nats.js.errors.BadRequestError):  # exists: kept as it is
+                await self.js.create_key_value(leases)
         configs = list(
             configs
             if configs is not None
@@ -194,6 +204,42 @@ class Bus:
         for config in configs:
             if config.sources and config.name:
                 await self._sources_active(config.name, within=sources_timeout)
+
+    async def wait_for_streams(
+        self, names: Sequence[str], *, owner: str, within: float, every: float = 0.5
+    ) -> None:
+        """Wait until every stream (or KV bucket's stream) in ``names`` exists: their
+        ``owner`` creates them (``libs.runner.access.OWNER``). Says which it waits for at
+        once and every 10 s; ``StreamsMissing``, naming them, after ``within`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        said = float("-inf")
+        missing = list(names)
+        while True:
+            missing = [name for name in missing if not await self._exists(name)]
+            if not missing:
+                if said > float("-inf"):
+                    log.info("streams ready", owner=owner)
+                return
+            now = loop.time()
+            if now >= deadline:
+                raise StreamsMissing(
+                    f"{self.name}: streams {', '.join(missing)} do not exist after {within:g} s "
+                    f"(only {owner} creates them: is it running? may this user read their info?)"
+                )
+            if now - said >= 10.0:
+                log.info("waiting for streams", streams=missing, owner=owner)
+                said = now
+            await asyncio.sleep(every)
+
+    async def _exists(self, stream: str) -> bool:
+        try:
+            await self.js.stream_info(stream)
+        except nats.js.errors.NotFoundError:
+            return False
+        except (TimeoutError, nats.errors.TimeoutError, nats.errors.ConnectionClosedError):
+            return False  # NATS away (or no permission): asked again until the deadline
+        return True
 
     async def _update(self, config: StreamConfig) -> None:
         """With NATS auth only the actuator may change a stream's configuration (a

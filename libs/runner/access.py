@@ -12,10 +12,13 @@ What a service's user may publish:
   send) and the subjects its ``Spec.publishes`` names (its decisions);
 - its own ticks and starts (``runner.*.<service>``), dead letters, and its own lease
   key (``$KV.<LEASES>.<service>``): a service cannot take another's lease;
-- the JetStream API, acks and flow control, except: deleting or purging streams and
-  messages; and, for all but the actuator, changing any stream's configuration (a
-  RePublish would turn a decision into an action) and anything touching the actions
-  stream's consumers or acks.
+- of the JetStream API only what reading its own streams takes (``stream_grants``): the
+  streams its inputs (and ``Spec.reads``) come from, HISTORY when the runner feeds it,
+  the info of the streams it writes, and its lease; never another stream's consumers,
+  messages or acks. Only the streams' owner (``OWNER``, the actuator) creates or
+  changes a stream or bucket (a RePublish would turn a decision into an action); the
+  others wait for them (``libs.runner.serving.prepare_streams``). Nobody deletes or
+  purges streams or messages.
 
 It reads replies only on its own inbox prefix (``_INBOX_<its public key>``, which
 ``Bus.connect`` derives from its seed), so no user sees another's JetStream deliveries.
@@ -34,8 +37,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from baton.libs.bus import streams
 from baton.libs.bus.connection import inbox_prefix
-from baton.libs.runner.leasing import LEASES
+from baton.libs.bus.streams import LEASES
 from baton.libs.runner.spec import Spec
 from baton.libs.runtime.nkey import new_user_seed, public_key
 from baton.proto import subjects
@@ -45,6 +49,11 @@ ACTUATOR = "actuator"
 ADMIN = "admin"
 AGENT_FLEET = "agent-fleet"  # the one process that plays every simulated node's agent
 DONE = "done"  # the actuator's KV bucket of actions applied (services.actuator.shell.DONE)
+# The one user that creates and updates every stream and bucket: changing a stream is
+# already the actuator's alone (a RePublish turns decisions into actions, which it
+# applies), so owning their creation too gives a compromised actuator nothing new,
+# and no other service can make a stream first, with a configuration of its choosing.
+OWNER = ACTUATOR
 MAX_PAYLOAD = 1024 * 1024  # nats-server's default, stated so dead letters can count on it
 
 _NO_DELETES = (
@@ -127,27 +136,124 @@ def _actions_stream_denied(cluster: str) -> tuple[str, ...]:
     )
 
 
+def overlap(a: str, b: str) -> bool:
+    """Whether some subject matches both NATS patterns ``a`` and ``b``."""
+    x, y = a.split("."), b.split(".")
+    for s, t in zip(x, y, strict=False):
+        if ">" in (s, t):
+            return True
+        if "*" not in (s, t) and s != t:
+            return False
+    return len(x) == len(y)
+
+
+def kv_stream(cluster: str, bucket: str) -> str:
+    """The stream behind one of the cluster's KV buckets: ``KV_BATON_C1_LEASES``."""
+    return f"KV_{subjects.stream_name(cluster, bucket)}"
+
+
+def streams_of(cluster: str, patterns: Iterable[str]) -> list[str]:
+    """The cluster's streams that capture some subject under ``patterns`` (full subjects;
+    HISTORY, which captures none of its own, is never among them)."""
+    wanted = list(patterns)
+    return [
+        c.name
+        for c in streams.stream_configs(cluster)
+        if c.name and any(overlap(s, p) for s in c.subjects or () for p in wanted)
+    ]
+
+
+def all_streams(cluster: str) -> list[str]:
+    """Every stream and bucket the owner creates, in the order it creates them."""
+    kv = [kv_stream(cluster, LEASES)]  # first: every runner waits for its lease
+    return kv + [c.name for c in streams.stream_configs(cluster) if c.name]
+
+
+def read_streams(spec: Spec[Any], cluster: str) -> list[str]:
+    """The streams ``spec``'s service reads: HISTORY (the runner's one ordered feed) when
+    it has inputs, the streams its inputs and ``Spec.reads`` come from (the snapshot at
+    start, a watch beside the runner), and the actuator's buckets (every lease's epoch
+    for its fences, its applied actions)."""
+    found = [subjects.stream_name(cluster, streams.HISTORY)] if spec.patterns(cluster) else []
+    reads = [subjects.wildcard(cluster, r) for r in spec.reads]
+    found += streams_of(cluster, [*spec.patterns(cluster), *reads])
+    if spec.name == ACTUATOR:
+        found += [kv_stream(cluster, LEASES), kv_stream(cluster, DONE)]
+    return list(dict.fromkeys(found))
+
+
+def written_streams(spec: Spec[Any], cluster: str) -> list[str]:
+    """The streams that store what ``spec``'s service publishes (ticks and dead letters
+    too): it may read their info, and waits for them at start."""
+    return streams_of(cluster, _published(spec, cluster))
+
+
+def needed_streams(spec: Spec[Any], cluster: str) -> list[str]:
+    """What a service that does not own the streams waits for at start: its lease's
+    bucket, the streams it reads and those it writes."""
+    found = [kv_stream(cluster, LEASES), *read_streams(spec, cluster)]
+    found += written_streams(spec, cluster)
+    if spec.name == ACTUATOR:
+        found.remove(kv_stream(cluster, DONE))  # its own, made when it starts
+    return list(dict.fromkeys(found))
+
+
+def stream_grants(stream: str) -> list[str]:
+    """What reading ``stream`` takes: its info, its consumers (made, asked about, pulled
+    from and deleted), a message of it (the last on a subject), acks, flow control."""
+    api = "$JS.API"
+    return [
+        f"{api}.STREAM.INFO.{stream}",
+        f"{api}.STREAM.MSG.GET.{stream}",
+        f"{api}.DIRECT.GET.{stream}.>",
+        f"{api}.CONSUMER.CREATE.{stream}",  # an ephemeral consumer without a name
+        f"{api}.CONSUMER.CREATE.{stream}.>",  # <name>, or <name>.<its one filter>
+        f"{api}.CONSUMER.INFO.{stream}.>",
+        f"{api}.CONSUMER.DELETE.{stream}.>",
+        f"{api}.CONSUMER.MSG.NEXT.{stream}.>",
+        f"$JS.ACK.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    ]
+
+
+_EVERYONE = ("$JS.API.INFO", "$JS.API.STREAM.NAMES")  # the account's limits, stream names
+
+
+def _published(spec: Spec[Any], cluster: str) -> list[str]:
+    return [
+        *action_subjects(spec, cluster),
+        *(subjects.wildcard(cluster, p) for p in spec.publishes),
+        subjects.runner(cluster, "*", spec.name),
+        subjects.wildcard(cluster, subjects.DEADLETTER, ">"),
+    ]
+
+
 def service_permissions(spec: Spec[Any], cluster: str) -> Permissions:
     """What the service ``spec`` describes may publish and read in ``cluster``."""
     name = spec.name
-    own = [subjects.wildcard(cluster, p) for p in spec.publishes]
+    leases = kv_stream(cluster, LEASES)
+    bucket = subjects.stream_name(cluster, LEASES)
     publish = [
-        *action_subjects(spec, cluster),
-        *own,
-        subjects.runner(cluster, "*", name),
-        subjects.wildcard(cluster, subjects.DEADLETTER, ">"),
-        f"$KV.{subjects.stream_name(cluster, LEASES)}.{name}",
-        "$JS.API.>",
-        "$JS.ACK.>",
-        "$JS.FC.>",
+        *_published(spec, cluster),
+        f"$KV.{bucket}.{name}",
+        *_EVERYONE,
+        f"$JS.API.STREAM.INFO.{leases}",  # its lease: read and written, its own key only
+        f"$JS.API.STREAM.MSG.GET.{leases}",
+        f"$JS.API.DIRECT.GET.{leases}.$KV.{bucket}.{name}",
     ]
+    for stream in read_streams(spec, cluster):
+        publish += stream_grants(stream)
+    publish += [f"$JS.API.STREAM.INFO.{s}" for s in written_streams(spec, cluster)]
     deny = list(_NO_DELETES)
     if name == ACTUATOR:
         publish.append(f"$KV.{subjects.stream_name(cluster, DONE)}.>")
     else:
         deny += [*_actions_stream_denied(cluster), *_NO_UPDATES]
+    if name == OWNER:
+        for stream in [*all_streams(cluster), kv_stream(cluster, DONE)]:
+            publish += [f"$JS.API.STREAM.{verb}.{stream}" for verb in ("CREATE", "UPDATE", "INFO")]
     subscribe = [i.filter(cluster) for i in spec.inputs]  # and its inbox (User.to_config)
-    return Permissions(tuple(publish), tuple(subscribe), tuple(deny))
+    return Permissions(tuple(dict.fromkeys(publish)), tuple(subscribe), tuple(deny))
 
 
 def agent_user_name(node: str) -> str:
@@ -185,12 +291,14 @@ def agent_token_user(cluster: str, node: str) -> tuple[str, Permissions]:
 
 def fleet_permissions(cluster: str) -> Permissions:
     """The simulated fleet's one agent process: every node's telemetry and limits (it
-    follows the limits with an ordered consumer, so it needs the JetStream API)."""
+    follows the limits with an ordered consumer: the API of the limits stream alone)."""
+    telemetry = subjects.stream_name(cluster, streams.TELEMETRY)
     return Permissions(
         publish=(
             subjects.wildcard(cluster, subjects.TELEMETRY, ">"),
-            "$JS.API.>",
-            "$JS.FC.>",
+            *_EVERYONE,
+            f"$JS.API.STREAM.INFO.{telemetry}",
+            *stream_grants(subjects.stream_name(cluster, streams.LIMITS)),
         ),
         subscribe=(subjects.wildcard(cluster, subjects.BANDWIDTH, "limits", ">"),),
         deny_publish=(*_NO_DELETES, *_NO_UPDATES, *_actions_stream_denied(cluster)),

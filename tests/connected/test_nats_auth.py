@@ -336,10 +336,13 @@ async def test_only_the_actuator_may_change_a_streams_configuration(tmp_path: Pa
         await nc.close()
         info = await admin.js.stream_info(events.name or "")
         assert info.config.republish is None
-        # A service whose streams differ from what it would declare goes on, and says so.
-        gang_bus = await nats_.bus("gang")
-        await gang_bus.ensure_streams([hostile])  # refused: waits for the API's timeout
-        await gang_bus.close()
+        # Nor may it make a stream of its own choosing first (nor a KV bucket).
+        nc = await violations.connect(nats_.server, nats_.seed("gang"))
+        mine = dataclasses.replace(events, name="MINE", subjects=["baton.c1.placement.x"])
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.jetstream(timeout=1.0).add_stream(mine)
+        await until(lambda: violations.saw("$JS.API.STREAM.CREATE.MINE"), what="create refused")
+        await nc.close()
         actuator_bus = await nats_.bus("actuator")
         await actuator_bus.js.update_stream(events)  # the actuator may
         await actuator_bus.close()
