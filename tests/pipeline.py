@@ -116,10 +116,7 @@ async def running(
     (within ``stop_within`` seconds, naming what was stuck) on exit."""
     bus = await Bus.connect(url, cluster=cluster, name=spec.name, ca_file=settings.nats_ca_file,
                             seed_file=settings.nats_nkey_seed_file)  # fmt: skip
-    if settings.nats_nkey_seed_file:  # its own user: the owner makes the streams, it waits
-        await prepare_streams(bus, spec, within=30.0)
-    else:  # NATS without auth: the test plays the owner
-        await bus.ensure_streams()
+    await prepare_streams(bus, spec, authenticated=bool(settings.nats_nkey_seed_file), within=30.0)
     runner = Runner(spec, bus=bus, settings=settings, dry_run=settings.dry_run, stop_grace=5.0)
     task = asyncio.create_task(runner.run(), name=f"{spec.name}-runner")
     try:

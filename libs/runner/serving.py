@@ -37,7 +37,7 @@ async def serve(
                             seed_file=settings.nats_nkey_seed_file)  # fmt: skip
     bus.replicas = settings.stream_replicas
     try:
-        await prepare_streams(bus, spec)
+        await prepare_streams(bus, spec, authenticated=bool(settings.nats_nkey_seed_file))
         if make is not None:
             runner = await make(bus)
         else:
@@ -62,12 +62,16 @@ async def serve(
 STREAMS_WAIT_S = 300.0  # how long a service waits for the owner to create its streams
 
 
-async def prepare_streams(bus: Bus, spec: Spec[Any], *, within: float = STREAMS_WAIT_S) -> None:
-    """The streams' owner (``access.OWNER``) creates or updates every stream and the
-    lease bucket; any other service waits (``within`` seconds, then ``StreamsMissing``)
-    for those it needs: it may not create one (docs/security.md). Services start in
-    any order."""
-    if spec.name == access.OWNER:
+async def prepare_streams(
+    bus: Bus, spec: Spec[Any], *, authenticated: bool, within: float = STREAMS_WAIT_S
+) -> None:
+    """With NATS auth (``authenticated``: the service has its own user) the streams'
+    owner (``access.OWNER``) creates or updates every stream and the lease bucket, and
+    any other service waits (``within`` seconds, then ``StreamsMissing``) for those it
+    needs: it may not create one (docs/security.md). Without auth (compose.yaml, a
+    service run alone against a local NATS) every service makes them, as the owner
+    would: nobody is kept out there anyway. Services start in any order."""
+    if spec.name == access.OWNER or not authenticated:
         await bus.ensure_streams()
         return
     needed = access.needed_streams(spec, bus.cluster)

@@ -97,7 +97,7 @@ async def test_a_service_started_before_the_owner_waits_then_runs(tmp_path: Path
     async with secured_nats(tmp_path) as nats_:
         gang_bus = await nats_.bus("gang")
         with capture_logs() as said, pytest.raises(StreamsMissing, match="KV_BATON_C1_LEASES"):
-            await prepare_streams(gang_bus, gang.SPEC, within=1.0)
+            await prepare_streams(gang_bus, gang.SPEC, authenticated=True, within=1.0)
         await gang_bus.close()
         waiting = [e for e in said if e["event"] == "waiting for streams"]
         assert waiting and waiting[0]["owner"] == "actuator", said
@@ -118,7 +118,7 @@ async def test_a_service_started_before_the_owner_waits_then_runs(tmp_path: Path
             await asyncio.sleep(1.0)  # the time gang would need to start if it could
             assert not started.is_set() and not task.done()
             owner = await nats_.bus("actuator")
-            await prepare_streams(owner, actuator.SPEC)  # the actuator makes every stream
+            await prepare_streams(owner, actuator.SPEC, authenticated=True)  # makes every stream
             await owner.close()
             await until(started.is_set, what="gang running once the streams exist", within=30.0)
         finally:
