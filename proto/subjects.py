@@ -119,6 +119,22 @@ def matches(pattern: str, subj: str) -> bool:
     return len(want) == len(have)
 
 
+def overlap(a: str, b: str) -> str | None:
+    """The subjects both filters match, as one filter (``baton.c1.>`` and
+    ``baton.*.action.>``: ``baton.c1.action.>``), or None when no subject matches both."""
+    left, right = a.split("."), b.split(".")
+    out: list[str] = []
+    for i, (x, y) in enumerate(zip(left, right, strict=False)):
+        if x == ">":
+            return ".".join(out + right[i:])
+        if y == ">":
+            return ".".join(out + left[i:])
+        if x != y and "*" not in (x, y):
+            return None
+        out.append(y if x == "*" else x)
+    return ".".join(out) if len(left) == len(right) else None
+
+
 def stream_name(cluster: str, what: str) -> str:
     """JetStream stream names may not contain dots: ``BATON_C1_K8S``."""
     return f"BATON_{check_cluster(cluster).upper().replace('-', '_')}_{what.upper()}"

@@ -16,6 +16,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner, Spec
+from baton.libs.runner.serving import prepare_streams
 from baton.libs.runtime.settings import Base
 from baton.libs.runtime.stopping import stuck_tasks, where
 from baton.libs.testing.sim import Sim
@@ -115,7 +116,7 @@ async def running(
     (within ``stop_within`` seconds, naming what was stuck) on exit."""
     bus = await Bus.connect(url, cluster=cluster, name=spec.name, ca_file=settings.nats_ca_file,
                             seed_file=settings.nats_nkey_seed_file)  # fmt: skip
-    await bus.ensure_streams()
+    await prepare_streams(bus, spec, authenticated=bool(settings.nats_nkey_seed_file), within=30.0)
     runner = Runner(spec, bus=bus, settings=settings, dry_run=settings.dry_run, stop_grace=5.0)
     task = asyncio.create_task(runner.run(), name=f"{spec.name}-runner")
     try:

@@ -13,6 +13,7 @@ import contextlib
 import os
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -51,16 +52,45 @@ def inbox_prefix(public_key: str) -> str:
     return f"_INBOX_{public_key}"
 
 
-def auth_options(*, seed_file: str = "", ca_file: str = "") -> dict[str, Any]:
+def auth_options(
+    *, seed_file: str = "", ca_file: str = "", token_file: str = "", inbox: str = ""
+) -> dict[str, Any]:
     """nats-py ``connect`` options for an nkey user (``seed_file``: its seed, ``SU...``)
-    and TLS with a private CA (``ca_file``). ``SettingsError`` names a bad seed."""
+    and TLS with a private CA (``ca_file``). ``SettingsError`` names a bad seed.
+    ``token_file``: instead of a seed, send this file's text as ``auth_token``, read
+    again at every (re)connect (a projected ServiceAccount token rotates), with replies
+    on ``inbox`` (the auth callout lets an agent read its own; ``access.agent_inbox``)."""
     options: dict[str, Any] = {}
     if seed_file:
         public = seed_file_public_key(seed_file, setting=SEED_SETTING)
         options |= {"nkeys_seed": seed_file, "inbox_prefix": inbox_prefix(public)}
+    elif token_file:
+        options["token"] = TokenFile(token_file)
+        if inbox:
+            options["inbox_prefix"] = inbox
     if ca_file:
         options["tls"] = ssl.create_default_context(cafile=ca_file)
     return options
+
+
+class TokenFile:
+    """nats-py's token callback: the file's text, read at every (re)connect; ``sent``
+    is what the last CONNECT carried, so a rotation can be noticed (``Bus``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sent = ""
+
+    def read(self) -> str:
+        try:
+            return Path(self.path).read_text().strip()
+        except OSError as exc:  # the server refuses an empty token; the next try reads again
+            log.warning("nats token unreadable", path=self.path, error=exc.strerror)
+            return ""
+
+    def __call__(self) -> str:
+        self.sent = self.read()
+        return self.sent
 
 
 def env_auth_options(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
@@ -68,6 +98,10 @@ def env_auth_options(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     the ``baton`` tools (status, tail, why, replay) connect as the operator."""
     return auth_options(seed_file=env.get(SEED_SETTING, ""),
                         ca_file=env.get("BATON_NATS_CA_FILE", ""))  # fmt: skip
+
+
+class StreamsMissing(RuntimeError):
+    """Streams a service needs were not created in time (``Bus.wait_for_streams``)."""
 
 
 class Bus:
@@ -78,17 +112,28 @@ class Bus:
         self.name = name
         self.replicas = 1  # copies of each stream and bucket in a NATS cluster
         self._subscriptions: set[Subscription[Any]] = set()
+        self._follow: asyncio.Task[None] | None = None  # the token file's (see connect)
 
     @classmethod
     async def connect(
-        cls, url: str, *, cluster: str, name: str, ca_file: str = "", seed_file: str = ""
+        cls,
+        url: str,
+        *,
+        cluster: str,
+        name: str,
+        ca_file: str = "",
+        seed_file: str = "",
+        token_file: str = "",
+        inbox: str = "",
+        token_check_s: float = 5.0,
     ) -> Bus:
         """Connect (waiting for NATS if it is not up yet) and reconnect forever.
         ``ca_file``: the CA of NATS's certificate, for TLS with a private CA;
         ``seed_file``: the nkey seed of this service's NATS user (``SU...``)."""
         subjects.check_cluster(cluster)
         _, shown = credentials(url)
-        options = auth_options(seed_file=seed_file, ca_file=ca_file)
+        options = auth_options(seed_file=seed_file, ca_file=ca_file, token_file=token_file,
+                               inbox=inbox)  # fmt: skip
 
         async def disconnected() -> None:
             if not nc.is_closed:  # not our own close()
@@ -116,15 +161,36 @@ class Bus:
         )
         user = options.get("inbox_prefix", "").removeprefix("_INBOX_") or None
         log.info("nats connected", url=shown, cluster=cluster, nkey=user)
-        return cls(nc, cluster=cluster, name=name)
+        bus = cls(nc, cluster=cluster, name=name)
+        token = options.get("token")
+        if isinstance(token, TokenFile):
+            bus._follow = asyncio.create_task(bus._follow_token(token, token_check_s))
+        return bus
+
+    async def _follow_token(self, token: TokenFile, every: float) -> None:
+        """Reconnect as soon as the token file changes: the user the auth callout made
+        expires with the token it was made for, and NATS then closes the connection
+        (nats-py does not reconnect after "user authentication expired"). The kubelet
+        rotates a projected token well before it expires (at 80% of its life)."""
+        while not self.nc.is_closed:
+            await asyncio.sleep(every)
+            if self.nc.is_connected and token.read() not in ("", token.sent):
+                log.info("nats token rotated: reconnecting with it", path=token.path)
+                await self.nc.force_reconnect()
 
     async def ensure_streams(
         self, configs: Iterable[StreamConfig] | None = None, *, sources_timeout: float = 5.0
     ) -> None:
-        """Create or update every Baton stream of this cluster (idempotent), then wait
-        until each sourcing stream (HISTORY) copies from all its sources: until then an
-        object updated twice in K8S (one message per subject) would lose its first
-        version from the history, and replay would diverge."""
+        """Create or update every Baton stream of this cluster (idempotent), the lease
+        bucket first, then wait until each sourcing stream (HISTORY) copies from all its
+        sources: until then an object updated twice in K8S (one message per subject)
+        would lose its first version from the history, and replay would diverge. With
+        NATS auth only the owner (the actuator) and the operator may
+        (``libs.runner.serving.prepare_streams``)."""
+        if configs is None:
+            leases = streams.leases_config(self.cluster, replicas=self.replicas)
+            with contextlib.suppress(nats.js.errors.BadRequestError):  # exists: kept as it is
+                await self.js.create_key_value(leases)
         configs = list(
             configs
             if configs is not None
@@ -138,6 +204,42 @@ class Bus:
         for config in configs:
             if config.sources and config.name:
                 await self._sources_active(config.name, within=sources_timeout)
+
+    async def wait_for_streams(
+        self, names: Sequence[str], *, owner: str, within: float, every: float = 0.5
+    ) -> None:
+        """Wait until every stream (or KV bucket's stream) in ``names`` exists: their
+        ``owner`` creates them (``libs.runner.access.OWNER``). Says which it waits for at
+        once and every 10 s; ``StreamsMissing``, naming them, after ``within`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        said = float("-inf")
+        missing = list(names)
+        while True:
+            missing = [name for name in missing if not await self._exists(name)]
+            if not missing:
+                if said > float("-inf"):
+                    log.info("streams ready", owner=owner)
+                return
+            now = loop.time()
+            if now >= deadline:
+                raise StreamsMissing(
+                    f"{self.name}: streams {', '.join(missing)} do not exist after {within:g} s "
+                    f"(only {owner} creates them: is it running? may this user read their info?)"
+                )
+            if now - said >= 10.0:
+                log.info("waiting for streams", streams=missing, owner=owner)
+                said = now
+            await asyncio.sleep(every)
+
+    async def _exists(self, stream: str) -> bool:
+        try:
+            await self.js.stream_info(stream)
+        except nats.js.errors.NotFoundError:
+            return False
+        except (TimeoutError, nats.errors.TimeoutError, nats.errors.ConnectionClosedError):
+            return False  # NATS away (or no permission): asked again until the deadline
+        return True
 
     async def _update(self, config: StreamConfig) -> None:
         """With NATS auth only the actuator may change a stream's configuration (a
@@ -216,6 +318,8 @@ class Bus:
 
     async def close(self) -> None:
         """Close subscriptions, flush pending acks and publishes, disconnect."""
+        if self._follow is not None:
+            self._follow.cancel()
         for sub in list(self._subscriptions):
             await sub.close()
         if self.nc.is_closed:

@@ -30,6 +30,7 @@ from typing import Final
 
 from nats.js.api import (
     DiscardPolicy,
+    KeyValueConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -51,6 +52,7 @@ TELEMETRY: Final = "telemetry"
 HISTORY: Final = "history"
 RUNNER: Final = "runner"
 LIMITS: Final = "limits"
+LEASES: Final = "leases"  # the KV bucket of every service's lease (libs.runner.leasing)
 SOURCED: Final = (K8S, ACTIONS, EVENTS, LIMITS, RUNNER)  # what HISTORY copies whole
 TELEMETRY_IN_HISTORY: Final = ("gpu", "node", "xid", "egress")  # not "heartbeat"
 
@@ -173,3 +175,11 @@ def stream_configs(
             num_replicas=replicas,
         ),
     ]
+
+
+def leases_config(cluster: str, *, replicas: int = 1) -> KeyValueConfig:
+    """The lease bucket (``libs.runner.leasing``), which ``Bus.ensure_streams`` creates
+    first: one value per key, on file (a restarted NATS must not hand out an epoch
+    twice)."""
+    name = subjects.stream_name(cluster, LEASES)
+    return KeyValueConfig(bucket=name, history=1, storage=StorageType.FILE, replicas=replicas)

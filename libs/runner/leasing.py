@@ -28,15 +28,14 @@ from collections.abc import Callable
 import msgspec
 import nats.js.errors
 import structlog
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from baton.libs.bus import Bus
+from baton.libs.bus.streams import LEASES, leases_config
 from baton.libs.runtime.stopping import checkpoint, stopping
 from baton.proto import subjects
 
 log = structlog.get_logger("baton.lease")
-LEASES = "leases"
 
 
 class Held(msgspec.Struct, kw_only=True):
@@ -59,10 +58,7 @@ async def leases_bucket(bus: Bus) -> KeyValue:
     try:
         return await bus.js.key_value(name)
     except nats.js.errors.BucketNotFoundError:
-        config = KeyValueConfig(
-            bucket=name, history=1, storage=StorageType.FILE, replicas=bus.replicas
-        )
-        return await bus.js.create_key_value(config)
+        return await bus.js.create_key_value(leases_config(bus.cluster, replicas=bus.replicas))
 
 
 class Lease:

@@ -1,4 +1,4 @@
-"""A service process: connect to NATS, declare the streams, serve ops, run the runner.
+"""A service process: connect to NATS, have its streams, serve ops, run the runner.
 
 ``serve(spec, settings)`` is a whole bus-fed service. A service with more to run
 beside its core (admission's webhook) or another feed (bridge, actuator) passes
@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from baton.libs.bus import Bus
+from baton.libs.runner import access
 from baton.libs.runner.leasing import Lease
 from baton.libs.runner.running import Runner
 from baton.libs.runner.spec import Spec
@@ -36,7 +37,7 @@ async def serve(
                             seed_file=settings.nats_nkey_seed_file)  # fmt: skip
     bus.replicas = settings.stream_replicas
     try:
-        await bus.ensure_streams()
+        await prepare_streams(bus, spec, authenticated=bool(settings.nats_nkey_seed_file))
         if make is not None:
             runner = await make(bus)
         else:
@@ -56,6 +57,25 @@ async def serve(
             await ops.close()
     finally:
         await bus.close()
+
+
+STREAMS_WAIT_S = 300.0  # how long a service waits for the owner to create its streams
+
+
+async def prepare_streams(
+    bus: Bus, spec: Spec[Any], *, authenticated: bool, within: float = STREAMS_WAIT_S
+) -> None:
+    """With NATS auth (``authenticated``: the service has its own user) the streams'
+    owner (``access.OWNER``) creates or updates every stream and the lease bucket, and
+    any other service waits (``within`` seconds, then ``StreamsMissing``) for those it
+    needs: it may not create one (docs/security.md). Without auth (compose.yaml, a
+    service run alone against a local NATS) every service makes them, as the owner
+    would: nobody is kept out there anyway. Services start in any order."""
+    if spec.name == access.OWNER or not authenticated:
+        await bus.ensure_streams()
+        return
+    needed = access.needed_streams(spec, bus.cluster)
+    await bus.wait_for_streams(needed, owner=access.OWNER, within=within)
 
 
 def run_spec(

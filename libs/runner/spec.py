@@ -105,6 +105,9 @@ class Spec(Generic[S]):
     # besides its actions (their subjects follow from its action routes), ticks, starts
     # and dead letters: what its NATS user may publish (``libs.runner.access``).
     publishes: tuple[str, ...] = ()
+    # Subjects it reads beside its inputs (its own feed's, a watch beside the runner):
+    # with its inputs, which streams its NATS user may read (``libs.runner.access``).
+    reads: tuple[str, ...] = ()
     _by_type: dict[type[Any], Route] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -23,6 +23,27 @@ def new_user_seed() -> str:
     return seed.decode()
 
 
+def new_account_seed() -> str:
+    """A new random account seed, ``SA...``: the auth callout's issuer (its public key,
+    ``A...``, is ``auth_callout.issuer`` in the server's configuration)."""
+    seed: bytes = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_ACCOUNT)
+    return seed.decode()
+
+
+def account_public_key(seed: str) -> str:
+    """The public key (``A...``) of an account seed; ``ValueError`` when it is not one."""
+    text = seed.strip()
+    if not text.startswith("SA"):
+        raise ValueError("not a NATS account nkey seed (one line starting SA)")
+    try:
+        pair = nkeys.from_seed(bytearray(text.encode()))
+        found: str = pair.public_key.decode()
+    except (nkeys.NkeysError, ValueError) as exc:
+        raise ValueError(f"not a valid NATS account nkey seed ({exc})") from exc
+    pair.wipe()
+    return found
+
+
 def public_key(seed: str) -> str:
     """The public key (``U...``) of a user seed; ``ValueError`` when it is not one."""
     text = seed.strip()

@@ -29,6 +29,7 @@ OPS_PORTS: Final = {
     "bandwidth": 9111,
     "autoscaler": 9112,
     "reporter": 9113,
+    "callout": 9114,
     "agent": 9119,  # host network on every GPU node: clear of node_exporter (9100) and friends
 }
 

@@ -3,10 +3,12 @@
 A placement used to recompute, for every gang, how many pods of each shape every
 node takes and the per-domain sums of those counts: two passes over all nodes
 (~10 ms at 7,500 nodes). Here each shape's counts (a ``Tally``) are built once and
-then updated node by node: the view marks a node *dirty* whenever its free
-capacity, labels, taints or health change (``View.dirty``), and the next query
-refreshes only those nodes in every tally. The numbers are exactly the ones a full
-pass (``fitting.eligible_counts``) would give; only their cost differs.
+then updated node by node: the view marks a node *dirty* whenever its labels,
+taints or health change (``View.dirty``) and *refilled* when only its free capacity
+does (``View.refilled``), and the next query refreshes only those nodes: dirty ones in
+every tally, refilled ones in the tallies that read free capacity. The numbers are
+exactly the ones a full pass (``fitting.eligible_counts``) would give; only their cost
+differs.
 
 Tallies are kept for the most recently used ``MAX_TALLIES`` (shape, mode) pairs;
 ``empty`` mode counts as if the node ran nothing (reservations, "what would fit").
@@ -50,14 +52,18 @@ class Tally:
         self.nodes = [{} for _ in range(self.depth)]
 
     def refresh(self, name: str, state: NodeView | None) -> None:
-        old = self.n.pop(name, 0)
+        count = 0
+        if state is not None and admits(state, self.shape):
+            free = state.node.allocatable if self.empty else state.free
+            count = count_fits(free, self.shape.requests)
+        old = self.n.get(name, 0)
+        if old and count == old and state is not None and self.paths[name] == state.paths:
+            return  # what changed on the node changed nothing here
         if old:
+            del self.n[name]
             self._move(name, self.paths.pop(name), -old)
-        if state is None or not admits(state, self.shape):
-            return
-        free = state.node.allocatable if self.empty else state.free
-        count = count_fits(free, self.shape.requests)
         if count > 0:
+            assert state is not None
             self.n[name] = count
             self.paths[name] = state.paths
             self._move(name, state.paths, count)
@@ -153,16 +159,21 @@ class Index:
         return dict(self.totals)
 
     def sync(self, view: View[Any]) -> None:
-        """Refresh every node changed since the last query, in every tally."""
-        if not view.dirty:
+        """Refresh every node changed since the last query, in every tally; a node whose
+        free capacity alone changed only in the tallies that read it (not ``empty``)."""
+        if not view.dirty and not view.refilled:
             return
-        for name in view.dirty:
-            state = view.nodes.get(name)
-            for tally in self.tallies.values():
-                tally.refresh(name, state)
-            if self.totals is not None:
-                self._share(name, state)
+        tallies = list(self.tallies.values())
+        by_free = [t for t in tallies if not t.empty]
+        for names, touched in ((view.dirty, tallies), (view.refilled - view.dirty, by_free)):
+            for name in names:
+                state = view.nodes.get(name)
+                for tally in touched:
+                    tally.refresh(name, state)
+                if self.totals is not None:
+                    self._share(name, state)
         view.dirty.clear()
+        view.refilled.clear()
 
     def _tally(self, view: View[Any], shape: Shape, empty: bool) -> Tally:
         self.sync(view)
@@ -180,12 +191,15 @@ class Index:
     def _share(self, name: str, state: NodeView | None) -> None:
         assert self.totals is not None
         totals = self.totals
-        for res, amount in self.shares.pop(name, {}).items():
-            totals[res] -= amount
-        if state is None or not state.usable:
-            return
-        share = {res: amount for res, amount in state.free.items() if amount > 0}
+        share: dict[str, int] = {}
+        if state is not None and state.usable:
+            share = {res: amount for res, amount in state.free.items() if amount > 0}
+        old = self.shares.pop(name, {})
         if share:
             self.shares[name] = share
-            for res, amount in share.items():
-                totals[res] = totals.get(res, 0) + amount
+        if share == old:
+            return  # the node's part of the totals is what it was
+        for res, amount in old.items():
+            totals[res] -= amount
+        for res, amount in share.items():
+            totals[res] = totals.get(res, 0) + amount

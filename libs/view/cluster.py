@@ -3,8 +3,9 @@
 Usage is kept incrementally: every pod that holds resources (bound and not finished,
 or kept on a node by a placement in flight) is *accounted* on one node, and each
 node's ``free`` is its allocatable minus what is accounted there. Nothing is
-recomputed from all pods, so an event costs O(1); every node whose capacity, labels
-or taints change is marked dirty, for the view's ``Index`` to refresh.
+recomputed from all pods, so an event costs O(1); every node whose labels or taints
+change is marked dirty, and one whose free capacity alone changes refilled, for the
+view's ``Index`` to refresh.
 
 Gangs are the PodGroups (scheduler-plugins' or upstream's) and the pods of Baton's
 scheduler, grouped by the group their pods name in any format (``Pod.group``; a pod
@@ -106,6 +107,7 @@ class View(Generic[G]):
     gangs: dict[str, G] = field(default_factory=dict)
     domains: list[dict[str, set[str]]] = field(default_factory=list)  # level -> path -> nodes
     dirty: set[str] = field(default_factory=set)  # nodes changed since the index last looked
+    refilled: set[str] = field(default_factory=set)  # nodes whose free capacity alone changed
     index: Index = field(default_factory=Index)  # eligible counts per shape, kept incrementally
     # Placement's view: a balloon (``is_preemptible``) is listed on its node but uses
     # nothing there, so its node counts as free; the placement evicts it when it binds.
@@ -193,7 +195,7 @@ class View(Generic[G]):
         if sign < 0 and not any(used.values()):
             del self.used[node]
         if state is not None:
-            self.dirty.add(node)
+            self.refilled.add(node)
 
     # -- pods and gangs ---------------------------------------------------------
 

@@ -70,6 +70,7 @@ SPEC = Spec(
     step=core.step,
     routes=shell.ROUTES,
     publishes=("result.>",),
+    reads=("action.>",),  # its durable work consumer
     observe=shell.observe,
     gauges=shell.gauges,
     clock=True,

@@ -32,16 +32,21 @@ class CertificateError(RuntimeError):
 
 
 def self_signed(
-    directory: str, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"), days: int = 365
+    directory: str,
+    *,
+    hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+    days: int = 365,
+    routes: bool = False,
 ) -> tuple[str, str]:
-    """``(cert, key)`` paths in ``directory``, made there first if missing."""
+    """``(cert, key)`` paths in ``directory``, made there first if missing. ``routes``:
+    usable as a client too (NATS servers of one cluster dial each other with it)."""
     folder = Path(directory)
     cert, key = folder / CERT, folder / KEY
     if cert.is_file() and key.is_file():
         return str(cert), str(key)
     if not hosts or not all(hosts):
         raise CertificateError(f"no host names for the certificate: {hosts!r}")
-    cert_pem, key_pem = make(hosts, days=days, now=dt.datetime.now(dt.UTC))
+    cert_pem, key_pem = make(hosts, days=days, now=dt.datetime.now(dt.UTC), routes=routes)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         _write(key, key_pem, mode=0o600)
@@ -51,9 +56,15 @@ def self_signed(
     return str(cert), str(key)
 
 
-def make(hosts: tuple[str, ...], *, days: int, now: dt.datetime) -> tuple[bytes, bytes]:
+def make(
+    hosts: tuple[str, ...], *, days: int, now: dt.datetime, routes: bool = False
+) -> tuple[bytes, bytes]:
     """PEM ``(certificate, private key)`` valid for ``hosts`` (DNS names or IPs), from
-    a minute before ``now`` for ``days`` days; its own CA."""
+    a minute before ``now`` for ``days`` days; its own CA. ``routes``: for client
+    authentication as well as server."""
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH]
+    if routes:
+        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
     private = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
     public = private.public_key()
@@ -68,7 +79,7 @@ def make(hosts: tuple[str, ...], *, days: int, now: dt.datetime) -> tuple[bytes,
         .add_extension(x509.SubjectAlternativeName([_general_name(h) for h in hosts]), False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(_KEY_USAGE, critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(public), critical=False)
         .sign(private, hashes.SHA256())

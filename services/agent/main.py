@@ -29,7 +29,7 @@ import structlog
 
 from baton.libs.bus import Bus
 from baton.libs.kube.quantities import InvalidQuantity, parse_quantity
-from baton.libs.runner.access import AGENT_FLEET, agent_user_name
+from baton.libs.runner.access import AGENT_FLEET, agent_inbox, agent_user_name
 from baton.libs.runtime import (
     OPS_PORTS,
     SettingsError,
@@ -61,6 +61,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # the agent connects as its node's user (file ``agent-<node>``).
     nats_credentials_dir: str = ""
     nats_nkey_seed_file: str = ""  # one seed for this agent (baton up's fleet)
+    # With the auth callout (docs/security.md): no seed; the pod's projected ServiceAccount
+    # token (audience nats), sent as auth_token and read again at every reconnect.
+    nats_token_file: str = ""
     nats_ca_file: str = ""  # CA of NATS's certificate, for a tls:// URL
     cluster: str = "c1"
     ops_port: int = OPS_PORTS["agent"]
@@ -186,7 +189,9 @@ def wire(settings: Settings, *, node: str, fleet: bool, clock: Any = time.time) 
     return Wiring(backends=tuple(p.name for p, _ in pollers), pollers=pollers, sources=sources)
 
 
-async def serve(settings: Settings, *, node: str, fleet: bool, seed_file: str = "") -> None:
+async def serve(
+    settings: Settings, *, node: str, fleet: bool, seed_file: str = "", token_file: str = ""
+) -> None:
     wiring = wire(settings, node=node, fleet=fleet)
     agent = Agent(
         config=settings.config(node, wiring.backends),
@@ -195,7 +200,9 @@ async def serve(settings: Settings, *, node: str, fleet: bool, seed_file: str = 
     )
     name = "agent-fleet" if fleet else f"agent-{node}"
     bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name=name,
-                            ca_file=settings.nats_ca_file, seed_file=seed_file)  # fmt: skip
+                            ca_file=settings.nats_ca_file, seed_file=seed_file,
+                            token_file=token_file,
+                            inbox=agent_inbox(node) if token_file else "")  # fmt: skip
     egress, shaping = egress_source(settings, bus=bus, node=node, fleet=fleet)
     ready = lambda: (agent.ready or shaping()) and bus.nc.is_connected  # noqa: E731
     ops = await serve_ops(settings.ops_port, ready=ready, service="agent")
@@ -224,6 +231,26 @@ def nats_seed_file(settings: Settings, *, user: str) -> str:
     else:
         return ""
     seed_file_public_key(path, setting=setting)
+    return path
+
+
+def nats_token_file(settings: Settings, *, fleet: bool) -> str:
+    """The token file this agent connects with ("": none, use a seed if any). Unreadable,
+    empty, with --fleet or beside a seed: ``SettingsError`` naming the setting."""
+    path, setting = settings.nats_token_file, f"{PREFIX}NATS_TOKEN_FILE"
+    if not path:
+        return ""
+    if fleet:
+        raise SettingsError(f"{setting}: not with --fleet (the fleet is one user, with a seed)")
+    if settings.nats_credentials_dir or settings.nats_nkey_seed_file:
+        raise SettingsError(f"{setting}: set it or a seed ({PREFIX}NATS_CREDENTIALS_DIR, "
+                            f"{PREFIX}NATS_NKEY_SEED_FILE), not both")  # fmt: skip
+    try:
+        text = Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{setting}: cannot read {path} ({exc})") from exc
+    if not text:
+        raise SettingsError(f"{setting}: {path} is empty (a projected ServiceAccount token?)")
     return path
 
 
@@ -308,7 +335,8 @@ def run(argv: list[str]) -> int:
             settings = msgspec.structs.replace(settings, backend="sim")
         node = "" if args.fleet else node_name(args.node, settings, env)
         user = AGENT_FLEET if args.fleet else agent_user_name(node)
-        seed_file = "" if args.once else nats_seed_file(settings, user=user)
+        token_file = "" if args.once else nats_token_file(settings, fleet=args.fleet)
+        seed_file = "" if args.once or token_file else nats_seed_file(settings, user=user)
     except SettingsError as exc:
         print(f"baton agent: {exc}", file=sys.stderr)
         return 2
@@ -318,7 +346,8 @@ def run(argv: list[str]) -> int:
         print(_render(result, as_json=args.json))
         return 0
     asyncio.run(run_until_signalled(
-        lambda: serve(settings, node=node, fleet=args.fleet, seed_file=seed_file)))  # fmt: skip
+        lambda: serve(settings, node=node, fleet=args.fleet, seed_file=seed_file,
+                      token_file=token_file)))  # fmt: skip
     return 0
 
 

@@ -76,6 +76,7 @@ SPEC = Spec(
     step=core.step,
     routes=shell.ROUTES,
     publishes=("k8s.>",),
+    reads=("k8s.>",),  # what it published before, at start (tombstones, resource versions)
     observe=shell.observe,
 )
 

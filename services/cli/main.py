@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "actuator": ("baton.services.actuator.main:run", "the one rate-limited writer to the API"),
     "admission": ("baton.services.admission.main:run", "admission webhook, team quotas and taints"),
     "reporter": ("baton.services.reporter.main:run", "PodGroup status, pod conditions and Events"),
+    "callout": ("baton.services.callout.main:run", "NATS auth callout: agents by pod token"),
     "bandwidth": (
         "baton.services.bandwidth.main:run",
         "egress fair shares: per-pod limits per node",

@@ -16,6 +16,14 @@ reused when present (adding a node changes no other user's key):
 - ``DIR/admin``: the operator's, for ``baton status``, ``tail`` and ``why``
   (``BATON_NATS_NKEY_SEED_FILE=DIR/admin``).
 
+``--callout`` (with ``--credentials``): node agents connect with their pod's
+ServiceAccount token, let in by the auth callout (``baton callout``, docs/security.md):
+the config gets an ``auth_callout`` block (``issuer``: the public key of the account
+seed kept in ``DIR/callout-issuer``, made once; ``auth_users``: every user written
+here, who keep their permissions and bypass the callout) and the callout's own user
+(``DIR/services/callout``). Per-node users (``--node``) are then needed only while
+agents still use seeds. nats-server must restart to take it (not reloadable).
+
 ``--auth-only`` writes just the ``authorization`` block, for a server config that
 includes it (``deploy/base/nats.yaml``: the ``nats-auth`` Secret).
 
@@ -39,12 +47,13 @@ from typing import Any
 
 from baton.libs.runner import access
 from baton.libs.runner.spec import Spec
-from baton.libs.runtime.nkey import public_key
+from baton.libs.runtime.nkey import account_public_key, new_account_seed, public_key
 from baton.services.admission.certificates import CertificateError, self_signed
 
 # deploy/base/nats.yaml's names (and localhost, for kubectl port-forward).
 TLS_HOSTS = ("nats.baton-system.svc", "nats.baton-system.svc.cluster.local",
              "*.nats-headless.baton-system.svc", "localhost", "127.0.0.1")  # fmt: skip
+CALLOUT_ISSUER = "callout-issuer"  # in --credentials: the callout's account seed (SA...)
 RUNNERS = ("bridge", "actuator", "admission", "gang", "reporter", "bandwidth", "health",
            "balloon", "autoscaler")  # fmt: skip
 
@@ -104,6 +113,19 @@ def _secret(path: Path, text: str) -> None:
         out.write(text + "\n")
 
 
+def callout_issuer(folder: Path) -> str:
+    """The public key of the issuer account seed kept in ``folder/callout-issuer``
+    (made when missing); ``ValueError`` naming the file when it holds no account seed."""
+    path = folder / CALLOUT_ISSUER
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _secret(path, new_account_seed())
+    try:
+        return account_public_key(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+
+
 def write_config(path: Path, config: dict[str, Any], users: Sequence[access.User] = ()) -> None:
     _secret(path, render(config, users=users))
 
@@ -130,6 +152,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--credentials", type=Path, help="keep every user's nkey seed in this folder (required)"
     )
+    p.add_argument("--callout", action="store_true",
+                   help="agents by pod token, let in by baton callout")  # fmt: skip
     p.add_argument("--port", type=int, default=4222)
     p.add_argument("--store-dir", default="/data/jetstream", help="JetStream store directory")
     p.add_argument("--tls-dir", help="serve TLS with tls.crt, tls.key (and ca.crt) from here")
@@ -144,8 +168,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def make_tls(folder: Path, hosts: Sequence[str]) -> Path:
-    """NATS's self-signed server certificate and key in ``folder``, and ``ca.crt``."""
-    cert, _ = self_signed(str(folder), hosts=tuple(hosts))
+    """NATS's self-signed certificate and key in ``folder``, and ``ca.crt``: the servers'
+    own, and the one they present to each other on the cluster's routes."""
+    cert, _ = self_signed(str(folder), hosts=tuple(hosts), routes=True)
     ca = folder / "ca.crt"
     ca.write_bytes(Path(cert).read_bytes())
     return ca
@@ -175,7 +200,9 @@ def run(argv: list[str]) -> int:
             return 2
     try:
         known = read_seeds(args.credentials)
-        found = access.users(specs(), args.cluster, nodes=nodes, fleet=args.fleet, seeds=known)
+        found = access.users(specs(), args.cluster, nodes=nodes, fleet=args.fleet, seeds=known,
+                             callout=args.callout)  # fmt: skip
+        issuer = callout_issuer(args.credentials) if args.callout else ""
     except ValueError as exc:  # a node name that cannot be a subject token, a bad seed
         print(f"baton nats-config: {exc}", file=sys.stderr)
         return 2
@@ -183,7 +210,8 @@ def run(argv: list[str]) -> int:
     if args.tls_dir:
         tls = {"cert_file": f"{args.tls_dir}/tls.crt", "key_file": f"{args.tls_dir}/tls.key",
                "ca_file": f"{args.tls_dir}/ca.crt"}  # fmt: skip
-    config = access.server_config(found, port=args.port, store_dir=args.store_dir, tls=tls)
+    config = access.server_config(found, port=args.port, store_dir=args.store_dir, tls=tls,
+                                  callout_issuer=issuer)  # fmt: skip
     write_credentials(args.credentials, found)
     text = render(config, auth_only=args.auth_only, users=found)
     if args.out:

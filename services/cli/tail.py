@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
 import msgspec
@@ -30,6 +31,7 @@ from nats.aio.msg import Msg
 from nats.errors import NotJSMessageError
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from baton.libs.bus import streams
 from baton.libs.bus.connection import env_auth_options
 from baton.proto import subjects
 
@@ -185,7 +187,7 @@ async def tail(args: argparse.Namespace, printer: Printer) -> int:
             await js.subscribe(subject, cb=on_message, ordered_consumer=True, stream=stream,
                                config=config)  # fmt: skip
         else:
-            await nc.subscribe(subject, cb=on_message)
+            await follow_live(nc, subject, on_message, cluster=args.cluster)
         await printer.done.wait()
     except nats.js.errors.NotFoundError:
         print(f"baton tail: no stream holds {subject!r} (is Baton running?)", file=sys.stderr)
@@ -193,6 +195,31 @@ async def tail(args: argparse.Namespace, printer: Printer) -> int:
     finally:
         await nc.close()
     return 0
+
+
+async def follow_live(
+    nc: NATS, subject: str, on_message: Callable[[Msg], Awaitable[None]], *, cluster: str
+) -> None:
+    """Messages on ``subject`` from now on. Actions come from their stream (an ordered
+    consumer delivering to this client's inbox): nobody may subscribe to action subjects
+    themselves, or a push consumer could deliver anything there and the actions stream
+    would keep it (docs/security.md)."""
+    actions = subjects.overlap(subject, subjects.wildcard(cluster, subjects.ACTION, ">"))
+    if actions is None:
+        await nc.subscribe(subject, cb=on_message)
+        return
+
+    async def not_an_action(msg: Msg) -> None:  # (without auth the server sends them too)
+        if not subjects.matches(actions, msg.subject):
+            await on_message(msg)
+
+    if actions != subject:
+        await nc.subscribe(subject, cb=not_an_action)
+    new = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+    stream = subjects.stream_name(cluster, streams.ACTIONS)
+    await nc.jetstream().subscribe(
+        actions, cb=on_message, ordered_consumer=True, config=new, stream=stream
+    )
 
 
 async def _stream_for(nc: NATS, subject: str, *, cluster: str) -> str:

@@ -81,8 +81,11 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
                 outputs += restarting.check_node(cl, pod.node_name, recreate=recreate, now=now)
         case PodGroupEvent(op="delete", pod_group=group):
             cl.delete_group(group)
+            if (gang := cl.gangs.get(group.key)) is not None:
+                gang.changed()
         case PodGroupEvent(pod_group=group):
             cl.upsert_group(group)
+            cl.gangs[group.key].changed()
         case ActionResult():
             on_result(state, event, now)
     return state, tuple(outputs)
@@ -103,10 +106,10 @@ def _ended(state: State, gang: Gang | None, now: float) -> None:
 
 
 def _changed(cl: Cluster, pod: Pod) -> None:
-    """A pod of the gang changed: its queue priority is computed again when asked."""
+    """A pod of the gang changed: its place in the queue is computed again when asked."""
     gang = cl.gangs.get(gang_key(pod))
     if gang is not None:
-        gang.rank = gang.asks_gpus = None
+        gang.changed()
 
 
 def cycle(state: State, now: float) -> list[Output]:
@@ -114,7 +117,7 @@ def cycle(state: State, now: float) -> list[Output]:
     cl, policy = state.cluster, state.policy
     expire(state, now)
     # 1. snapshot: the gangs ready to place, highest priority then oldest first
-    # (young gangs shortest first with ``shortest_first_s``: ``ordering.key``).
+    # (one-pod gangs shortest expected work first with ``shortest_first_s``: ``ordering.key``).
     queue = ordering.queue(
         cl, now=now, require_admission=policy.require_admission, policy=policy, runs=state.runs
     )

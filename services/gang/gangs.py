@@ -35,12 +35,21 @@ class Gang(GangView):
     checked_at: float = -1.0
     started: float = 0.0  # when this core last placed it (0: before it started)
     room_after: float = 0.0  # no new try at making room for it before then
-    rank: int | None = None  # its priority in the queue, kept until one of its pods changes
-    asks_gpus: bool | None = None  # a pending member asks for GPUs (kept the same way)
+    # Kept until one of its pods or its PodGroup changes (``changed``): the queue reads
+    # them for every waiting gang every cycle.
+    rank: int | None = None  # its priority in the queue
+    order: tuple[int, float, float, str] | None = None  # its place in the queue (``ordering.key``)
+    quorate: bool | None = None  # minMember pending pods (``ordering.quorate``)
+    admitted: bool | None = None  # marked admitted (``ordering.is_admitted``)
+    asks_gpus: bool | None = None  # a pending member asks for GPUs
     estimate: float | None = None  # expected run time when this core placed it (None: none)
     ran_gpus: int = -1  # GPUs of its members when this core placed it (-1: not placed)
     ran_team: str = ""  # its team then (``estimates.team``): whose runs it adds to
     backfilled: bool = False  # placed on the head's reserved nodes on its estimate (EASY)
+
+    def changed(self) -> None:
+        """One of its pods or its PodGroup changed: what is kept is computed again."""
+        self.rank = self.order = self.quorate = self.admitted = self.asks_gpus = None
 
     def holds(self, pod: str) -> bool:
         """An assumed member stays accounted on its node until it is bound or forgotten."""

@@ -59,7 +59,14 @@ def min_member(cluster: Cluster, gang: Gang) -> int:
 
 
 def is_admitted(cluster: Cluster, gang: Gang) -> bool:
-    """PodGroup annotation ``baton.io/admitted: "true"``, or the label/annotation on a member."""
+    """PodGroup annotation ``baton.io/admitted: "true"``, or the label/annotation on a member
+    (kept on the gang until one of its pods or its PodGroup changes)."""
+    if gang.admitted is None:
+        gang.admitted = _admitted(cluster, gang)
+    return gang.admitted
+
+
+def _admitted(cluster: Cluster, gang: Gang) -> bool:
     if gang.group is not None and gang.group.annotations.get(keys.ADMITTED) == "true":
         return True
     for key in gang.pending:
@@ -72,6 +79,14 @@ def is_admitted(cluster: Cluster, gang: Gang) -> bool:
     return False
 
 
+def quorate(cluster: Cluster, gang: Gang) -> bool:
+    """minMember pending pods, and the count is known (kept like ``is_admitted``)."""
+    if gang.quorate is None:
+        need = min_member(cluster, gang)
+        gang.quorate = need > 0 and len(gang.pending) >= need  # 0: a PodGroup not seen yet
+    return gang.quorate
+
+
 def is_ready(cluster: Cluster, gang: Gang, *, now: float, require_admission: bool) -> bool:
     """minMember pending pods, nothing bound or in flight, not backing off, admitted if gated.
 
@@ -80,12 +95,7 @@ def is_ready(cluster: Cluster, gang: Gang, *, now: float, require_admission: boo
     """
     if gang.bound or gang.assumed is not None or gang.restarting or now < gang.retry_after:
         return False
-    need = min_member(cluster, gang)
-    if need == 0:
-        return False  # pods name a PodGroup we have not seen (yet), and say no count
-    if not gang.pending or len(gang.pending) < need:
-        return False
-    return not require_admission or is_admitted(cluster, gang)
+    return quorate(cluster, gang) and (not require_admission or is_admitted(cluster, gang))
 
 
 def short(cluster: Cluster, gang: Gang) -> bool:
@@ -122,20 +132,24 @@ def key(
     key)``; ``place`` is its creation time, moved back for its expected work.
 
     Without ``policy.shortest_first_s`` (0, the default; ignored under ``strict_fifo``)
-    ``place`` is the creation time: priority, then age, then key. With it, a gang of one
-    pod goes back ``shortest_first_weight`` x its expected work (GPUs x expected run
-    time, ``estimates.expected``), at most ``shortest_first_s`` (no estimate: the most),
-    so within a priority a job overtakes a longer one created up to that much before it
-    (shortest expected work first, with starvation protection: a gang is overtaken only
-    by gangs created less than ``shortest_first_s`` after it). Gangs of several pods keep
-    their creation time: the order never delays them, so the head (the first gang that
-    does not fit) reserves for them as before. The key does not depend on the clock.
+    ``place`` is the creation time: priority, then age, then key (unique: deterministic).
+    With it, a gang of one pod goes back ``shortest_first_weight`` x its expected work
+    (GPUs x expected run time, ``estimates.expected``), at most ``shortest_first_s`` (no
+    estimate: the most), so within a priority a job overtakes a longer one created up
+    to that much before it (shortest expected work first, with starvation protection: a
+    gang is overtaken only by gangs created less than ``shortest_first_s`` after it).
+    Gangs of several pods keep their creation time: the order never delays them, so the
+    head (the first gang that does not fit) reserves for them as before. The key does
+    not depend on the clock.
 
-    What changes it (a cache kept on the gang must be dropped then): one of its pods
-    (priority, members, ``baton.io/expected-duration``), its PodGroup (created time,
-    annotation) and, with ``learn_estimates``, every completed run of its team and size
-    class (``estimates.finished``: the learned estimate moves).
+    Kept on the gang (``Gang.order``) until one of its pods or its PodGroup changes
+    (priority, members, ``baton.io/expected-duration``, created time), except when it
+    rests on a learned estimate (``learn_estimates``, no annotation): that one moves
+    whenever a run of its team and size class finishes (``estimates.finished``), so it
+    is computed every time.
     """
+    if gang.order is not None:
+        return gang.order
     born = created(cluster, gang)
     rank = -priority(cluster, gang)
     if (
@@ -144,12 +158,17 @@ def key(
         or policy.shortest_first_s <= 0
         or len(gang.pending) > 1
     ):
-        return (rank, born, born, gang.key)
+        gang.order = (rank, born, born, gang.key)
+        return gang.order
+    stated = estimates.stated(cluster, gang)
     expected = estimates.expected(cluster, gang, runs or estimates.Runs(), policy)
     gpus = max(estimates.gpus(cluster, gang.pending), 1)
     most = policy.shortest_first_s
     back = most if expected is None else min(policy.shortest_first_weight * gpus * expected, most)
-    return (rank, born + back, born, gang.key)
+    order = (rank, born + back, born, gang.key)
+    if stated is not None or not policy.learn_estimates:
+        gang.order = order  # fixed until the gang changes
+    return order
 
 
 def queue(
@@ -160,13 +179,11 @@ def queue(
     policy: GangPolicy | None = None,
     runs: estimates.Runs | None = None,
 ) -> list[Gang]:
-    """Ready gangs in ``key`` order (deterministic: keys are unique, the gang's key
-    breaks ties)."""
+    """Ready gangs in queue order (``key``; the policy and learned runs of the core)."""
     ready = [
         g
         for g in cluster.gangs.values()
         if is_ready(cluster, g, now=now, require_admission=require_admission)
     ]
-    keyed = [(key(cluster, g, policy=policy, runs=runs), g) for g in ready]
-    keyed.sort(key=lambda entry: entry[0])
-    return [g for _, g in keyed]
+    ready.sort(key=lambda g: key(cluster, g, policy=policy, runs=runs))
+    return ready

@@ -124,6 +124,7 @@ SPEC = Spec(
     ),
     routes=shell.ROUTES,
     publishes=("health.>",),
+    reads=("telemetry.heartbeat.>",),  # the heartbeat watch beside the runner
     timer=Timer(every=lambda settings: settings.tick_s, wants=core.wants_tick),
     observe=shell.observe,
     gauges=shell.gauges,

@@ -18,7 +18,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from baton.services.simcluster import openapi, reading, webhooks, writing
+from baton.services.simcluster import openapi, reading, tokens, webhooks, writing
 from baton.services.simcluster.calls import Admission, Call, Settings, json_response, raw_response
 from baton.services.simcluster.metrics import ApiMetrics
 from baton.services.simcluster.objects import ApiError
@@ -59,6 +59,7 @@ class ApiServer:
         self.app.on_shutdown.append(self._close_watches)
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.tokens = tokens.Tokens(self.store)  # TokenRequest, TokenReview
         webhooks.install(self)  # configured admission webhooks, called on create
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -109,6 +110,8 @@ class ApiServer:
         special = self._special(path, request)
         if special is not None:
             return special
+        if tokens.handles(path):
+            return json_response(await tokens.route(self.tokens, request, path), 201)
         call = parse(path, request, self)
         request[METRIC] = (call.verb, call.res.plural, call.sub or "")
         handler = _handler(request.method, call)

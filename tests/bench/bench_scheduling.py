@@ -233,12 +233,14 @@ def run_greedy(jobs: list[Job], nodes: list[Node]) -> Outcome:
     def place(t: float, events: list[tuple[float, int, str, str, int]]) -> None:
         nonlocal pending
         left = []
+        most = max(free.values())  # no pod asking more fits anywhere: skipped unlooked
         for name, i, g in pending:
-            target = max(free, key=lambda n: (free[n], n))
-            if free[target] < g:
+            if g > most:
                 left.append((name, i, g))
                 continue
+            target = max(free, key=lambda n: (free[n], n))
             free[target] -= g
+            most = max(free.values())
             bound[name][i] = (target, t)
             job = by_name[name]
             if len(bound[name]) == len(job.pods()):
@@ -437,8 +439,9 @@ def _decision_time(queued: int) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    """``BATON_SCHEDULING_PARTS`` (decision,philly,llm) and ``BATON_SCHEDULING_PLACERS``
-    (keys of ``compare``) pick a subset; everything by default."""
+    """``BATON_SCHEDULING_PARTS`` (decision,philly,llm; philly-full: the whole trace, not
+    by default) and ``BATON_SCHEDULING_PLACERS`` (keys of ``compare``) pick a subset;
+    decision, philly and llm by default."""
     parts = set(os.environ.get("BATON_SCHEDULING_PARTS", "decision,philly,llm").split(","))
     only = os.environ.get("BATON_SCHEDULING_PLACERS", "")
     if "decision" in parts:
@@ -450,6 +453,15 @@ def main() -> None:
         compare(jobs, nodes, only=only)
     if "llm" in parts:
         mix(only)
+    if "philly-full" in parts:  # every job of the trace: minutes per placer
+        jobs, _ = philly(0, 1 << 30)
+        nodes = racks(zones=1, blocks=1, racks=6, nodes=8)
+        days = max(j.submit for j in jobs) / 86_400
+        demand = sum(j.gpus * j.duration for j in jobs) / (len(nodes) * 8 * days * 86_400)
+        print(f"\n### The whole Philly trace ({len(jobs):,} jobs, "
+              f"{days:.0f} days), {len(nodes)} nodes / {len(nodes) * 8} GPUs, offered load "
+              f"{demand:.0%}\n")  # fmt: skip
+        compare(jobs, nodes, only=only)
 
 
 def decisions() -> None:

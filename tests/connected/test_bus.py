@@ -58,6 +58,7 @@ async def test_ensure_streams_is_idempotent_and_declares_every_stream(bus: Bus) 
     names = {info.config.name for info in await bus.js.streams_info()}
     expected = {subjects.stream_name(CLUSTER, s) for s in (K8S, ACTIONS, DEADLETTER, HISTORY)}
     assert expected <= names
+    assert "KV_BATON_C1_LEASES" in names  # the lease bucket: made with the streams, first
     k8s = await bus.js.stream_info(subjects.stream_name(CLUSTER, K8S))
     assert k8s.config.max_msgs_per_subject == 1
     assert k8s.config.allow_msg_ttl

@@ -117,7 +117,7 @@ async def test_a_client_without_credentials_is_refused(tmp_path: Path) -> None:
         assert (await hello(nats_.server, good)).startswith("PONG")
 
 
-async def hello(server: str, creds: dict[str, str]) -> str:
+async def hello(server: str, creds: dict[str, str], *, within: float = 5.0) -> str:
     """The server's answer to CONNECT (with ``creds``; ``signer``: the seed that signs
     the server's nonce) and PING, over a plain socket."""
     host, port = server.removeprefix("nats://").split(":")
@@ -131,7 +131,7 @@ async def hello(server: str, creds: dict[str, str]) -> str:
         connect = {"verbose": False, "pedantic": False, "protocol": 1, **creds}
         writer.write(f"CONNECT {json.dumps(connect)}\r\nPING\r\n".encode())
         await writer.drain()
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(within):
             return (await reader.readline()).decode()
     finally:
         writer.close()
@@ -336,10 +336,13 @@ async def test_only_the_actuator_may_change_a_streams_configuration(tmp_path: Pa
         await nc.close()
         info = await admin.js.stream_info(events.name or "")
         assert info.config.republish is None
-        # A service whose streams differ from what it would declare goes on, and says so.
-        gang_bus = await nats_.bus("gang")
-        await gang_bus.ensure_streams([hostile])  # refused: waits for the API's timeout
-        await gang_bus.close()
+        # Nor may it make a stream of its own choosing first (nor a KV bucket).
+        nc = await violations.connect(nats_.server, nats_.seed("gang"))
+        mine = dataclasses.replace(events, name="MINE", subjects=["baton.c1.placement.x"])
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.jetstream(timeout=1.0).add_stream(mine)
+        await until(lambda: violations.saw("$JS.API.STREAM.CREATE.MINE"), what="create refused")
+        await nc.close()
         actuator_bus = await nats_.bus("actuator")
         await actuator_bus.js.update_stream(events)  # the actuator may
         await actuator_bus.close()
@@ -349,10 +352,12 @@ async def test_only_the_actuator_may_change_a_streams_configuration(tmp_path: Pa
 async def test_a_push_consumer_cannot_deliver_a_decision_into_the_actions_stream(
     tmp_path: Path,
 ) -> None:
-    """JetStream delivers a push consumer's messages to its deliver subject, and a stream
-    captures them there once someone listens: no service may listen on action subjects,
-    so gang's placements cannot become actions that way, until an admin tool listens
-    (docs/security.md, "Not enforced yet")."""
+    """JetStream delivers a push consumer's messages to its deliver subject only once a
+    client subscribes to that very subject (a wildcard subscription does not count), and
+    the actions stream keeps what arrives on an action subject. No service may subscribe
+    to an action subject, and the operator's tools never do (``baton tail`` reads actions
+    from their stream); `nats sub 'baton.c1.>'` opens nothing. An operator subscribing to
+    one exact action subject would (docs/security.md, "Not enforced yet")."""
     from nats.js.api import ConsumerConfig
 
     async with secured_nats(tmp_path) as nats_:
@@ -365,19 +370,85 @@ async def test_a_push_consumer_cannot_deliver_a_decision_into_the_actions_stream
         js = nc.jetstream(timeout=2.0)
         await js.publish(subjects.subject(C, subjects.PLACEMENT, "placed", "a", "g"),
                          encode(forged))  # fmt: skip
-        push = ConsumerConfig(deliver_subject=target, ack_policy="none")
-        await js.add_consumer(subjects.stream_name(C, "events"), push)
-        await nc.subscribe(target)  # interest would make the server deliver: refused
-        await until(lambda: violations.saw(target), what="the subscription refused")
+        events = subjects.stream_name(C, "events")
+        await js.add_consumer(events, ConsumerConfig(deliver_subject=target, ack_policy="none"))
+        await nc.subscribe(target)  # gang listening there itself: refused
+        await until(lambda: violations.saw(target), what="gang's subscription refused")
+        await admin.nc.subscribe(subjects.wildcard(C))  # what `nats sub 'baton.c1.>'` does
+        await admin.nc.flush()
         await asyncio.sleep(1.0)  # give a delivery the time it would take
         actions = subjects.stream_name(C, "actions")
         assert (await admin.js.stream_info(actions)).state.messages == 0
-        # The guard is that permission: with a listener, the delivery lands in ACTIONS.
-        await admin.nc.subscribe(target)
+        await admin.nc.subscribe(target)  # the one door left: a subscription on that subject
 
         async def landed() -> bool:
             return (await admin.js.stream_info(actions)).state.messages > 0
 
-        await until(landed, what="the delivery captured once someone listens")
+        await until(landed, what="the delivery captured once someone listens on its subject")
         await nc.close()
         await admin.close()
+
+
+async def test_the_operators_live_tail_reads_actions_from_their_stream(tmp_path: Path) -> None:
+    """`baton tail` live on one action subject, with admin's seed: it shows the actions
+    published there, read from the actions stream, and so opens no door: a push consumer
+    gang makes to deliver its decisions to that subject delivers nothing (a plain
+    subscription there would be its listener)."""
+    import os
+    import signal
+    import sys
+
+    from nats.js.api import ConsumerConfig
+
+    async with secured_nats(tmp_path) as nats_:
+        admin = await nats_.bus("admin", name="test")
+        await admin.ensure_streams()
+        admission = await nats_.bus("admission", name="admission")
+        action = taint("live", "gpu-1", by="admission")
+        target = action_subject(C, action)
+        env = {**os.environ, "BATON_NATS_NKEY_SEED_FILE": nats_.seed("admin")}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "baton.services.cli", "tail", "--nats", nats_.server,
+            "--cluster", C, target, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stdout is not None and process.stderr is not None
+        lines: list[str] = []
+
+        async def read(stream: asyncio.StreamReader) -> None:
+            async for line in stream:
+                lines.append(line.decode())
+
+        reader = asyncio.create_task(read(process.stdout))
+        sent = 0
+        try:
+
+            async def shown() -> bool:  # published again until the tail, starting, sees it
+                nonlocal sent
+                await admission.publish(target, action)
+                sent += 1
+                await asyncio.sleep(0.2)
+                return any(".action.taint." in line for line in lines)
+
+            await until(shown, within=30, what="the live tail showing the action")
+            gang = await nats_.bus("gang", name="gang")
+            await gang.js.publish(subjects.subject(C, subjects.PLACEMENT, "placed", "a", "g"),
+                                  encode(taint("forged", "gpu-1", by="admission")))  # fmt: skip
+            events = subjects.stream_name(C, "events")
+            push = ConsumerConfig(deliver_subject=target, ack_policy="none")
+            await gang.js.add_consumer(events, push)
+            await asyncio.sleep(1.0)  # give a delivery the time it would take
+            actions = subjects.stream_name(C, "actions")
+            assert (await admin.js.stream_info(actions)).state.messages == sent
+            await gang.close()
+            process.send_signal(signal.SIGINT)
+            err = await asyncio.wait_for(process.stderr.read(), timeout=30)
+            await asyncio.wait_for(process.wait(), timeout=30)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            reader.cancel()
+            await admission.close()
+            await admin.close()
+    assert "Traceback" not in err.decode(), err.decode()

@@ -9,6 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from baton.libs.bus import Bus
 from baton.libs.runner.serving import serve
 from baton.libs.testing.nats import running_nats
 from baton.services.cli.processes import free_port
@@ -31,6 +32,9 @@ async def test_readyz_follows_the_nats_connection() -> None:
     with tempfile.TemporaryDirectory(prefix="baton-ready-") as store:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
             async with running_nats(store_dir=Path(store), port=nats_port) as url:
+                owner = await Bus.connect(url, cluster="c1", name="test")
+                await owner.ensure_streams()  # the actuator's job: gang waits for them
+                await owner.close()
                 settings = gang.Settings(nats_url=url, ops_port=ops_port, lease_ttl_s=1.0)
                 task = asyncio.create_task(serve(gang.SPEC, settings), name="gang")
                 try:

@@ -69,14 +69,27 @@ def test_only_the_bridge_lists_and_watches() -> None:
 
 
 def test_only_the_actuator_writes() -> None:
+    """``create tokenreviews`` (the auth callout's one right) is an authentication check,
+    not a write: a TokenReview stores nothing, it only asks whose a token is."""
+    checks = {("authentication.k8s.io", "tokenreviews", "create")}
     writers = {name for name, rules in roles().items()
-               if any(WRITE_VERBS & set(r["verbs"]) for r in rules)}  # fmt: skip
+               if any(WRITE_VERBS & set(r["verbs"]) - _checks(r, checks)
+                      for r in rules)}  # fmt: skip
     assert writers == {"baton-actuator"}
+    review = {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+              "verbs": ["create"]}  # fmt: skip
+    assert roles()["baton-callout"] == [review]
     bindings = of("ClusterRoleBinding")
-    for name in ("baton-bridge", "baton-actuator"):
+    for name in ("baton-bridge", "baton-actuator", "baton-callout"):
         (subject,) = bindings[name]["subjects"]
         assert subject == {"kind": "ServiceAccount", "name": name, "namespace": CONTROL}
     assert not of("RoleBinding")
+
+
+def _checks(rule: dict[str, Any], checks: set[tuple[str, str, str]]) -> set[str]:
+    """The verbs of ``rule`` that are authentication checks (in ``checks``), not writes."""
+    return {v for v in rule["verbs"] for g in rule["apiGroups"] for r in rule["resources"]
+            if (g, r, v) in checks}  # fmt: skip
 
 
 def test_every_service_runs_two_replicas_on_different_nodes_kept_through_drains() -> None:
@@ -86,7 +99,7 @@ def test_every_service_runs_two_replicas_on_different_nodes_kept_through_drains(
                for b in of("PodDisruptionBudget").values()}  # fmt: skip
     for name in ("baton-bridge", "baton-actuator", "baton-gang", "baton-admission",
                  "baton-reporter", "baton-health", "baton-bandwidth", "baton-autoscaler",
-                 "baton-balloon"):  # fmt: skip
+                 "baton-balloon", "baton-callout"):  # fmt: skip
         spec = deployments[name]["spec"]
         labels = spec["template"]["metadata"]["labels"]
         assert spec["replicas"] == 2, name
@@ -160,7 +173,8 @@ def test_the_control_plane_meets_restricted_pod_security() -> None:
     control = {n: w for n, w in workloads().items() if w["metadata"]["namespace"] == CONTROL}
     assert set(control) == {"nats", "baton-bridge", "baton-actuator", "baton-gang",
                             "baton-admission", "baton-bandwidth", "baton-health",
-                            "baton-reporter", "baton-autoscaler", "baton-balloon"}  # fmt: skip
+                            "baton-reporter", "baton-autoscaler", "baton-balloon",
+                            "baton-callout"}  # fmt: skip
     problems = [p for n, w in control.items()
                 for p in _pod_is_restricted(n, w["spec"]["template"]["spec"])]  # fmt: skip
     assert problems == []

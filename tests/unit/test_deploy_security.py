@@ -17,7 +17,7 @@ from baton.services.cli.natsconfig import TLS_HOSTS, specs
 from tests.unit.test_deploy import AGENTS, BASE, CERT_MANAGER, CONTROL, of, render, workloads
 
 pytestmark = pytest.mark.unit
-API_CLIENTS = {"baton-bridge", "baton-actuator"}
+API_CLIENTS = {"baton-bridge", "baton-actuator", "baton-callout"}  # callout: TokenReviews
 
 
 def container(workload: dict[str, Any]) -> dict[str, Any]:
@@ -49,17 +49,18 @@ def test_only_the_bridge_and_the_actuator_carry_an_api_token() -> None:
     assert not of("Role") and not of("RoleBinding")
 
 
-def test_agents_have_no_rbac_and_no_token() -> None:
+def test_agents_have_no_rbac_and_no_api_token() -> None:
     agent = of("DaemonSet")["baton-agent"]
     pod = agent["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
-    assert pod.get("serviceAccountName", "default") == "default"
+    assert pod["serviceAccountName"] == "baton-agent"  # whose tokens the callout takes
+    assert of("ServiceAccount")["baton-agent"]["automountServiceAccountToken"] is False
     for binding in of("ClusterRoleBinding").values():
         assert all(s.get("namespace") != AGENTS for s in binding["subjects"])
 
 
 def test_each_service_connects_to_nats_as_its_own_user_with_only_its_own_seed() -> None:
-    users = {spec.name for spec in specs()}
+    users = {spec.name for spec in specs()} | {access.CALLOUT}
     keys = set()
     for name, workload in workloads().items():
         if workload["kind"] != "Deployment":
@@ -110,15 +111,24 @@ def test_the_nats_certificate_is_made_for_the_name_clients_use() -> None:
     assert host in TLS_HOSTS
 
 
-def test_the_agent_reads_its_nodes_credentials_from_a_secret() -> None:
+def test_the_agent_connects_with_its_pods_token_for_nats_and_no_seed() -> None:
+    """No agents' Secret: a projected token (audience nats, short-lived) that the
+    callout reviews; the one the callout expects (deploy/base/callout.yaml)."""
     agent = of("DaemonSet")["baton-agent"]
-    env = {e["name"]: e.get("value") for e in container(agent)["env"]}
-    where = env["BATON_AGENT_NATS_CREDENTIALS_DIR"]
-    mounts = {m["mountPath"]: m["name"] for m in container(agent)["volumeMounts"]}
-    volumes = {v["name"]: v for v in agent["spec"]["template"]["spec"]["volumes"]}
-    assert volumes[mounts[where]]["secret"]["secretName"] == "baton-nats-agents"
-    assert access.agent_user_name("gpu-1.example") == "agent-gpu-1_example"  # the file name
-    assert "BATON_NATS_URL" not in env  # the URL carries no credentials: the seed does
+    env = env_of(agent)
+    assert "BATON_AGENT_NATS_CREDENTIALS_DIR" not in env
+    volume = volume_at(agent, env["BATON_AGENT_NATS_TOKEN_FILE"])
+    (source,) = volume["projected"]["sources"]
+    token = source["serviceAccountToken"]
+    assert token["audience"] == "nats" and token["expirationSeconds"] <= 3600
+    assert env["BATON_AGENT_NATS_TOKEN_FILE"].endswith("/" + token["path"])
+    assert not any("secret" in v for v in volumes_of(agent).values())
+    assert "BATON_NATS_URL" not in env  # the URL carries no credentials
+    callout = env_of(of("Deployment")["baton-callout"])
+    assert (callout["BATON_CALLOUT_NAMESPACE"], callout["BATON_CALLOUT_SERVICE_ACCOUNT"]) == (
+        AGENTS, "baton-agent")  # fmt: skip
+    issuer = volume_at(of("Deployment")["baton-callout"], callout["BATON_CALLOUT_ISSUER_SEED_FILE"])
+    assert issuer["secret"]["secretName"] == "baton-callout-issuer"
 
 
 def volumes_of(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -135,3 +145,18 @@ def test_nats_requires_the_generated_users() -> None:
     volumes = {v["name"]: v for v in nats["spec"]["template"]["spec"]["volumes"]}
     assert volumes[mounts["/etc/nats/auth"]]["secret"]["secretName"] == "nats-auth"
     assert all(d["metadata"].get("namespace") in (None, CONTROL, AGENTS) for d in render(BASE))
+
+
+def test_the_nats_servers_route_to_each_other_over_tls_and_check_their_peers() -> None:
+    """The cluster block has its own TLS (peers verified against the CA the clients use)
+    and the certificate may be used by a route's dialling side (client auth)."""
+    conf = of("ConfigMap")["nats-config"]["data"]["nats.conf"]
+    cluster = conf[conf.index("cluster {") :]
+    block = cluster[cluster.index("tls {") : cluster.index("}")]
+    assert "verify: true" in block
+    ca = re.search(r"ca_file: (\S+)", block)
+    assert ca is not None
+    nats = of("StatefulSet")["nats"]
+    assert volume_at(nats, ca[1])["configMap"]["name"] == "baton-nats-ca"
+    certificate = of("Certificate", CERT_MANAGER)["nats"]
+    assert {"server auth", "client auth"} <= set(certificate["spec"]["usages"])

@@ -273,3 +273,35 @@ def test_replay_gives_the_same_decisions() -> None:
         return [msgspec.json.encode(o) for o in tick(state, 1.0)]
 
     assert run() == run()
+
+
+# The queue keeps each gang's quorum, admission and order between cycles (they are read
+# for every waiting gang every cycle): a change to its PodGroup must be seen at once.
+
+
+def test_a_pod_group_lowering_its_min_member_is_placed_at_the_next_cycle() -> None:
+    group, members = gang("job", 2)
+    state = make(flat(2), group, members[:1])
+    assert binds(tick(state, 1.0)) == []  # 1 of 2 members
+    feed(state, [msgspec.structs.replace(group, min_member=1)], at=2.0)
+    assert gangs_bound(tick(state, 2.0)) == ["default/job"]
+
+
+def test_a_pod_group_admitted_after_it_waited_is_placed_at_the_next_cycle() -> None:
+    group, members = gang("job", 2)
+    state = make(flat(2), group, members, policy=core.Policy(require_admission=True))
+    assert binds(tick(state, 1.0)) == []
+    notes = {**group.annotations, "baton.io/admitted": "true"}
+    feed(state, [msgspec.structs.replace(group, annotations=notes)], at=2.0)
+    assert gangs_bound(tick(state, 2.0)) == ["default/job"]
+
+
+def test_a_pod_group_whose_creation_time_changes_takes_its_new_place_in_the_queue() -> None:
+    blocker = pod("blocker", gpus=8, node_name="n000", scheduler="other")
+    ga, ma = gang("a", 1, created_at=5)
+    gb, mb = gang("b", 1, created_at=9)
+    state = make(flat(1), blocker, ga, ma, gb, mb)
+    assert binds(tick(state, 1.0)) == []  # both wait, "a" first
+    feed(state, [msgspec.structs.replace(gb, created_at=1.0)], at=2.0)
+    feed(state, [blocker], at=2.0, op="delete")
+    assert gangs_bound(tick(state, 3.0)) == ["default/b"]

@@ -152,3 +152,75 @@ def test_every_service_baton_up_runs_has_a_nats_user() -> None:
     for spec in specs():
         if spec.decision_types():
             assert spec.publishes, f"{spec.name}: decisions but no Spec.publishes"
+
+
+def test_each_service_keeps_the_jetstream_api_of_the_streams_it_reads_alone() -> None:
+    """No ``$JS.API.>``: consumers, fetches, gets, acks and flow control only on the streams
+    its inputs come from (HISTORY when the runner feeds it); stream info of those it
+    writes; creating or changing a stream or bucket: the actuator's alone."""
+    perms = by_name()
+    for name, p in perms.items():
+        assert not any(s in p.publish for s in ("$JS.API.>", "$JS.ACK.>", "$JS.FC.>")), name
+        assert allowed(p, "$JS.API.INFO")
+        owner = name == access.OWNER
+        for stream in ("BATON_C1_EVENTS", "BATON_C1_HISTORY", "KV_BATON_C1_LEASES"):
+            assert allowed(p, f"$JS.API.STREAM.CREATE.{stream}") == owner, (name, stream)
+    gang = perms["gang"]
+    own = ("$JS.API.CONSUMER.CREATE.BATON_C1_HISTORY",
+           "$JS.API.CONSUMER.CREATE.BATON_C1_K8S.snap.baton.c1.k8s.node.>",
+           "$JS.API.CONSUMER.MSG.NEXT.BATON_C1_HISTORY.feed",
+           "$JS.API.CONSUMER.DELETE.BATON_C1_K8S.snap",
+           "$JS.API.STREAM.INFO.BATON_C1_HISTORY",
+           "$JS.API.STREAM.INFO.BATON_C1_ACTIONS",  # it writes there: info, nothing more
+           "$JS.API.STREAM.MSG.GET.KV_BATON_C1_LEASES",
+           "$JS.API.DIRECT.GET.KV_BATON_C1_LEASES.$KV.BATON_C1_LEASES.gang")  # fmt: skip
+    for subject in own:
+        assert allowed(gang, subject), subject
+    others = ("$JS.API.CONSUMER.CREATE.BATON_C1_LIMITS",
+              "$JS.API.CONSUMER.CREATE.BATON_C1_LIMITS.x.baton.c1.bandwidth.limits.>",
+              "$JS.API.CONSUMER.CREATE.BATON_C1_TELEMETRY",
+              "$JS.API.CONSUMER.MSG.NEXT.BATON_C1_LIMITS.x",
+              "$JS.API.DIRECT.GET.BATON_C1_LIMITS.baton.c1.bandwidth.limits.gpu-1",
+              "$JS.API.STREAM.MSG.GET.BATON_C1_DEADLETTER",
+              "$JS.API.STREAM.INFO.KV_BATON_C1_DONE",
+              "$JS.API.STREAM.MSG.GET.KV_BATON_C1_DONE",
+              "$JS.API.DIRECT.GET.KV_BATON_C1_LEASES.$KV.BATON_C1_LEASES.actuator",
+              "$JS.API.CONSUMER.CREATE.BATON_C1_ACTIONS",
+              "$JS.ACK.BATON_C1_LIMITS.x.1.2.3.4.5",
+              "$JS.FC.BATON_C1_TELEMETRY.x.1")  # fmt: skip
+    for subject in others:
+        assert not allowed(gang, subject), subject
+    # health reads telemetry (its inputs, its heartbeat watch); bandwidth writes the limits
+    assert allowed(perms["health"], "$JS.API.CONSUMER.CREATE.BATON_C1_TELEMETRY")
+    assert allowed(perms["health"], "$JS.FC.BATON_C1_TELEMETRY.x.1")
+    assert allowed(perms["bandwidth"], "$JS.API.STREAM.INFO.BATON_C1_LIMITS")
+    assert not allowed(perms["bandwidth"], "$JS.API.CONSUMER.CREATE.BATON_C1_LIMITS")
+    # the actuator: its work consumer, every lease's epoch, its done bucket
+    for subject in ("$JS.API.CONSUMER.CREATE.BATON_C1_ACTIONS.actuator.baton.c1.action.>",
+                    "$JS.API.CONSUMER.CREATE.KV_BATON_C1_LEASES",
+                    "$JS.API.STREAM.MSG.GET.KV_BATON_C1_DONE",
+                    "$JS.API.STREAM.CREATE.KV_BATON_C1_DONE"):  # fmt: skip
+        assert allowed(perms["actuator"], subject), subject
+    assert not allowed(perms["actuator"], "$JS.API.CONSUMER.CREATE.BATON_C1_HISTORY")
+    # the bridge reads back the objects it wrote, nothing else
+    assert access.read_streams(specs(["bridge"])[0], C) == ["BATON_C1_K8S"]
+
+
+def test_the_fleet_reads_the_limits_stream_alone() -> None:
+    fleet = access.fleet_permissions(C)
+    assert allowed(fleet, "$JS.API.CONSUMER.CREATE.BATON_C1_LIMITS")
+    assert allowed(fleet, "$JS.FC.BATON_C1_LIMITS.x.1")
+    assert not allowed(fleet, "$JS.API.CONSUMER.CREATE.BATON_C1_HISTORY")
+    assert not allowed(fleet, "$JS.API.STREAM.CREATE.BATON_C1_LIMITS")
+
+
+def test_a_service_waits_for_its_lease_bucket_and_the_streams_it_reads_and_writes() -> None:
+    gang = specs(["gang"])[0]
+    needed = access.needed_streams(gang, C)
+    assert needed[0] == "KV_BATON_C1_LEASES" and "BATON_C1_HISTORY" in needed
+    assert "BATON_C1_LIMITS" not in needed
+    assert set(access.needed_streams(gang, C)) <= set(access.all_streams(C))
+    assert access.overlap("baton.c1.k8s.>", "baton.c1.k8s.node.>")
+    assert access.overlap("baton.c1.*.limits.x", "baton.c1.bandwidth.>")
+    assert not access.overlap("baton.c1.k8s.>", "baton.c1.k8s")
+    assert not access.overlap("baton.c1.bandwidth.limits.>", "baton.c1.bandwidth.capacity")

@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 
 from baton.proto import subjects
@@ -59,3 +61,35 @@ def test_parse_refuses_foreign_subjects() -> None:
 
 def test_stream_names_have_no_dots_or_dashes() -> None:
     assert subjects.stream_name("prod-east", "k8s") == "BATON_PROD_EAST_K8S"
+
+
+OVERLAPS = [
+    ("baton.c1.>", "baton.*.action.>", "baton.c1.action.>"),
+    ("baton.*.action.taint.>", "baton.c1.action.>", "baton.c1.action.taint.>"),
+    ("baton.c1.action.taint.n1", "baton.*.action.>", "baton.c1.action.taint.n1"),
+    (">", "baton.*.action.>", "baton.*.action.>"),
+    ("baton.c1.placement.>", "baton.*.action.>", None),
+    ("baton.c2.*", "baton.*.action.>", None),  # one token fewer than any action subject
+    ("baton.*", "baton.c1", "baton.c1"),
+]
+
+
+@pytest.mark.parametrize(("a", "b", "both"), OVERLAPS)
+def test_the_overlap_of_two_filters_matches_what_both_match(a: str, b: str, both: str) -> None:
+    assert subjects.overlap(a, b) == both
+    assert subjects.overlap(b, a) == both
+
+
+def test_overlap_agrees_with_matching_on_every_small_subject() -> None:
+    tokens = ("a", "b")
+    filters = [
+        ".".join(p) for n in (1, 2, 3) for p in itertools.product((*tokens, "*", ">"), repeat=n)
+    ]
+    filters = [f for f in filters if ">" not in f[:-1]]  # ">" only last
+    names = [".".join(p) for n in (1, 2, 3, 4) for p in itertools.product(tokens, repeat=n)]
+    for a, b in itertools.product(filters, repeat=2):
+        both = subjects.overlap(a, b)
+        for name in names:
+            want = subjects.matches(a, name) and subjects.matches(b, name)
+            got = both is not None and subjects.matches(both, name)
+            assert got == want, (a, b, both, name)

@@ -1,0 +1,1 @@
+"""NATS auth callout: node agents connect with their pod's ServiceAccount token."""

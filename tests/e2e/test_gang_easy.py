@@ -1,0 +1,76 @@
+"""EASY backfill through the whole path on simcluster: bridge -> gang -> actuator.
+
+Three 8-GPU nodes. A gang expected to run an hour holds two; a three-node head ("big")
+waits for them and reserves the cluster. Of three one-node jobs behind it, only the one
+expected to end before the head can start (10 minutes) is bound on the head's free
+node; the one with no estimate and the one expected to take two hours wait."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
+
+from baton.libs.testing.nats import running_nats
+from baton.libs.testing.sim import running_sim
+from baton.proto import keys
+from baton.services.gang import main as gang
+from tests.pipeline import running_services, until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+NS = "research"
+PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1", NS, "podgroups")
+GANG = gang.Settings(cycle_interval=0.1)  # EASY is on by default; estimates from annotations
+
+
+def member(name: str, group: str, expected: str) -> dict[str, Any]:
+    container = {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+    notes = {keys.EXPECTED_DURATION: expected} if expected else {}
+    return {
+        "metadata": {"name": name, "labels": {"scheduling.x-k8s.io/pod-group": group},
+                     "annotations": notes},
+        "spec": {"schedulerName": "baton", "containers": [container]},
+    }  # fmt: skip
+
+
+async def test_only_a_job_expected_to_end_before_the_head_starts_runs_on_its_nodes() -> None:
+    async with (
+        running_nats() as url,
+        running_sim(nodes=3) as sim,
+        running_services(url, sim, gang_settings=GANG) as services,
+    ):
+        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
+        await api.create_namespace({"metadata": {"name": NS}})
+
+        async def submit(group: str, size: int, expected: str = "") -> None:
+            body = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                    "metadata": {"name": group}, "spec": {"minMember": size}}  # fmt: skip
+            await custom.create_namespaced_custom_object(*PODGROUPS, body)
+            for i in range(size):
+                await api.create_namespaced_pod(NS, member(f"{group}-{i}", group, expected))
+
+        def nodes(group: str) -> dict[str, str]:
+            pods = sim.store.list("pods", namespace=NS)[0]
+            return {
+                p["metadata"]["name"]: p["spec"].get("nodeName", "")
+                for p in pods
+                if p["metadata"]["name"].startswith(f"{group}-")
+            }
+
+        await submit("long", 2, expected="1h")
+        await until(lambda: all(nodes("long").values()) and len(nodes("long")) == 2,
+                    within=30, what="the one-hour gang bound on two nodes")  # fmt: skip
+        # creation times have one-second resolution: in the same second, the queue goes
+        # by name, so the names keep the order of submission
+        await submit("big", 3)  # needs every node: waits an hour for "long"
+        await submit("guess", 1)  # no estimate: never backfilled on a guess
+        await submit("overrun", 1, expected="2h")  # would still run when "big" could start
+        await submit("short", 1, expected="10m")
+        await until(lambda: all(nodes("short").values()) and len(nodes("short")) == 1,
+                    within=30, what="the 10-minute job bound on the head's free node")  # fmt: skip
+        # "guess" and "overrun" are ahead of "short" in the queue: had either been
+        # allowed the free node, it would have had it first
+        assert not any(nodes("guess").values()), nodes("guess")
+        assert not any(nodes("overrun").values()), nodes("overrun")
+        assert not any(nodes("big").values()), nodes("big")
