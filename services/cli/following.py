@@ -22,6 +22,7 @@ from nats.js.api import DeliverPolicy
 from baton.libs.bus import streams
 from baton.libs.bus.snapshotting import snapshot
 from baton.proto import subjects
+from baton.proto.actions import ACTION_SUBJECTS, RecordEvent
 from baton.proto.admission import AnyAdmissionEvent, TeamsLoaded
 from baton.proto.bandwidth import Allocation, allocation_subject
 from baton.proto.codec import Undecodable, decode
@@ -38,6 +39,7 @@ DECIDING = {subjects.PLACEMENT, subjects.ADMISSION, subjects.HEALTH, subjects.BA
 # answers ~50 actions a second on a busy demo: "applied" lines would push every decision
 # off the screen between two refreshes).
 NOTABLE = {"failed", "rolled-back", "dropped"}
+EVENT = ACTION_SUBJECTS[RecordEvent][0]  # results of Kubernetes Events: <c>.result.event.>
 SIZED = (streams.K8S, streams.ACTIONS, streams.EVENTS, streams.HISTORY, streams.DEADLETTER)
 ACTUATOR_CONSUMER = "actuator"  # the actuator's durable consumer on ACTIONS
 Recorded = Started | AnyAdmissionEvent | TeamsLoaded | Allocation
@@ -197,7 +199,11 @@ def worth_a_line(subject: str, data: bytes) -> bool:
         payload = msgspec.json.decode(data)
     except msgspec.DecodeError:
         return True  # not ours to judge: show it
-    return not isinstance(payload, dict) or payload.get("outcome") in NOTABLE
+    if not isinstance(payload, dict):
+        return True
+    if subject.split(".")[3] == EVENT and payload.get("outcome") == "dropped":
+        return False  # an Event over the actuator's budget: the budget doing its job
+    return payload.get("outcome") in NOTABLE
 
 
 def describe(subject: str, data: bytes) -> str:

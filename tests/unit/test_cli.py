@@ -67,6 +67,10 @@ def test_recent_lines_are_decisions_and_what_the_actuator_could_not_do() -> None
     assert worth_a_line("baton.c1.result.bind-gang.team-a.job", result("rolled-back"))
     assert not worth_a_line("baton.c1.action.bind-gang.team-a.job", b"{}")
     assert not worth_a_line("baton.c1.k8s.pod.team-a.p", b"{}")
+    # Events over the actuator's budget are dropped by design: 4 lines a second in the demo
+    assert not worth_a_line("baton.c1.result.event.pod.team-a.p", result("dropped"))
+    assert worth_a_line("baton.c1.result.event.pod.team-a.p", result("failed"))
+    assert worth_a_line("baton.c1.result.create-pod.baton-system.b", result("dropped"))
 
 
 def test_tail_scopes_short_subjects_to_the_cluster() -> None:
