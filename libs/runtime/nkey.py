@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from typing import Any
 
 import nkeys
 
@@ -30,32 +31,37 @@ def new_account_seed() -> str:
     return seed.decode()
 
 
-def account_public_key(seed: str) -> str:
-    """The public key (``A...``) of an account seed; ``ValueError`` when it is not one."""
+def _pair(seed: str, prefix: str, kind: str) -> Any:
+    """The ``nkeys`` key pair of a seed starting ``prefix``; ``ValueError`` naming ``kind``."""
     text = seed.strip()
-    if not text.startswith("SA"):
-        raise ValueError("not a NATS account nkey seed (one line starting SA)")
+    if not text.startswith(prefix):
+        raise ValueError(f"not a NATS {kind} nkey seed (one line starting {prefix})")
     try:
-        pair = nkeys.from_seed(bytearray(text.encode()))
-        found: str = pair.public_key.decode()
+        return nkeys.from_seed(bytearray(text.encode()))
     except (nkeys.NkeysError, ValueError) as exc:
-        raise ValueError(f"not a valid NATS account nkey seed ({exc})") from exc
+        raise ValueError(f"not a valid NATS {kind} nkey seed ({exc})") from exc
+
+
+def _public(pair: Any) -> str:
+    found: str = pair.public_key.decode()
     pair.wipe()
     return found
+
+
+def account_pair(seed: str) -> Any:
+    """The key pair of an account seed (``SA...``): the auth callout signs with it;
+    ``ValueError`` when it is not one."""
+    return _pair(seed, "SA", "account")
+
+
+def account_public_key(seed: str) -> str:
+    """The public key (``A...``) of an account seed; ``ValueError`` when it is not one."""
+    return _public(account_pair(seed))
 
 
 def public_key(seed: str) -> str:
     """The public key (``U...``) of a user seed; ``ValueError`` when it is not one."""
-    text = seed.strip()
-    if not text.startswith("SU"):
-        raise ValueError("not a NATS user nkey seed (one line starting SU)")
-    try:
-        pair = nkeys.from_seed(bytearray(text.encode()))
-        found: str = pair.public_key.decode()
-    except (nkeys.NkeysError, ValueError) as exc:
-        raise ValueError(f"not a valid NATS user nkey seed ({exc})") from exc
-    pair.wipe()
-    return found
+    return _public(_pair(seed, "SU", "user"))
 
 
 def seed_file_public_key(path: str, *, setting: str = SEED_SETTING) -> str:

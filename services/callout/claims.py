@@ -49,17 +49,6 @@ def jti(claims: dict[str, Any]) -> str:
     return base64.b32encode(digest).decode().rstrip("=")
 
 
-def account_pair(seed: str) -> Any:
-    """The key pair of an account seed (``SA...``); ``ValueError`` when it is not one."""
-    text = seed.strip()
-    if not text.startswith("SA"):
-        raise ValueError("not a NATS account nkey seed (one line starting SA)")
-    try:
-        return nkeys.from_seed(bytearray(text.encode()))
-    except (nkeys.NkeysError, ValueError) as exc:
-        raise ValueError(f"not a valid NATS account nkey seed ({exc})") from exc
-
-
 def verify(public: str, data: bytes, signature: bytes) -> bool:
     """Whether ``signature`` is the nkey ``public``'s (``U``, ``A``, ``N``...) over ``data``."""
     try:

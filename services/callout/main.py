@@ -39,9 +39,9 @@ from baton.libs.runtime import (
     run_until_signalled,
     serve_ops,
 )
+from baton.libs.runtime.nkey import account_pair
 from baton.libs.runtime.settings import Base, require
 from baton.services.callout import core, shell
-from baton.services.callout.claims import account_pair
 
 PREFIX = "BATON_CALLOUT_"
 SUBJECT = "$SYS.REQ.USER.AUTH"

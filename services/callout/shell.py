@@ -24,6 +24,7 @@ from kubernetes_asyncio.client import (
 from nats.aio.msg import Msg
 
 from baton.libs.runner.access import Permissions, agent_token_user
+from baton.libs.runtime.nkey import account_pair
 from baton.services.callout import claims, core
 
 log = structlog.get_logger("baton.callout")
@@ -86,7 +87,7 @@ class Callout:
         review: Reviewer,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.pair = claims.account_pair(issuer_seed)
+        self.pair = account_pair(issuer_seed)
         self.issuer = self.pair.public_key.decode()
         self.policy = policy
         self.review = review

@@ -23,11 +23,10 @@ import nats
 from kubernetes_asyncio.client import CoreV1Api
 
 from baton.libs.runner import access
-from baton.libs.runtime.nkey import new_account_seed
+from baton.libs.runtime.nkey import account_pair, new_account_seed
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
 from baton.services.callout import main as callout
-from baton.services.callout.claims import account_pair
 from baton.services.cli.natsconfig import seed_path, specs, write_credentials
 
 N = int(os.environ.get("BATON_BENCH_CALLOUT_N", "200"))

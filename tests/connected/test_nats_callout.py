@@ -24,7 +24,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from baton.libs.bus import Bus
 from baton.libs.bus.connection import auth_options
 from baton.libs.runner import access
-from baton.libs.runtime.nkey import new_account_seed, public_key
+from baton.libs.runtime.nkey import account_pair, new_account_seed, public_key
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import subjects
@@ -87,7 +87,7 @@ async def callout_nats(tmp_path: Path, *, serve_callout: bool = True) -> AsyncIt
     issuer = new_account_seed()
     issuer_file = tmp_path / "issuer"
     issuer_file.write_text(issuer)
-    issuer_key = claims.account_pair(issuer).public_key.decode()
+    issuer_key = account_pair(issuer).public_key.decode()
     config = access.server_config(found, host="127.0.0.1", store_dir=None,
                                   callout_issuer=issuer_key)  # fmt: skip
     path = tmp_path / "nats.conf"

@@ -14,7 +14,7 @@ import pytest
 
 from baton.libs.runner import access
 from baton.libs.runtime import SettingsError
-from baton.libs.runtime.nkey import new_account_seed, new_user_seed, public_key
+from baton.libs.runtime.nkey import account_pair, new_account_seed, new_user_seed, public_key
 from baton.services.agent import main as agent
 from baton.services.callout import claims, core, shell
 from baton.services.callout import main as callout
@@ -34,7 +34,7 @@ def rights(node: str) -> tuple[str, access.Permissions]:
 
 
 def pair() -> Any:
-    return claims.account_pair(new_account_seed())
+    return account_pair(new_account_seed())
 
 
 # JWTs
@@ -77,7 +77,7 @@ def test_another_keys_signature_does_not_verify() -> None:
 
 def test_an_account_seed_is_required_to_sign() -> None:
     with pytest.raises(ValueError, match="starting SA"):
-        claims.account_pair(new_user_seed())
+        account_pair(new_user_seed())
 
 
 # The decision
@@ -322,7 +322,7 @@ async def test_the_callout_answers_a_signed_request_with_a_signed_user_or_an_err
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     issuer = new_account_seed()
-    key = claims.account_pair(issuer).public_key.decode()
+    key = account_pair(issuer).public_key.decode()
 
     async def reviewed(token: str, audience: str) -> core.Review:
         assert (token, audience) == ("the-token", "nats")
