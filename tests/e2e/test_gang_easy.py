@@ -7,8 +7,6 @@ node; the one with no estimate and the one expected to take two hours wait."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
@@ -16,22 +14,13 @@ from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
 from baton.proto import keys
 from baton.services.gang import main as gang
+from tests.e2e.admitting import gang_objects
 from tests.pipeline import running_services, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 NS = "research"
 PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1", NS, "podgroups")
 GANG = gang.Settings(cycle_interval=0.1)  # EASY is on by default; estimates from annotations
-
-
-def member(name: str, group: str, expected: str) -> dict[str, Any]:
-    container = {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
-    notes = {keys.EXPECTED_DURATION: expected} if expected else {}
-    return {
-        "metadata": {"name": name, "labels": {"scheduling.x-k8s.io/pod-group": group},
-                     "annotations": notes},
-        "spec": {"schedulerName": "baton", "containers": [container]},
-    }  # fmt: skip
 
 
 async def test_only_a_job_expected_to_end_before_the_head_starts_runs_on_its_nodes() -> None:
@@ -43,12 +32,14 @@ async def test_only_a_job_expected_to_end_before_the_head_starts_runs_on_its_nod
         api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
         await api.create_namespace({"metadata": {"name": NS}})
 
-        async def submit(group: str, size: int, expected: str = "") -> None:
-            body = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-                    "metadata": {"name": group}, "spec": {"minMember": size}}  # fmt: skip
-            await custom.create_namespaced_custom_object(*PODGROUPS, body)
-            for i in range(size):
-                await api.create_namespaced_pod(NS, member(f"{group}-{i}", group, expected))
+        async def submit(name: str, size: int, expected: str = "") -> None:
+            group, pods = gang_objects(name, size)
+            await custom.create_namespaced_custom_object(*PODGROUPS, group)
+            for pod in pods:
+                pod["spec"]["schedulerName"] = "baton"  # no webhook here to set it
+                if expected:
+                    pod["metadata"]["annotations"] = {keys.EXPECTED_DURATION: expected}
+                await api.create_namespaced_pod(NS, pod)
 
         def nodes(group: str) -> dict[str, str]:
             pods = sim.store.list("pods", namespace=NS)[0]
