@@ -256,8 +256,6 @@ def _set_aside(state: State, now: float) -> list[Output]:
     a head, told why once (a typo in the pod-group label, pods the webhook refused)."""
     cl, outputs = state.cluster, list[Output]()
     for gang in cl.gangs.values():
-        if gang.group is None or gang.group.schedule_timeout_seconds is None:
-            continue  # (the common case, checked here: this runs over every gang each cycle)
         if not ordering.short(cl, gang) or not _timed_out(cl, gang, now):
             continue
         group = gang.group

@@ -185,5 +185,5 @@ def queue(
         for g in cluster.gangs.values()
         if is_ready(cluster, g, now=now, require_admission=require_admission)
     ]
-    ready.sort(key=lambda g: g.order or key(cluster, g, policy=policy, runs=runs))
+    ready.sort(key=lambda g: key(cluster, g, policy=policy, runs=runs))
     return ready
