@@ -136,17 +136,6 @@ def _actions_stream_denied(cluster: str) -> tuple[str, ...]:
     )
 
 
-def overlap(a: str, b: str) -> bool:
-    """Whether some subject matches both NATS patterns ``a`` and ``b``."""
-    x, y = a.split("."), b.split(".")
-    for s, t in zip(x, y, strict=False):
-        if ">" in (s, t):
-            return True
-        if "*" not in (s, t) and s != t:
-            return False
-    return len(x) == len(y)
-
-
 def kv_stream(cluster: str, bucket: str) -> str:
     """The stream behind one of the cluster's KV buckets: ``KV_BATON_C1_LEASES``."""
     return f"KV_{subjects.stream_name(cluster, bucket)}"
@@ -159,7 +148,7 @@ def streams_of(cluster: str, patterns: Iterable[str]) -> list[str]:
     return [
         c.name
         for c in streams.stream_configs(cluster)
-        if c.name and any(overlap(s, p) for s in c.subjects or () for p in wanted)
+        if c.name and any(subjects.overlap(s, p) for s in c.subjects or () for p in wanted)
     ]
 
 

@@ -220,7 +220,7 @@ def test_a_service_waits_for_its_lease_bucket_and_the_streams_it_reads_and_write
     assert needed[0] == "KV_BATON_C1_LEASES" and "BATON_C1_HISTORY" in needed
     assert "BATON_C1_LIMITS" not in needed
     assert set(access.needed_streams(gang, C)) <= set(access.all_streams(C))
-    assert access.overlap("baton.c1.k8s.>", "baton.c1.k8s.node.>")
-    assert access.overlap("baton.c1.*.limits.x", "baton.c1.bandwidth.>")
-    assert not access.overlap("baton.c1.k8s.>", "baton.c1.k8s")
-    assert not access.overlap("baton.c1.bandwidth.limits.>", "baton.c1.bandwidth.capacity")
+    assert subjects.overlap("baton.c1.k8s.>", "baton.c1.k8s.node.>")
+    assert subjects.overlap("baton.c1.*.limits.x", "baton.c1.bandwidth.>")
+    assert not subjects.overlap("baton.c1.k8s.>", "baton.c1.k8s")
+    assert not subjects.overlap("baton.c1.bandwidth.limits.>", "baton.c1.bandwidth.capacity")
