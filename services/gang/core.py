@@ -126,28 +126,29 @@ def cycle(state: State, now: float) -> list[Output]:
     shadow: float | None = None  # when the head is expected to start (computed when asked)
     head_need: tuple[Shape, int] | None = None
     outputs: list[Output] = list(_set_aside(state, now))
+    missed = Missed()  # searches that found no plan, kept until capacity is taken
     for gang in queue:
         if head and policy.strict_fifo:
             break  # strict FIFO: nothing passes the head
         if head and free.get(GPU, 0) <= 0 and _settled(state, gang, now, tried=tried):
             continue  # no GPU is free: it cannot fit, and it has nothing new to say
         held = _held(state, gang, reserved)
-        members = group_by_shape(ordering.members(cl, gang))
+        members = _members(cl, gang)
         required, preferred = _levels(gang)
         if required and required not in cl.levels:  # a level the search cannot honour
             outputs += _published(gang, unknown_level(gang.key, members, required, cl.levels, now))
             continue
         # 2. decide: all members in the narrowest, best-fitting domain, or none.
         found, backfill = None, False
-        if not shortfall(members, free, floor=_floor(gang)):
-            found = search(cl, members, required=required, preferred=preferred, excluded=held)
+        if missed.allows(gang, members, free):
+            found = missed.search(cl, gang, members, required, preferred, excluded=held)
             if found.plan is None and reserved and head_need is not None:
                 # EASY: on the head's reserved nodes too, if it ends before the head starts
                 if shadow is None:
                     shadow = estimates.shadow(cl, *head_need, reserved, now)
                 if _ends_by(state, gang, now, shadow):
-                    easy = search(cl, members, required=required, preferred=preferred,
-                                  excluded=_held(state, gang, frozenset()))  # fmt: skip
+                    easy = missed.search(cl, gang, members, required, preferred,
+                                         excluded=_held(state, gang, frozenset()))  # fmt: skip
                     if easy.plan is not None:
                         found, backfill = easy, True
         if found is None or found.plan is None:
@@ -158,6 +159,7 @@ def cycle(state: State, now: float) -> list[Output]:
                     limits=_limits(state), now=now,
                 )  # fmt: skip
                 gang.room_after = now + policy.verdict_refresh_s
+                missed = Missed()  # what making room looked at is not trusted further
                 if room is not None:
                     outputs += _take_off(state, gang, room, now)
             if not head and not young and not _timed_out(cl, gang, now):
@@ -171,11 +173,12 @@ def cycle(state: State, now: float) -> list[Output]:
                 elif nodes and policy.strict_fifo:
                     head = gang.key
             outputs += _unschedulable(
-                state, gang, members, found, head=head, reserved=reserved, now=now
+                state, gang, members, found, head=head, reserved=reserved, now=now, missed=missed
             )
             continue
         # 3. assume: members count against their nodes from now on.
         action_id = assume(state, gang, found.plan, members, now)
+        missed = Missed()  # capacity was taken: verdicts drawn before would be stale
         gang.backfilled = backfill
         state.nominated.pop(gang.key, None)
         _take(free, members)
@@ -184,6 +187,65 @@ def cycle(state: State, now: float) -> list[Output]:
             cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s
         )
     return outputs
+
+
+@dataclass(slots=True)
+class Missed:
+    """Searches of one cycle that found no plan, and the verdicts drawn from them, by
+    what they depend on: the members' shapes and counts, the topology levels, the nodes
+    excluded (a verdict: and the head it is blocked by). In a long queue most gangs ask
+    for what an earlier one of the same shapes was just refused: they need no search of
+    their own. A cycle starts a new one whenever a placement takes capacity or room is
+    made, so every search and verdict is what it would have been computed afresh."""
+
+    searches: dict[tuple[object, ...], Search] = field(default_factory=dict)
+    totals: dict[tuple[tuple[Shape, int], ...], bool] = field(default_factory=dict)
+    verdicts: dict[tuple[int, str], tuple[Search, GangUnschedulable]] = field(default_factory=dict)
+
+    def allows(self, gang: Gang, members: dict[Shape, list[str]], free: dict[str, int]) -> bool:
+        """Free capacity in total allows the gang (``needs.shortfall``)."""
+        if floor := _floor(gang):
+            return not shortfall(members, free, floor=floor)
+        fits = self.totals.get(gang.signature)
+        if fits is None:
+            fits = self.totals[gang.signature] = not shortfall(members, free, floor={})
+        return fits
+
+    def search(
+        self, cl: Cluster, gang: Gang, members: dict[Shape, list[str]], required: str,
+        preferred: str, *, excluded: frozenset[str],
+    ) -> Search:  # fmt: skip
+        """``topology.search`` for ``gang``'s ``members`` (``_members``)."""
+        key = (gang.signature, required, preferred, excluded)
+        found = self.searches.get(key)
+        if found is None:
+            found = search(cl, members, required=required, preferred=preferred, excluded=excluded)
+            if found.plan is None:
+                self.searches[key] = found
+        return found
+
+    def verdict(
+        self, cl: Cluster, gang: Gang, members: dict[Shape, list[str]], found: Search, *,
+        required: str, blocked_by: str, now: float,
+    ) -> GangUnschedulable:  # fmt: skip
+        """The verdict drawn from ``found``: the same for every gang refused by that search."""
+        seen = self.verdicts.get((id(found), blocked_by))
+        if seen is not None and seen[0] is found:
+            return msgspec.structs.replace(seen[1], gang=gang.key)
+        event = verdict(
+            cl, members, found, gang=gang.key, required=required, blocked_by=blocked_by, now=now
+        )
+        self.verdicts[id(found), blocked_by] = (found, event)  # keeps ``found``: ids stay unique
+        return event
+
+
+def _members(cl: Cluster, gang: Gang) -> dict[Shape, list[str]]:
+    """Pending members by shape, biggest first, kept on the gang until it changes with
+    their ``signature``: what a failed search and its verdict read of them."""
+    if gang.shapes is None:
+        gang.shapes = group_by_shape(ordering.members(cl, gang))
+        gang.signature = tuple((shape, len(names)) for shape, names in gang.shapes.items())
+    return gang.shapes
 
 
 def _ends_by(state: State, gang: Gang, now: float, shadow: float) -> bool:
@@ -285,6 +347,7 @@ def _unschedulable(
     head: str,
     reserved: frozenset[str],
     now: float,
+    missed: Missed,
 ) -> list[Output]:
     """The verdict, published only when it changed. A gang rejected on totals alone
     is searched again for its verdict only every ``verdict_refresh_s``."""
@@ -295,17 +358,9 @@ def _unschedulable(
         if gang.verdict is not None and now - gang.checked_at < state.policy.verdict_refresh_s:
             return []
         excluded = reserved if blocked else frozenset[str]()
-        found = search(cl, members, required=required, preferred=preferred, excluded=excluded)
+        found = missed.search(cl, gang, members, required, preferred, excluded=excluded)
     gang.checked_at = now
-    event = verdict(
-        cl,
-        members,
-        found,
-        gang=gang.key,
-        required=required,
-        blocked_by=blocked,
-        now=now,
-    )
+    event = missed.verdict(cl, gang, members, found, required=required, blocked_by=blocked, now=now)
     if gap := _min_resources_gap(cl, gang, members):
         reason = f"short of the PodGroup's minResources ({_quantities(gap)} more free); "
         event = msgspec.structs.replace(event, reason=reason + event.reason)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from baton.libs.view import GangView, View, gang_key
+from baton.libs.view import GangView, Shape, View, gang_key
 from baton.proto.k8s import Pod
 
 
@@ -42,6 +42,8 @@ class Gang(GangView):
     quorate: bool | None = None  # minMember pending pods (``ordering.quorate``)
     admitted: bool | None = None  # marked admitted (``ordering.is_admitted``)
     asks_gpus: bool | None = None  # a pending member asks for GPUs
+    shapes: dict[Shape, list[str]] | None = None  # pending members by shape (``core._members``)
+    signature: tuple[tuple[Shape, int], ...] = ()  # their shapes and counts
     estimate: float | None = None  # expected run time when this core placed it (None: none)
     ran_gpus: int = -1  # GPUs of its members when this core placed it (-1: not placed)
     ran_team: str = ""  # its team then (``estimates.team``): whose runs it adds to
@@ -50,6 +52,7 @@ class Gang(GangView):
     def changed(self) -> None:
         """One of its pods or its PodGroup changed: what is kept is computed again."""
         self.rank = self.order = self.quorate = self.admitted = self.asks_gpus = None
+        self.shapes = None
 
     def holds(self, pod: str) -> bool:
         """An assumed member stays accounted on its node until it is bound or forgotten."""
