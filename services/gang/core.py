@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from baton.libs.view import Shape, gang_key, group_by_shape, is_preemptible
-from baton.proto import ids, keys
+from baton.libs.view import Shape, gang_key, is_preemptible
+from baton.proto import ids
 from baton.proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
 from baton.proto.k8s import GPU, NodeEvent, Pod, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from baton.proto.runner import Tick
 from baton.services.gang import estimates, ordering, preempting, restarting
-from baton.services.gang.gangs import Assumption, Cluster, Gang, delete_pod, new_cluster
-from baton.services.gang.needs import identity, shortfall, unknown_level, verdict
-from baton.services.gang.topology import Plan, Search, reserve, search
+from baton.services.gang.asks import Refused, ask
+from baton.services.gang.gangs import Ask, Assumption, Cluster, Gang, Kind, delete_pod, new_cluster
+from baton.services.gang.needs import identity, shortfall, unknown_level
+from baton.services.gang.topology import Plan, Search, reserve
 
 Policy = GangPolicy  # the core's knobs live in proto so the shell can record them
 
@@ -38,6 +39,7 @@ class State:
     nominated: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict)
     moved: tuple[float, ...] = ()  # when gangs were moved to defragment (the last hour)
     runs: estimates.Runs = field(default_factory=estimates.Runs)  # learned run times
+    kinds: dict[Kind, Kind] = field(default_factory=dict)  # one object per kind (``asks.ask``)
 
 
 def initial(policy: Policy | None = None) -> State:
@@ -126,29 +128,28 @@ def cycle(state: State, now: float) -> list[Output]:
     shadow: float | None = None  # when the head is expected to start (computed when asked)
     head_need: tuple[Shape, int] | None = None
     outputs: list[Output] = list(_set_aside(state, now))
-    missed = Missed()  # searches that found no plan, kept until capacity is taken
+    refused = Refused()  # this cycle's searches that found no plan (``asks``)
     for gang in queue:
         if head and policy.strict_fifo:
             break  # strict FIFO: nothing passes the head
         if head and free.get(GPU, 0) <= 0 and _settled(state, gang, now, tried=tried):
             continue  # no GPU is free: it cannot fit, and it has nothing new to say
         held = _held(state, gang, reserved)
-        members = _members(cl, gang)
-        required, preferred = _levels(gang)
+        asked = ask(cl, gang, state.kinds)
+        members, required, preferred = asked.members, asked.required, asked.preferred
         if required and required not in cl.levels:  # a level the search cannot honour
             outputs += _published(gang, unknown_level(gang.key, members, required, cl.levels, now))
             continue
         # 2. decide: all members in the narrowest, best-fitting domain, or none.
         found, backfill = None, False
-        if missed.allows(gang, members, free):
-            found = missed.search(cl, gang, members, required, preferred, excluded=held)
+        if refused.allows(asked, free):
+            found = refused.search(cl, asked, excluded=held)
             if found.plan is None and reserved and head_need is not None:
                 # EASY: on the head's reserved nodes too, if it ends before the head starts
                 if shadow is None:
                     shadow = estimates.shadow(cl, *head_need, reserved, now)
                 if _ends_by(state, gang, now, shadow):
-                    easy = missed.search(cl, gang, members, required, preferred,
-                                         excluded=_held(state, gang, frozenset()))  # fmt: skip
+                    easy = refused.search(cl, asked, excluded=_held(state, gang, frozenset()))
                     if easy.plan is not None:
                         found, backfill = easy, True
         if found is None or found.plan is None:
@@ -159,7 +160,7 @@ def cycle(state: State, now: float) -> list[Output]:
                     limits=_limits(state), now=now,
                 )  # fmt: skip
                 gang.room_after = now + policy.verdict_refresh_s
-                missed = Missed()  # what making room looked at is not trusted further
+                refused = Refused()  # what making room looked at is not trusted further
                 if room is not None:
                     outputs += _take_off(state, gang, room, now)
             if not head and not young and not _timed_out(cl, gang, now):
@@ -173,12 +174,12 @@ def cycle(state: State, now: float) -> list[Output]:
                 elif nodes and policy.strict_fifo:
                     head = gang.key
             outputs += _unschedulable(
-                state, gang, members, found, head=head, reserved=reserved, now=now, missed=missed
+                state, gang, asked, found, head=head, reserved=reserved, now=now, refused=refused
             )
             continue
         # 3. assume: members count against their nodes from now on.
         action_id = assume(state, gang, found.plan, members, now)
-        missed = Missed()  # capacity was taken: verdicts drawn before would be stale
+        refused = Refused()  # capacity was taken: verdicts drawn before would be stale
         gang.backfilled = backfill
         state.nominated.pop(gang.key, None)
         _take(free, members)
@@ -187,65 +188,6 @@ def cycle(state: State, now: float) -> list[Output]:
             cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s
         )
     return outputs
-
-
-@dataclass(slots=True)
-class Missed:
-    """Searches of one cycle that found no plan, and the verdicts drawn from them, by
-    what they depend on: the members' shapes and counts, the topology levels, the nodes
-    excluded (a verdict: and the head it is blocked by). In a long queue most gangs ask
-    for what an earlier one of the same shapes was just refused: they need no search of
-    their own. A cycle starts a new one whenever a placement takes capacity or room is
-    made, so every search and verdict is what it would have been computed afresh."""
-
-    searches: dict[tuple[object, ...], Search] = field(default_factory=dict)
-    totals: dict[tuple[tuple[Shape, int], ...], bool] = field(default_factory=dict)
-    verdicts: dict[tuple[int, str], tuple[Search, GangUnschedulable]] = field(default_factory=dict)
-
-    def allows(self, gang: Gang, members: dict[Shape, list[str]], free: dict[str, int]) -> bool:
-        """Free capacity in total allows the gang (``needs.shortfall``)."""
-        if floor := _floor(gang):
-            return not shortfall(members, free, floor=floor)
-        fits = self.totals.get(gang.signature)
-        if fits is None:
-            fits = self.totals[gang.signature] = not shortfall(members, free, floor={})
-        return fits
-
-    def search(
-        self, cl: Cluster, gang: Gang, members: dict[Shape, list[str]], required: str,
-        preferred: str, *, excluded: frozenset[str],
-    ) -> Search:  # fmt: skip
-        """``topology.search`` for ``gang``'s ``members`` (``_members``)."""
-        key = (gang.signature, required, preferred, excluded)
-        found = self.searches.get(key)
-        if found is None:
-            found = search(cl, members, required=required, preferred=preferred, excluded=excluded)
-            if found.plan is None:
-                self.searches[key] = found
-        return found
-
-    def verdict(
-        self, cl: Cluster, gang: Gang, members: dict[Shape, list[str]], found: Search, *,
-        required: str, blocked_by: str, now: float,
-    ) -> GangUnschedulable:  # fmt: skip
-        """The verdict drawn from ``found``: the same for every gang refused by that search."""
-        seen = self.verdicts.get((id(found), blocked_by))
-        if seen is not None and seen[0] is found:
-            return msgspec.structs.replace(seen[1], gang=gang.key)
-        event = verdict(
-            cl, members, found, gang=gang.key, required=required, blocked_by=blocked_by, now=now
-        )
-        self.verdicts[id(found), blocked_by] = (found, event)  # keeps ``found``: ids stay unique
-        return event
-
-
-def _members(cl: Cluster, gang: Gang) -> dict[Shape, list[str]]:
-    """Pending members by shape, biggest first, kept on the gang until it changes with
-    their ``signature``: what a failed search and its verdict read of them."""
-    if gang.shapes is None:
-        gang.shapes = group_by_shape(ordering.members(cl, gang))
-        gang.signature = tuple((shape, len(names)) for shape, names in gang.shapes.items())
-    return gang.shapes
 
 
 def _ends_by(state: State, gang: Gang, now: float, shadow: float) -> bool:
@@ -341,41 +283,45 @@ def _set_aside(state: State, now: float) -> list[Output]:
 def _unschedulable(
     state: State,
     gang: Gang,
-    members: dict[Shape, list[str]],
+    asked: Ask,
     found: Search | None,
     *,
     head: str,
     reserved: frozenset[str],
     now: float,
-    missed: Missed,
+    refused: Refused,
 ) -> list[Output]:
     """The verdict, published only when it changed. A gang rejected on totals alone
     is searched again for its verdict only every ``verdict_refresh_s``."""
     cl = state.cluster
-    required, preferred = _levels(gang)
     blocked = head if head != gang.key else ""
     if found is None:
         if gang.verdict is not None and now - gang.checked_at < state.policy.verdict_refresh_s:
             return []
-        excluded = reserved if blocked else frozenset[str]()
-        found = missed.search(cl, gang, members, required, preferred, excluded=excluded)
+        found = refused.search(cl, asked, excluded=reserved if blocked else frozenset())
     gang.checked_at = now
-    event = missed.verdict(cl, gang, members, found, required=required, blocked_by=blocked, now=now)
-    if gap := _min_resources_gap(cl, gang, members):
+    event, seen = refused.verdict(cl, gang.key, asked, found, blocked_by=blocked, now=now)
+    timed_out = _timed_out(cl, gang, now)
+    if not asked.floor and not timed_out:
+        return _published(gang, event, seen)
+    if gap := _min_resources_gap(cl, asked):
         reason = f"short of the PodGroup's minResources ({_quantities(gap)} more free); "
         event = msgspec.structs.replace(event, reason=reason + event.reason)
-    if _timed_out(cl, gang, now):
+    if timed_out:
         reason = f"timed out (scheduleTimeoutSeconds), holds no reservation: {event.reason}"
         event = msgspec.structs.replace(event, reason=reason)
-    return _published(gang, event)
+    return _published(gang, event, identity(event))
 
 
-def _published(gang: Gang, event: GangUnschedulable) -> list[Output]:
-    """A verdict is published when it changes."""
-    if identity(event) == gang.verdict:
+def _published(
+    gang: Gang, event: GangUnschedulable, seen: tuple[object, ...] | None = None
+) -> list[Output]:
+    """A verdict (its ``identity``: ``seen``) is published when it changes, for ``gang``."""
+    seen = identity(event) if seen is None else seen
+    if seen == gang.verdict:
         return []
-    gang.verdict = identity(event)
-    return [event]
+    gang.verdict = seen
+    return [event if event.gang == gang.key else msgspec.structs.replace(event, gang=gang.key)]
 
 
 def assume(
@@ -480,28 +426,13 @@ def _timed_out(cl: Cluster, gang: Gang, now: float) -> bool:
     return limit is not None and now - ordering.created(cl, gang) >= limit
 
 
-def _levels(gang: Gang) -> tuple[str, str]:
-    """Required and preferred topology levels: Baton's PodGroup annotations, or an
-    upstream PodGroup's topology constraint (required)."""
-    if gang.group is None:
-        return "", ""
-    notes, constraint = gang.group.annotations, gang.group.topology
-    return notes.get(keys.TOPOLOGY_REQUIRED, constraint), notes.get(keys.TOPOLOGY_PREFERRED, "")
-
-
-def _floor(gang: Gang) -> dict[str, int]:
-    """What the gang needs at least, whatever its members ask: ``spec.minResources``."""
-    return gang.group.min_resources if gang.group is not None else {}
-
-
-def _min_resources_gap(cl: Cluster, gang: Gang, members: dict[Shape, list[str]]) -> dict[str, int]:
+def _min_resources_gap(cl: Cluster, asked: Ask) -> dict[str, int]:
     """What free capacity lacks because of ``minResources`` beyond what members ask."""
-    floor = _floor(gang)
-    if not floor:
+    if not asked.floor:
         return {}
     free = cl.free_totals()
-    gap = shortfall(members, free, floor=floor)
-    return gap if gap != shortfall(members, free, floor={}) else {}
+    gap = shortfall(asked.members, free, floor=asked.floor)
+    return gap if gap != shortfall(asked.members, free, floor={}) else {}
 
 
 def _quantities(amounts: dict[str, int]) -> str:

@@ -24,6 +24,46 @@ class Assumption:
     at: float
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Kind:
+    """What a failed search and its verdict read of a gang: its members' shapes with
+    their counts and its topology levels. The hash is kept: the queue looks a kind up
+    for every waiting gang every cycle, and a shape's hash walks all its fields."""
+
+    shapes: tuple[tuple[Shape, int], ...]
+    required: str
+    preferred: str
+    digest: int
+
+    def __hash__(self) -> int:
+        return self.digest
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, Kind)
+            and self.digest == other.digest
+            and (self.shapes, self.required, self.preferred)
+            == (other.shapes, other.required, other.preferred)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What placement reads of a waiting gang (``asks.ask``), kept on it until it changes."""
+
+    members: dict[Shape, list[str]]  # pending members by shape, biggest first
+    kind: Kind
+    floor: dict[str, int]  # the PodGroup's ``minResources`` ({}: none)
+
+    @property
+    def required(self) -> str:
+        return self.kind.required
+
+    @property
+    def preferred(self) -> str:
+        return self.kind.preferred
+
+
 @dataclass(slots=True)
 class Gang(GangView):
     attempt: int = 0
@@ -42,8 +82,7 @@ class Gang(GangView):
     quorate: bool | None = None  # minMember pending pods (``ordering.quorate``)
     admitted: bool | None = None  # marked admitted (``ordering.is_admitted``)
     asks_gpus: bool | None = None  # a pending member asks for GPUs
-    shapes: dict[Shape, list[str]] | None = None  # pending members by shape (``core._members``)
-    signature: tuple[tuple[Shape, int], ...] = ()  # their shapes and counts
+    ask: Ask | None = None  # what it asks of the cluster (``asks.ask``)
     estimate: float | None = None  # expected run time when this core placed it (None: none)
     ran_gpus: int = -1  # GPUs of its members when this core placed it (-1: not placed)
     ran_team: str = ""  # its team then (``estimates.team``): whose runs it adds to
@@ -52,7 +91,7 @@ class Gang(GangView):
     def changed(self) -> None:
         """One of its pods or its PodGroup changed: what is kept is computed again."""
         self.rank = self.order = self.quorate = self.admitted = self.asks_gpus = None
-        self.shapes = None
+        self.ask = None
 
     def holds(self, pod: str) -> bool:
         """An assumed member stays accounted on its node until it is bound or forgotten."""
