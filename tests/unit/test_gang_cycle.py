@@ -305,3 +305,37 @@ def test_a_pod_group_whose_creation_time_changes_takes_its_new_place_in_the_queu
     feed(state, [msgspec.structs.replace(gb, created_at=1.0)], at=2.0)
     feed(state, [blocker], at=2.0, op="delete")
     assert gangs_bound(tick(state, 3.0)) == ["default/b"]
+
+
+def test_gangs_refused_alike_in_one_cycle_each_get_the_verdict_under_their_own_name() -> None:
+    """One search for the kind, one verdict per gang: the shared verdict names each."""
+    groups = [gang(name, 4, created_at=i) for i, name in enumerate(("a", "b", "c"))]
+    state = make(flat(3), *(obj for g, m in groups for obj in (g, *m)))
+    out = verdicts(tick(state, 1.0))
+    assert [v.gang for v in out] == ["default/a", "default/b", "default/c"]
+    assert {v.reason for v in out} == {"3 of 4 members fit"}
+
+
+def test_a_verdict_after_a_placement_in_the_same_cycle_counts_what_it_took() -> None:
+    """A refused search is not reused once a placement has taken capacity: the gang of
+    the same kind behind the one placed is told what is left, not what was."""
+    first, first_members = gang("first", 4, created_at=1)
+    small, small_members = gang("small", 1, created_at=2)
+    last, last_members = gang("last", 4, created_at=3)
+    state = make(flat(3), first, first_members, small, small_members, last, last_members)
+    out = tick(state, 1.0)
+    assert gangs_bound(out) == ["default/small"]
+    told = {v.gang: v.reason for v in verdicts(out)}
+    assert told == {"default/first": "3 of 4 members fit", "default/last": "2 of 4 members fit"}
+
+
+def test_a_pod_group_given_a_topology_constraint_is_searched_under_it_at_the_next_cycle() -> None:
+    """What a gang asks is kept between cycles until its PodGroup changes."""
+    group, members = gang("job", 2)
+    state = make(flat(1), group, members)
+    (before,) = verdicts(tick(state, 1.0))
+    assert before.reason == "1 of 2 members fit"
+    notes = {**group.annotations, "baton.io/topology-required": "example.com/pod"}
+    feed(state, [msgspec.structs.replace(group, annotations=notes)], at=2.0)
+    (after,) = verdicts(tick(state, 2.0))
+    assert "'example.com/pod' is not one of the gang service's topology levels" in after.reason
