@@ -372,15 +372,21 @@ def on_result(state: State, result: ActionResult, now: float) -> None:
 
 def expire(state: State, now: float) -> None:
     """Forget placements whose pods never showed up bound (actuator down, dry run), and
-    nominations whose gang no longer waits or whose victims never left."""
+    nominations whose gang no longer waits or whose victims never left. A placement
+    whose members all showed up bound (``Gang.settle``) or whose gang is gone is no
+    longer in flight."""
     timeout = state.policy.assume_timeout_s
     keep = timeout + state.policy.preempt_grace_s
     for key, (_, since) in list(state.nominated.items()):
         gang = state.cluster.gangs.get(key)
         if gang is None or not gang.pending or now - since >= keep:
             del state.nominated[key]
-    for gang in list(state.cluster.gangs.values()):
-        if gang.assumed is not None and now - gang.assumed.at >= timeout:
+    for action_id, key in list(state.inflight.items()):
+        gang = state.cluster.gangs.get(key)
+        assumed = gang.assumed if gang is not None else None
+        if gang is None or assumed is None or assumed.action_id != action_id:
+            del state.inflight[action_id]
+        elif now - assumed.at >= timeout:
             forget(state, gang, now)
 
 

@@ -339,3 +339,16 @@ def test_a_pod_group_given_a_topology_constraint_is_searched_under_it_at_the_nex
     feed(state, [msgspec.structs.replace(group, annotations=notes)], at=2.0)
     (after,) = verdicts(tick(state, 2.0))
     assert "'example.com/pod' is not one of the gang service's topology levels" in after.reason
+
+
+def test_a_bound_placement_is_no_longer_in_flight_and_an_idle_cluster_gets_no_ticks() -> None:
+    """Once every member shows up bound, the gang core forgets the action (it kept
+    every placed gang's action id for good, and asked for a tick forever)."""
+    group, members = gang("job", 2)
+    state = make(flat(2), group, members)
+    (bind,) = binds(tick(state, 1.0))
+    assert state.inflight and core.wants_tick(state, 1.5)  # in flight until bound
+    apply(state, bind, at=2.0)
+    tick(state, 3.0)
+    assert state.inflight == {}
+    assert not core.wants_tick(state, 3.5)
