@@ -142,7 +142,9 @@ def overestimated(jobs: list[Job], seed: int = 11, most: float = 3.0) -> list[Jo
 # -- placers -----------------------------------------------------------------------------
 
 
-def run_core(jobs: list[Job], nodes: list[Node], policy: core.Policy) -> Outcome:
+def run_core(
+    jobs: list[Job], nodes: list[Node], policy: core.Policy, cycle_s: float = CYCLE_S
+) -> Outcome:
     state = core.initial(policy)
     for n in nodes:
         core.step(state, NodeEvent(op="upsert", at=0.0, node=n), 0.0)
@@ -207,7 +209,8 @@ def run_core(jobs: list[Job], nodes: list[Node], policy: core.Policy) -> Outcome
         _delete(job, t)
 
     started = time.perf_counter()
-    _simulate(jobs, arrive=arrive, finish=finish, place=place, generation=generation)
+    _simulate(jobs, arrive=arrive, finish=finish, place=place, generation=generation,
+              cycle_s=cycle_s)  # fmt: skip
     out.took = time.perf_counter() - started
     for name, start in out.started.items():
         job = by_name[name]
@@ -215,7 +218,7 @@ def run_core(jobs: list[Job], nodes: list[Node], policy: core.Policy) -> Outcome
     return out
 
 
-def run_greedy(jobs: list[Job], nodes: list[Node]) -> Outcome:
+def run_greedy(jobs: list[Job], nodes: list[Node], cycle_s: float = CYCLE_S) -> Outcome:
     """Each pod alone on the least allocated node, in arrival order; a job starts when
     its last pod is bound, and its bound pods hold their GPUs idle until then."""
     free = {n.name: n.allocatable[GPU] for n in nodes}
@@ -259,7 +262,7 @@ def run_greedy(jobs: list[Job], nodes: list[Node]) -> Outcome:
             free[node_name] += job.pods()[k]
 
     started = time.perf_counter()
-    _simulate(jobs, arrive=arrive, finish=finish, place=place, generation={})
+    _simulate(jobs, arrive=arrive, finish=finish, place=place, generation={}, cycle_s=cycle_s)
     out.took = time.perf_counter() - started
     for name, pods in bound.items():  # partial jobs that never started held GPUs to the end
         if name not in out.started:
@@ -282,7 +285,7 @@ def _fragmented(nodes: object) -> float:
 
 def _simulate(
     jobs: list[Job], *, arrive: Callable[..., None], finish: Callable[..., None],
-    place: Callable[..., None], generation: dict[str, int],
+    place: Callable[..., None], generation: dict[str, int], cycle_s: float = CYCLE_S,
 ) -> None:  # fmt: skip
     events: list[tuple[float, int, str, str, int]] = [
         (j.submit, 1, "submit", j.name, 0) for j in jobs
@@ -290,7 +293,7 @@ def _simulate(
     heapq.heapify(events)
     by_name = {j.name: j for j in jobs}
     while events:
-        t = math.ceil(events[0][0] / CYCLE_S) * CYCLE_S
+        t = math.ceil(events[0][0] / cycle_s) * cycle_s
         while events and events[0][0] <= t:
             _, _, kind, name, gen = heapq.heappop(events)
             if kind == "submit":
@@ -346,32 +349,35 @@ NO_LOANS = core.Policy(backfill_loans=False, learn_estimates=True)  # the head w
 SHORTEST = core.Policy(learn_estimates=True, shortest_first_s=3 * 3600.0)
 
 
-def compare(jobs: list[Job], nodes: list[Node], *, only: str = "") -> None:
-    """``only``: a comma-separated subset of the placers' keys (all when empty)."""
+def compare(
+    jobs: list[Job], nodes: list[Node], *, only: str = "", cycle_s: float = CYCLE_S
+) -> None:
+    """``only``: a comma-separated subset of the placers' keys (all when empty);
+    ``cycle_s``: trace seconds between cycles."""
     gpus = sum(n.allocatable[GPU] for n in nodes)
     print(header())
     told = overestimated(jobs)
     placers: list[tuple[str, str, Callable[[], Outcome]]] = [
-        ("strict", "strict FIFO", lambda: run_core(jobs, nodes, STRICT)),
+        ("strict", "strict FIFO", lambda: run_core(jobs, nodes, STRICT, cycle_s)),
         ("before", "before: head reserves at once, backfill",
-         lambda: run_core(jobs, nodes, BEFORE)),
+         lambda: run_core(jobs, nodes, BEFORE, cycle_s)),
         ("now", "before EASY: + preemption + defragmentation",
-         lambda: run_core(jobs, nodes, NOW)),
+         lambda: run_core(jobs, nodes, NOW, cycle_s)),
         ("starvation", "before EASY, head reserves after 30 min",
-         lambda: run_core(jobs, nodes, STARVATION)),
+         lambda: run_core(jobs, nodes, STARVATION, cycle_s)),
         ("easy", "EASY, learned estimates (p90 of the team's last 50 runs of that size)",
-         lambda: run_core(jobs, nodes, EASY)),
+         lambda: run_core(jobs, nodes, EASY, cycle_s)),
         ("easy-user", "EASY, users' estimates (true x U(1, 3))",
-         lambda: run_core(told, nodes, EASY)),
+         lambda: run_core(told, nodes, EASY, cycle_s)),
         ("easy-noloans", "EASY, learned estimates, no loans",
-         lambda: run_core(jobs, nodes, NO_LOANS)),
+         lambda: run_core(jobs, nodes, NO_LOANS, cycle_s)),
         ("easy-user-noloans", "EASY, users' estimates, no loans",
-         lambda: run_core(told, nodes, NO_LOANS)),
+         lambda: run_core(told, nodes, NO_LOANS, cycle_s)),
         ("sjf", "EASY + shortest expected work first (3 h), learned estimates",
-         lambda: run_core(jobs, nodes, SHORTEST)),
+         lambda: run_core(jobs, nodes, SHORTEST, cycle_s)),
         ("sjf-user", "EASY + shortest expected work first (3 h), users' estimates",
-         lambda: run_core(told, nodes, SHORTEST)),
-        ("greedy", "pod-by-pod greedy", lambda: run_greedy(jobs, nodes)),
+         lambda: run_core(told, nodes, SHORTEST, cycle_s)),
+        ("greedy", "pod-by-pod greedy", lambda: run_greedy(jobs, nodes, cycle_s)),
     ]  # fmt: skip
     wanted = set(only.split(",")) if only else {key for key, _, _ in placers}
     for key, label, run in placers:
@@ -457,16 +463,19 @@ def main() -> None:
         mix(only)
     if "philly-full" in parts:  # every job of the trace: minutes per placer
         jobs, _ = philly(0, 1 << 30)
-        # 60 nodes: 78% offered load; 48 (97%): queues of weeks, hours for the gang core
+        # 60 nodes: 78% offered load; 48 (97%): queues of weeks, hours for the gang core.
+        # A cycle every 2 trace minutes (waits here are hours to weeks): every cycle passes
+        # over the whole queue, thousands of gangs in the trace's busiest weeks.
         size = int(os.environ.get("BATON_PHILLY_FULL_NODES", "60"))
+        cycle_s = float(os.environ.get("BATON_PHILLY_FULL_CYCLE_S", "120"))
         per = 8 if size % 10 else 10  # nodes a rack: 48 is the 6 racks of 8 of before
         nodes = racks(zones=1, blocks=1, racks=size // per, nodes=per)
         days = max(j.submit for j in jobs) / 86_400
         demand = sum(j.gpus * j.duration for j in jobs) / (len(nodes) * 8 * days * 86_400)
         print(f"\n### The whole Philly trace ({len(jobs):,} jobs, "
               f"{days:.0f} days), {len(nodes)} nodes / {len(nodes) * 8} GPUs, offered load "
-              f"{demand:.0%}\n")  # fmt: skip
-        compare(jobs, nodes, only=only)
+              f"{demand:.0%}, a cycle every {cycle_s:.0f} trace seconds\n")  # fmt: skip
+        compare(jobs, nodes, only=only, cycle_s=cycle_s)
 
 
 def decisions() -> None:
