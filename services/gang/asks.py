@@ -31,7 +31,7 @@ def ask(cluster: Cluster, gang: Gang, kinds: dict[Kind, Kind]) -> Ask:
         return gang.ask
     members = group_by_shape(ordering.members(cluster, gang))
     shapes = tuple((shape, len(names)) for shape, names in members.items())
-    required, preferred = levels(gang)
+    required, preferred = _levels(gang)
     kind = Kind(shapes, required, preferred, hash((shapes, required, preferred)))
     if len(kinds) >= KINDS_KEPT:
         kinds.clear()
@@ -41,7 +41,7 @@ def ask(cluster: Cluster, gang: Gang, kinds: dict[Kind, Kind]) -> Ask:
     return made
 
 
-def levels(gang: Gang) -> tuple[str, str]:
+def _levels(gang: Gang) -> tuple[str, str]:
     """Required and preferred topology levels: Baton's PodGroup annotations, or an
     upstream PodGroup's topology constraint (required)."""
     if gang.group is None:
@@ -74,7 +74,8 @@ class Refused:
         """``topology.search`` for the ask's members, outside ``excluded``."""
         found = self.searches.get((ask.kind, excluded))
         if found is None:
-            found = _search(cluster, ask, excluded)
+            found = search(cluster, ask.members, required=ask.required,
+                           preferred=ask.preferred, excluded=excluded)  # fmt: skip
             if found.plan is None:
                 self.searches[ask.kind, excluded] = found
         return found
@@ -94,9 +95,3 @@ class Refused:
         made = (event, identity(event))
         self.verdicts[id(found), blocked_by] = (found, made)  # keeps ``found``: ids stay unique
         return made
-
-
-def _search(cluster: Cluster, ask: Ask, excluded: frozenset[str]) -> Search:
-    return search(
-        cluster, ask.members, required=ask.required, preferred=ask.preferred, excluded=excluded
-    )
