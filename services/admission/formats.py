@@ -8,11 +8,13 @@ otherwise wait forever or lose all-or-nothing silently. Pure functions.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from baton.libs.kube.quantities import InvalidQuantity, canonical
 from baton.proto import keys
 from baton.proto.k8s import MAX_MEMBERS, MAX_NODE_GPUS
+from baton.services.admission.core.gangs import ACTIVE, Gang, Member
 from baton.services.admission.core.state import State
 from baton.services.admission.objects import KGroupPolicy, KPod
 from baton.services.admission.teams import is_label_key
@@ -147,6 +149,27 @@ def too_big(state: State, *, team: str, need: int, how: str, fix: str) -> str | 
         f"{state.ceiling(team)} (a gang runs within its quota, {state.quota(team)}, or wholly "
         f"on borrowed GPUs, at most {state.borrow_limit(team)}); {fix} or ask for a larger quota"
     )
+
+
+def joining_problem(state: State, gang: Gang, *, pod: str, gpus: int) -> str | None:
+    """A pod joining a known gang that the team could then never hold: the gang's
+    demand (``spec.minResources``, ``baton.io/gpus-per-pod`` x minMember, else its
+    minMember smallest members) or every live member's GPUs with this pod's, whichever
+    is more, counted shape by shape (never minMember x the largest pod)."""
+    member = Member(gpus=gpus, priority=0, phase="Pending", uid="", node="")
+    trial = dataclasses.replace(gang, members={**gang.members, pod: member})
+    need = trial.gpus
+    if trial.min_gpus and need == trial.min_gpus:
+        how, fix = "spec.minResources", "lower spec.minResources"
+    elif trial.gpus_per_pod is not None and need == trial.demand:
+        how = f"minMember {trial.min_member} x {trial.gpus_per_pod}, annotation {keys.GPUS_PER_POD}"
+        fix = "lower minMember"
+    else:
+        asks = sorted((m.gpus for m in trial.members.values() if m.phase in ACTIVE), reverse=True)
+        shown = " + ".join(map(str, asks[:8])) + (" + ..." if len(asks) > 8 else "")
+        how = f"{len(asks)} member pods with this one: {shown}; every member counts"
+        fix = "use fewer or smaller member pods"
+    return too_big(state, team=gang.team, need=need, how=how, fix=fix)
 
 
 def _positive(value: str) -> bool:

@@ -280,14 +280,11 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
         return f"{where}: {problem}" if problem else None
     if claim is None or not team:
         return None
-    gang, per_pod = state.gangs.get(f"{namespace}/{claim.name}"), pod.gpus(keys.GPU)
-    size, said = (gang.min_member, "minMember") if gang is not None else (0, "")
-    if gang is None and formats.count(claim):
-        size, said = formats.count(claim), claim.count_key
-    problem = formats.too_big(
-        state, team=team, need=per_pod * size, how=f"{said} {size} x {per_pod}",
-        fix=f"lower {said}",
-    )  # fmt: skip
+    gang = state.gangs.get(f"{namespace}/{claim.name}")
+    if gang is None or not gang.team:
+        return None  # its first member: what the others ask is not known yet
+    name = meta.name or meta.generate_name
+    problem = formats.joining_problem(state, gang, pod=name, gpus=pod.gpus(keys.GPU))
     return f"{where}: gang {namespace}/{claim.name} {problem}" if problem else None
 
 
