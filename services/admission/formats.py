@@ -151,13 +151,18 @@ def too_big(state: State, *, team: str, need: int, how: str, fix: str) -> str | 
     )
 
 
+def joined(gang: Gang, *, pod: str, gpus: int) -> Gang:
+    """A copy of ``gang`` with a new pending member (what it would be once the pod is in)."""
+    member = Member(gpus=gpus, priority=0, phase="Pending", uid="", node="")
+    return dataclasses.replace(gang, members={**gang.members, pod: member})
+
+
 def joining_problem(state: State, gang: Gang, *, pod: str, gpus: int) -> str | None:
     """A pod joining a known gang that the team could then never hold: the gang's
     demand (``spec.minResources``, ``baton.io/gpus-per-pod`` x minMember, else its
     minMember smallest members) or every live member's GPUs with this pod's, whichever
     is more, counted shape by shape (never minMember x the largest pod)."""
-    member = Member(gpus=gpus, priority=0, phase="Pending", uid="", node="")
-    trial = dataclasses.replace(gang, members={**gang.members, pod: member})
+    trial = joined(gang, pod=pod, gpus=gpus)
     need = trial.gpus
     if trial.min_gpus and need == trial.min_gpus:
         how, fix = "spec.minResources", "lower spec.minResources"

@@ -175,8 +175,9 @@ def mutate_pod(
     claim = formats.gang_of(pod)
     gang = claim.name if claim is not None else ""
     borrowing = will_borrow(
-        state, team=team, gang=f"{namespace}/{gang}" if gang else "", gpus=pod.gpus(keys.GPU)
-    )
+        state, team=team, gang=f"{namespace}/{gang}" if gang else "", gpus=pod.gpus(keys.GPU),
+        pod=meta.name or meta.generate_name,
+    )  # fmt: skip
     annotations: dict[str, str] = {keys.BORROWING: "true"} if borrowing else {}
     limit = state.specs[team].egress.limit
     if limit and keys.EGRESS_BANDWIDTH not in (meta.annotations or {}):
@@ -205,18 +206,16 @@ def mutate_pod_group(
     return map_patch("/metadata/labels", group.metadata.labels, {keys.TEAM: team}), team, False
 
 
-def will_borrow(state: State, *, team: str, gang: str, gpus: int) -> bool:
-    """Whether a new pod's gang runs (or will likely run) on GPUs lent by other teams."""
+def will_borrow(state: State, *, team: str, gang: str, gpus: int, pod: str = "") -> bool:
+    """Whether a new pod's gang runs (or will likely run) on GPUs lent by other teams:
+    what the gang counts with this pod in (its members as they ask, never minMember x
+    this pod's GPUs) beyond what is left of the team's quota."""
     if state.borrow_limit(team) == 0:
         return False
     known = state.gangs.get(gang) if gang else None
     if known is not None and known.admitted:
         return known.borrowed > 0
-    need = (
-        known.gpus
-        if known is not None and known.known
-        else gpus * (known.min_member if known is not None else 1)
-    )
+    need = formats.joined(known, pod=pod, gpus=gpus).gpus if known is not None else gpus
     return state.used.get(team, 0) + need > state.quota(team)
 
 

@@ -113,6 +113,22 @@ def test_the_webhook_lets_every_member_of_an_mpi_style_group_in_on_32_gpus() -> 
         feed(state, event)
 
 
+def test_an_mpi_style_worker_is_not_predicted_to_borrow_for_minmember_x_8() -> None:
+    config = {
+        "teams": [
+            {"name": "a", "namespaces": ["ml"], "pools": ["pa"], "borrow": {"gpus": 8}},
+            {"name": "b", "namespaces": ["other"], "pools": ["pb"]},
+        ]
+    }
+    state = start(config, {"a0": "pa", "a1": "pa", "a2": "pa", "b0": "pb"})  # a: 24 GPUs
+    feed(state, *mpi()[:3])  # the PodGroup, the launcher and the parameter server
+    for i in range(3):  # 24 GPUs with the third worker: within a's quota, not 5 x 8
+        name = f"mpi-worker-{i}"
+        assert not webhook.will_borrow(state, team="a", gang="ml/mpi", gpus=8, pod=name)
+        feed(state, member("mpi", name, 8))
+    assert state.gangs["ml/mpi"].admitted and not state.gangs["ml/mpi"].borrowed
+
+
 def test_a_mixed_gang_leaves_its_team_room_for_gangs_that_fit() -> None:
     state = start(ONE_TEAM, FOUR_NODES)
     out = feed(state, *mpi(), *[e for i in range(3) for e in (
