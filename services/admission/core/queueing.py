@@ -468,7 +468,8 @@ def remark(gang: Gang, now: float) -> Annotate:
 def _wait(
     state: State, gang: Gang, now: float, *, reason: str, aside: bool = False
 ) -> list[Output]:
-    same = _gist(reason) == _gist(gang.reason) and gang.sized == gang.told_gpus
+    said = reason == gang.reason or _gist(reason) == _gist(gang.reason)  # equal: no regex
+    same = said and gang.sized == gang.told_gpus
     gang.aside, gang.told_gpus = (reason if aside else ""), gang.sized
     state.untold.discard(gang.key)
     gang.reason = reason
