@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -276,18 +277,26 @@ def test_a_reclaimed_gang_has_its_bare_pods_recreated_and_the_others_left_to_the
     assert [a.gang for a in of(out, GangAdmitted)] == ["other/mine"]
 
 
-def test_a_taken_off_gang_with_no_pods_left_holds_no_queue_head() -> None:
+@pytest.mark.parametrize("declared", [False, True])
+def test_a_taken_off_gang_with_no_pods_left_holds_no_queue_head(declared: bool) -> None:
     strict = {**TWO_TEAMS, "queueing": {"strategy": "StrictFIFO"}}
     state = start(strict, {"a1": "pa", "b1": "pb", "b2": "pb"})
-    feed(state, group("extra", 2), *(member("extra", f"extra-{i}", 8) for i in range(2)))
+    extra = group("extra", 2)
+    if declared:  # spec.minResources: admitted before its pods exist, not after they went
+        pg = msgspec.structs.replace(extra.pod_group, min_resources={GPU: 16})
+        extra = msgspec.structs.replace(extra, pod_group=pg)
+    came = 1 if declared else 2  # declared: admitted with one of its two pods there
+    out = feed(state, extra, *(member("extra", f"extra-{i}", 8) for i in range(came)))
+    assert [a.gang for a in of(out, GangAdmitted)] == ["ml/extra"]
     feed(state, group("mine", 1, ns="other", at=3.0), member("mine", "mine-0", 8, ns="other"))
     gone = [PodEvent(op="delete", at=4.0, pod=member("extra", f"extra-{i}", 8).pod)
-            for i in range(2)]  # fmt: skip
+            for i in range(came)]  # fmt: skip
     out = feed(state, *gone, group("own", 1, at=5.0), member("own", "own-0", 8), now=5.0)
     assert [a.gang for a in of(out, GangAdmitted)] == ["ml/own"]  # not behind an empty head
     said = [q.reason for q in of(out, GangQueued) if q.gang == "ml/extra"]
     assert said and said[-1].startswith("waiting for members: 0 of 2 member pods; its pods went")
+    out = feed(state, member("mine", "mine-0", 8, ns="other", phase="Succeeded"), now=6.0)
+    assert not of(out, GangAdmitted)  # room again, but none of its pods is back yet
     back = [member("extra", f"extra-{i}", 8) for i in range(2)]  # recreated, unbound
-    feed(state, *back, now=6.0)
-    out = feed(state, member("mine", "mine-0", 8, ns="other", phase="Succeeded"), now=7.0)
+    out = feed(state, *back, now=7.0)
     assert [(a.gang, a.borrowed) for a in of(out, GangAdmitted)] == [("ml/extra", 16)]

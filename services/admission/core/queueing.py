@@ -256,7 +256,7 @@ def unadmit(gang: Gang, now: float, *, reason: str) -> Annotate:
 def _try(
     state: State, gang: Gang, now: float, *, reserve: int = 0, behind: Gang | None = None
 ) -> list[Output]:
-    if not gang.known:
+    if not gang.known or gang.waiting_members:
         return _wait(state, gang, now, reason=members_reason(gang))
     need, team = gang.gpus, gang.team
     used, quota, limit = state.used.get(team, 0), state.quota(team), state.borrow_limit(team)
@@ -406,6 +406,7 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
     for name, m in list(gang.members.items()):
         if m.phase in ACTIVE:  # they go: it waits for its pods to come back
             del gang.members[name]
+    gang.complete = True  # (declared or not: admitted again only once they are back)
     state.enqueue(gang)
     return [
         unadmit(gang, now, reason=reason),
