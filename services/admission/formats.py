@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from baton.libs.kube.quantities import InvalidQuantity, canonical
 from baton.proto import keys
 from baton.proto.k8s import MAX_MEMBERS, MAX_NODE_GPUS
-from baton.services.admission.core.gangs import ACTIVE, Gang, Member
+from baton.services.admission.core.gangs import Gang, Member
+from baton.services.admission.core.members import sized_by
 from baton.services.admission.core.state import State
 from baton.services.admission.objects import KGroupPolicy, KPod
 from baton.services.admission.teams import is_label_key
@@ -163,18 +164,8 @@ def joining_problem(state: State, gang: Gang, *, pod: str, gpus: int) -> str | N
     minMember smallest members) or every live member's GPUs with this pod's, whichever
     is more, counted shape by shape (never minMember x the largest pod)."""
     trial = joined(gang, pod=pod, gpus=gpus)
-    need = trial.gpus
-    if trial.min_gpus and need == trial.min_gpus:
-        how, fix = "spec.minResources", "lower spec.minResources"
-    elif trial.gpus_per_pod is not None and need == trial.demand:
-        how = f"minMember {trial.min_member} x {trial.gpus_per_pod}, annotation {keys.GPUS_PER_POD}"
-        fix = "lower minMember"
-    else:
-        asks = sorted((m.gpus for m in trial.members.values() if m.phase in ACTIVE), reverse=True)
-        shown = " + ".join(map(str, asks[:8])) + (" + ..." if len(asks) > 8 else "")
-        how = f"{len(asks)} member pods with this one: {shown}; every member counts"
-        fix = "use fewer or smaller member pods"
-    return too_big(state, team=gang.team, need=need, how=how, fix=fix)
+    how, fix = sized_by(trial, joining=True)
+    return too_big(state, team=gang.team, need=trial.gpus, how=how, fix=fix)
 
 
 def _positive(value: str) -> bool:

@@ -149,6 +149,14 @@ def test_a_gang_short_of_members_waits_for_them_and_says_so() -> None:
     assert said.startswith("waiting for members: 2 of 5 member pods exist"), said
 
 
+def test_a_gang_its_team_can_never_hold_is_set_aside_naming_what_asks_too_much() -> None:
+    state = start(ONE_TEAM, {"n0": "pa", "n1": "pa"})  # 16 GPUs
+    out = feed(state, *(member("wide", f"wide-{i}", 8) for i in range(3)), group("wide", 2))
+    said = [q.reason for q in of(out, GangQueued) if q.set_aside][-1]
+    assert "needs 24 GPUs (3 member pods ask: 8 + 8 + 8; every member counts)" in said
+    assert "use fewer or smaller member pods or ask for a larger quota" in said
+
+
 # -- every member counts, whatever order they come in ------------------------------------
 
 

@@ -41,6 +41,22 @@ def members_reason(gang: Gang) -> str:
     )
 
 
+def sized_by(gang: Gang, *, joining: bool = False) -> tuple[str, str]:
+    """What says the GPUs a gang counts, and how its author lowers them (for a refusal's
+    advice: the real cause, never minMember x the largest pod)."""
+    need = gang.gpus
+    if gang.min_gpus and need == gang.min_gpus:
+        return "spec.minResources", "lower spec.minResources"
+    if gang.gpus_per_pod is not None and need == gang.demand:
+        how = f"minMember {gang.min_member} x {gang.gpus_per_pod}, annotation {keys.GPUS_PER_POD}"
+        return how, "lower minMember"
+    asks = sorted((m.gpus for m in gang.members.values() if m.phase in ACTIVE), reverse=True)
+    shown = " + ".join(map(str, asks[:8])) + (" + ..." if len(asks) > 8 else "")
+    which = "with this one" if joining else "ask"
+    how = f"{len(asks)} member pods {which}: {shown}; every member counts"
+    return how, "use fewer or smaller member pods"
+
+
 def grow(state: State, gang: Gang, now: float) -> list[Grown]:
     """An admitted gang whose live members ask more than it holds: count them if its
     team can hold them, else take its marks back until it can."""

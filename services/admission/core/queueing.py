@@ -168,12 +168,12 @@ def _aside(state: State, gang: Gang, now: float) -> str:
     """Why a gang is set aside rather than waiting its turn ('' if it is not): it could
     never be admitted, or its member pods did not come."""
     if gang.known and gang.gpus > state.ceiling(gang.team):
-        team = gang.team
+        team, (how, fix) = gang.team, members.sized_by(gang)
         return (
-            f"set aside: needs {gang.gpus} GPUs but a gang of team {team!r} runs either "
-            f"within its quota ({state.quota(team)}) or wholly on borrowed GPUs (at most "
-            f"{state.borrow_limit(team)}), so at most {state.ceiling(team)}; lower its "
-            "size or ask for a larger quota"
+            f"set aside: needs {gang.gpus} GPUs ({how}) but a gang of team {team!r} runs "
+            f"either within its quota ({state.quota(team)}) or wholly on borrowed GPUs (at "
+            f"most {state.borrow_limit(team)}), so at most {state.ceiling(team)}; {fix} "
+            "or ask for a larger quota"
         )
     if gang.lone or gang.carrier:
         return ""
