@@ -189,6 +189,7 @@ def test_a_member_joining_an_admitted_gang_past_its_quota_waits_for_room() -> No
     out = feed(state, member("run", "run-0", 8, phase="Succeeded"), now=9.0)
     (resume,) = of(out, Annotate)
     assert (resume.name, resume.annotations) == ("sneak", {keys.ADMITTED: "true"})
+    assert [(a.gang, a.gpus) for a in of(out, GangAdmitted)] == [("ml/sneak", 4)]  # told
     assert state.used["a"] == 4
 
 

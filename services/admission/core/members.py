@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from baton.proto import ids, keys
 from baton.proto.actions import Annotate, Binding, EvictGang, RecreatePod
-from baton.proto.admission import GangQueued
+from baton.proto.admission import GangAdmitted, GangQueued
 from baton.services.admission.core.gangs import ACTIVE, Gang
 from baton.services.admission.core.state import State
 
 Taken = EvictGang | RecreatePod
-Grown = Annotate | GangQueued
+Grown = Annotate | GangAdmitted | GangQueued
 
 
 def members_reason(gang: Gang) -> str:
@@ -80,7 +80,10 @@ def grow(state: State, gang: Gang, now: float) -> list[Grown]:
         return []
     resume(state, gang)
     gang.reason = ""
-    return [_marks(gang, now, admitted=True, reason="its new members fit its team's quota")]
+    return [
+        _marks(gang, now, admitted=True, reason="its new members fit its team's quota"),
+        GangAdmitted(at=now, gang=gang.key, team=gang.team, gpus=gang.held, borrowed=gang.borrowed),
+    ]
 
 
 def resume(state: State, gang: Gang) -> None:
