@@ -8,6 +8,8 @@ actuator over a real nats-server.
 - A team at its quota cannot slip a gang past it with a first pod that asks no GPUs:
   the gang waits for its members, then for quota, and runs once the team's running
   gang ends.
+- A member that joins a gang already admitted is not counted past the quota: the
+  gang's admission mark is taken back until the team has room, then put back.
 """
 
 from __future__ import annotations
@@ -155,4 +157,60 @@ async def test_a_zero_gpu_first_pod_does_not_let_a_gang_past_its_teams_quota(
 
             await until(sneak_runs, what="the gang admitted and bound once a has room", within=60)
             assert admission.state.used["a"] == 4
+        await api.close()
+
+
+async def test_a_member_joining_an_admitted_gang_past_its_quota_waits_for_room(
+    tmp_path: Path,
+) -> None:
+    """No peer test found: Kueue fixes a plain-pod group's size at admission (pods beyond
+    it are excess and never run); Baton counts a late member when its team can hold it
+    and keeps it off the nodes, the gang's admission mark taken back, until then."""
+    teams = (
+        "teams:\n  - name: a\n    namespaces: [team-a]\n    pools: [pa]\n    quota: {gpus: 8}\n"
+        "  - name: b\n    namespaces: [team-b]\n    pools: [pb]\n"
+    )
+    async with running_nats() as url, running_sim(nodes=3) as sim:
+        api = await sim.api_client()
+        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        await _cluster(core_api, ["pa", "pa", "pb"])  # a has 16 GPUs of nodes, 8 of quota
+        async with admitting(
+            url, sim, custom, teams=teams, folder=tmp_path, cycle_interval=0.5
+        ) as admission:
+            await _ready(core_api, admission)
+            await submit(core_api, custom, "team-a", "run", 1)  # a at its quota
+            await _group(custom, "team-a", "late", 1)
+            await core_api.create_namespaced_pod(
+                "team-a", gpu_pod("late-launcher", labels={LABEL: "late"}, gpus=0)
+            )
+
+            async def both_run() -> bool:
+                got = await _bound(core_api, "team-a")
+                return bool(got.get("run-0")) and bool(got.get("late-launcher"))
+
+            await until(both_run, what="a's gang and the 0-GPU gang bound", within=45)
+            await core_api.create_namespaced_pod(
+                "team-a", gpu_pod("late-worker", labels={LABEL: "late"}, gpus=4)
+            )
+
+            async def unmarked() -> bool:
+                group = await custom.get_namespaced_custom_object(
+                    *GROUP, "team-a", "podgroups", "late"
+                )
+                return "baton.io/admitted" not in (group["metadata"].get("annotations") or {})
+
+            await until(unmarked, what="the gang's admission mark taken back", within=30)
+            assert admission.state.used["a"] == 8  # the worker is not counted past the quota
+            assert not (await _bound(core_api, "team-a"))["late-worker"]
+
+            await custom.delete_namespaced_custom_object(*GROUP, "team-a", "podgroups", "run")
+            await core_api.delete_namespaced_pod("run-0", "team-a")  # room for the worker
+
+            async def marked_again() -> bool:
+                return admission.state.used.get("a") == 4 and not await unmarked()
+
+            await until(
+                marked_again, what="the worker counted and the gang marked admitted again",
+                within=30,
+            )  # fmt: skip
         await api.close()
