@@ -66,10 +66,11 @@ async def _ready(core_api: client.CoreV1Api, admission: Any) -> None:
 
 
 async def test_an_mpi_style_group_is_admitted_and_placed_on_32_gpus(tmp_path: Path) -> None:
-    """Mirrors scheduler-plugins' coscheduling ``pkg/coscheduling/core/core_test.go``
-    PreFilter cases with ``minResources`` and members of different requests: a group is
-    measured by what its members ask, not minMember x the largest (the MPI operator
-    gives its PodGroup a launcher that asks no GPU beside its workers)."""
+    """Mirrors scheduler-plugins' ``pkg/coscheduling/core/core_test.go``: TestPreFilter
+    "cluster's resource satisfies minResource" and TestCheckClusterResource (a group is
+    measured by the total its PodGroup or its pods ask, never minMember x one pod; the
+    MPI operator's PodGroup has a launcher that asks no GPU beside its workers), and
+    "pod count less than minMember" (it waits for its members)."""
     teams = "teams:\n  - name: a\n    namespaces: [team-a]\n    pools: [pa]\n"
     async with running_nats() as url, running_sim(nodes=4) as sim:
         api = await sim.api_client()
