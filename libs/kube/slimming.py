@@ -134,7 +134,7 @@ def gang_ref(
     that decides (docs/gang.md, "Gang formats"). A pod naming groups in several formats
     is refused by the admission webhook; here the first in this order wins:
     scheduler-plugins' label, upstream ``spec.schedulingGroup``, Volcano's annotation,
-    Kueue's label."""
+    Kueue's label, a JobSet's pods (its name label with ``baton.io/gang-members``)."""
     if name := labels.get(keys.POD_GROUP):
         return k8s.GangRef(name=name)
     if spec.scheduling_group is not None and spec.scheduling_group.pod_group_name:
@@ -145,6 +145,9 @@ def gang_ref(
     if name := labels.get(keys.KUEUE_GROUP):
         count = _count(annotations.get(keys.KUEUE_TOTAL) or labels.get(keys.KUEUE_TOTAL))
         return k8s.GangRef(name=name, source="kueue", min_member=count)
+    if (name := labels.get(keys.JOBSET_NAME)) and keys.GANG_MEMBERS in annotations:
+        count = _count(annotations.get(keys.GANG_MEMBERS))
+        return k8s.GangRef(name=name, source="jobset", min_member=count)
     return None
 
 

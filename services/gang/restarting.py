@@ -35,6 +35,7 @@ CONTROLLER_LABELS = (
     "job-name",
     "jobset.sigs.k8s.io/jobset-name",
     "leaderworkerset.sigs.k8s.io/name",
+    "training.kubeflow.org/job-name",  # the MPI operator's workers and launcher
 )
 NODE_DELETED = "node deleted"
 NODE_DRAINING = f"node draining ({keys.DRAINING})"

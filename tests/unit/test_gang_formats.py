@@ -60,6 +60,12 @@ FORMATS = [
         "two formats: scheduler-plugins wins", {keys.POD_GROUP: "a", keys.KUEUE_GROUP: "b"},
         {keys.KUEUE_TOTAL: "2"}, {}, GangRef(name="a"),
     ),
+    (
+        "JobSet pods with Baton's member count: one gang per JobSet", {keys.JOBSET_NAME: "llm"},
+        {keys.GANG_MEMBERS: "32"}, {}, GangRef(name="llm", source="jobset", min_member=32),
+    ),
+    ("JobSet pods without a member count are not a gang", {keys.JOBSET_NAME: "llm"}, {}, {},
+     None),
     ("no group: a gang of one", {}, {}, {}, None),
 ]  # fmt: skip
 

@@ -71,6 +71,12 @@ REFUSED = [
     ("Volcano count that is not a number",
      pod(annotations={keys.VOLCANO_GROUP: "j", keys.VOLCANO_MIN_MEMBER: "0"}), "Pod", ("", "v1"),
      f"{keys.VOLCANO_MIN_MEMBER}: '0' is not a whole number of members"),
+    ("JobSet member count that is not a number",
+     pod({keys.JOBSET_NAME: "j"}, {keys.GANG_MEMBERS: "all"}), "Pod", ("", "v1"),
+     f"{keys.GANG_MEMBERS}: 'all' is not a whole number of members"),
+    ("a JobSet larger than the team could ever run",
+     pod({keys.JOBSET_NAME: "j"}, {keys.GANG_MEMBERS: "4"}), "Pod", ("", "v1"),
+     f"needs 32 GPUs ({keys.GANG_MEMBERS} 4 x 8) but team 'a' can never get more than 16"),
     ("two formats naming two gangs",
      pod({keys.POD_GROUP: "a"}, {keys.VOLCANO_GROUP: "b"}), "Pod", ("", "v1"),
      "a pod belongs to one gang: keep one of them"),
@@ -139,6 +145,8 @@ def test_each_format_is_refused_with_what_to_do(
 
 ALLOWED = [
     ("Kueue gang with its size", pod({keys.KUEUE_GROUP: "j"}, {keys.KUEUE_TOTAL: "2"}), "Pod",
+     ("", "v1")),
+    ("JobSet gang with its size", pod({keys.JOBSET_NAME: "j"}, {keys.GANG_MEMBERS: "2"}), "Pod",
      ("", "v1")),
     ("Volcano gang naming a PodGroup", pod(annotations={keys.VOLCANO_GROUP: "j"}), "Pod",
      ("", "v1")),
