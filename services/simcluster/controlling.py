@@ -53,6 +53,7 @@ class Controller:
             self.queue(namespace, meta["name"])
             if event == "DELETED":
                 self.collect(namespace, meta.get("uid", ""))
+                self.forget(meta.get("uid", ""))
             return
         if owner := controller_of(obj, self.kind):
             self.owned_changed(event, res, obj)
@@ -60,6 +61,9 @@ class Controller:
 
     def owned_changed(self, event: str, res: str, obj: Obj) -> None:
         """A controller may remember something about what it owns (a pod that went)."""
+
+    def forget(self, uid: str) -> None:
+        """The owner ``uid`` was deleted: drop what was remembered of it."""
 
     def queue(self, namespace: str, name: str) -> None:
         self._queue[namespace, name] = None

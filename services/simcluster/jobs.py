@@ -64,8 +64,12 @@ class Jobs(Controller):
         self._rng = random.Random(0)
 
     def owned_changed(self, event: str, res: str, obj: Obj) -> None:
-        if res == "pods" and event == "DELETED":
-            self._books.setdefault(controller_uid(obj), Book()).gone[obj["metadata"]["uid"]] = obj
+        book = self._books.get(controller_uid(obj))
+        if res == "pods" and event == "DELETED" and book is not None:
+            book.gone[obj["metadata"]["uid"]] = obj
+
+    def forget(self, uid: str) -> None:
+        self._books.pop(uid, None)
 
     async def reconcile(self, job: Obj) -> None:
         status = copy.deepcopy(job.get("status") or {})
