@@ -375,3 +375,83 @@ async def test_deleting_a_job_deletes_its_pods(api: client.ApiClient, sim: Sim) 
         return not await listed(api, "pods", "job-name=short")
 
     await until(gone, what="the Job's pod deleted", within=20)
+
+
+async def test_backoff_limit_per_index_fails_only_that_index(api: client.ApiClient) -> None:
+    """Job docs, "Backoff limit per index": an index whose pods failed more than
+    backoffLimitPerIndex times is failed (status.failedIndexes) while the others run to
+    completion; the Job then fails (reason FailedIndexes)."""
+    body = job("perindex", completions=2, parallelism=2, completionMode="Indexed",
+               backoffLimitPerIndex=1, template=template(exit_code=3))  # fmt: skip
+    await create(api, "jobs", body)
+    failed = await condition(api, "jobs", "perindex", "Failed")
+    assert failed["reason"] == "FailedIndexes"
+    status = await status_of(api, "jobs", "perindex")
+    assert status["failedIndexes"] == "0-1" and status["failed"] == 4  # 2 tries per index
+    counts = {p["metadata"]["annotations"].get("batch.kubernetes.io/job-index-failure-count")
+              for p in await listed(api, "pods", "job-name=perindex")}  # fmt: skip
+    assert counts == {None, "1"}  # first try, then the retry that knows one failure
+
+
+async def test_job_without_completions_is_complete_once_one_pod_succeeded(
+    api: client.ApiClient,
+) -> None:
+    """Job docs, "Parallel Jobs with a work queue": without .spec.completions the Job
+    runs parallelism pods and is complete once any pod succeeded and all have ended."""
+    await create(api, "jobs", job("queue", parallelism=2))
+    await condition(api, "jobs", "queue", "Complete")
+    status = await status_of(api, "jobs", "queue")
+    assert status["succeeded"] == 2 and status["active"] == 0
+
+
+async def test_jobset_failure_policy_rule_fails_on_a_job_failure_reason(
+    api: client.ApiClient,
+) -> None:
+    """JobSet docs, "Failure Policy" rules: a FailJobSet rule whose onJobFailureReasons
+    match the failed Job's reason (PodFailurePolicy) fails the JobSet without a restart,
+    whatever maxRestarts allows."""
+    body = jobset("ruled", jobs=1, pods=1, exit_code=7, failurePolicy={
+        "maxRestarts": 5,
+        "rules": [{"name": "fatal", "action": "FailJobSet",
+                   "onJobFailureReasons": ["PodFailurePolicy"]}]})  # fmt: skip
+    codes = {"operator": "In", "values": [7]}
+    for rj in body["spec"]["replicatedJobs"]:
+        rj["template"]["spec"]["podFailurePolicy"] = {
+            "rules": [{"action": "FailJob", "onExitCodes": codes}]
+        }
+    await create(api, "jobsets", body)
+    await condition(api, "jobsets", "ruled", "Failed")
+    assert (await status_of(api, "jobsets", "ruled")).get("restarts", 0) == 0
+
+
+async def test_mpijob_scheduling_policy_and_wait_for_workers_ready(
+    api: client.ApiClient, sim: Sim
+) -> None:
+    """MPI operator v2: runPolicy.schedulingPolicy's minAvailable, minResources and
+    scheduleTimeoutSeconds go to the PodGroup as they are; launcherCreationPolicy
+    WaitForWorkersReady creates the launcher Job only once every worker is ready."""
+    seen: list[str] = []  # the store's changes, in order: "ready <pod>", "added <job>"
+
+    def on_change(event: str, res: str, obj: Obj) -> None:
+        name = obj["metadata"]["name"]
+        if res == "jobs" and event == "ADDED":
+            seen.append(f"added {name}")
+        elif res == "pods" and (obj.get("status") or {}).get("phase") == "Running":
+            seen.append(f"ready {name}")
+
+    sim.store.add_listener(on_change)
+    policy = {"minAvailable": 2, "minResources": {"nvidia.com/gpu": "16"},
+              "scheduleTimeoutSeconds": 120}  # fmt: skip
+    specs = {"Launcher": {"replicas": 1, "template": template(seconds=None)},
+             "Worker": {"replicas": 2, "template": template(seconds=None)}}  # fmt: skip
+    spec = {"launcherCreationPolicy": "WaitForWorkersReady",
+            "runPolicy": {"schedulingPolicy": policy}, "mpiReplicaSpecs": specs}  # fmt: skip
+    body = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": "wait"},
+            "spec": spec}  # fmt: skip
+    await create(api, "mpijobs", body)
+    group = await until(lambda: get(api, "podgroups", "wait"), what="PodGroup wait", within=20)
+    assert group["spec"] == {"minMember": 2, "minResources": {"nvidia.com/gpu": "16"},
+                             "scheduleTimeoutSeconds": 120}  # fmt: skip
+    await until(lambda: "added wait-launcher" in seen, what="the launcher Job", within=20)
+    launched = seen.index("added wait-launcher")
+    assert {f"ready wait-worker-{i}" for i in range(2)} <= set(seen[:launched]), seen
