@@ -45,6 +45,7 @@ EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 _MESSAGES = {
     "FailedJobs": "jobset failed due to one or more job failures",
     "ReachedMaxRestarts": "jobset failed due to reaching max number of restarts",
+    "FailJobSetFailurePolicyAction": "applying FailJobSet failure policy action",
 }
 
 
@@ -80,9 +81,11 @@ class JobSets(Controller):
         failed = [j for j in current.values() if is_true(j.get("status") or {}, "Failed")]
         if not failed:
             return False
-        action, reason = _action(jobset, failed[0]), "FailedJobs"
+        policy = jobset["spec"].get("failurePolicy")
+        action = _action(jobset, failed[0])
+        reason = "FailJobSetFailurePolicyAction" if policy else "FailedJobs"
         counted = status.get("restartsCountTowardsMax", 0)
-        most = (jobset["spec"].get("failurePolicy") or {}).get("maxRestarts", 0)
+        most = (policy or {}).get("maxRestarts", 0)
         if action == "RestartJobSet" and counted >= most:
             action, reason = "FailJobSet", "ReachedMaxRestarts"
         if action == "FailJobSet":
@@ -127,12 +130,13 @@ class JobSets(Controller):
             out.extend(job_for(jobset, rj, i, restarts=status.get("restarts", 0))
                        for i in range(rj.get("replicas", 1)))  # fmt: skip
             if in_order == "InOrder" and ready.get(rj["name"], 0) < rj.get("replicas", 1):
-                message = f"replicated job {rj['name']} is starting"
                 set_condition(status, "StartupPolicyInProgress", "True",
-                              "InOrderStartupPolicyInProgress", message)  # fmt: skip
+                              "InOrderStartupPolicyInProgress",
+                              "in order startup policy is in progress")  # fmt: skip
                 return out
         if in_order == "InOrder":
-            reason, message = "InOrderStartupPolicyCompleted", "all replicated jobs have started"
+            reason = "InOrderStartupPolicyCompleted"
+            message = "in order startup policy has completed"
             set_condition(status, "StartupPolicyInProgress", "False", reason, message)
             set_condition(status, "StartupPolicyCompleted", "True", reason, message)
         return out

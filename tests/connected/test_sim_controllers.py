@@ -420,7 +420,8 @@ async def test_jobset_failure_policy_rule_fails_on_a_job_failure_reason(
             "rules": [{"action": "FailJob", "onExitCodes": codes}]
         }
     await create(api, "jobsets", body)
-    await condition(api, "jobsets", "ruled", "Failed")
+    failed = await condition(api, "jobsets", "ruled", "Failed")
+    assert failed["reason"] == "FailJobSetFailurePolicyAction"
     assert (await status_of(api, "jobsets", "ruled")).get("restarts", 0) == 0
 
 
