@@ -91,6 +91,9 @@ KUEUE_TOTAL: Final = "kueue.x-k8s.io/pod-group-total-count"
 # by the JobSet controller) and, in their template, Baton's member count (every pod of
 # the JobSet).
 JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_JOB_KEY: Final = "jobset.sigs.k8s.io/job-key"  # one value per Job of the JobSet
+# JobSet's exclusive placement: each Job in a domain of this label key of its own.
+JOBSET_EXCLUSIVE: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 GANG_MEMBERS: Final = "baton.io/gang-members"
 EGRESS_BANDWIDTH: Final = "kubernetes.io/egress-bandwidth"
 INGRESS_BANDWIDTH: Final = "kubernetes.io/ingress-bandwidth"

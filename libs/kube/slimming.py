@@ -14,7 +14,9 @@ from baton.libs.kube.quantities import InvalidQuantity, canonical, canonical_res
 from baton.proto import k8s, keys
 
 MIRROR = "kubernetes.io/config.mirror"  # a static pod's mirror
-_KEPT_ANNOTATIONS = frozenset({keys.EGRESS_BANDWIDTH, keys.INGRESS_BANDWIDTH, keys.MACHINE})
+_KEPT_ANNOTATIONS = frozenset(
+    {keys.EGRESS_BANDWIDTH, keys.INGRESS_BANDWIDTH, keys.MACHINE, keys.JOBSET_EXCLUSIVE}
+)
 _PHASES = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
 _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 _CONDITION_STATUSES = frozenset({"True", "False", "Unknown"})
@@ -22,8 +24,8 @@ _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 
 
 def kept_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
-    """Only ``*baton.io/*``, the bandwidth annotations and a node's Cluster API Machine
-    travel on the bus."""
+    """Only ``*baton.io/*``, the bandwidth annotations, a node's Cluster API Machine and
+    a JobSet pod's exclusive topology travel on the bus."""
     if not annotations:
         return {}
     return {

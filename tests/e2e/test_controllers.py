@@ -15,6 +15,7 @@ from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
 from baton.proto import keys
 from baton.services.health import main as health
+from baton.services.simcluster.spec import from_dict
 from tests.pipeline import running_services, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -24,8 +25,10 @@ Obj = dict[str, Any]
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2", NS, "jobsets")
 MPIJOBS = ("kubeflow.org", "v2beta1", NS, "mpijobs")
 JOBS = ("batch", "v1", NS, "jobs")
-# The JobSet of the issue: 4 replicated Jobs x 8 pods x 8 GPUs, on 36 nodes.
+# The JobSet of the issue: 4 replicated Jobs x 8 pods x 8 GPUs, each Job in a rack of
+# its own, on 5 racks of 8 nodes (one rack to spare for the restart).
 JOBS_N, PODS_N = 4, 8
+RACKS = from_dict({"pools": [{"name": "gpu", "count": 40}], "topology": {"nodes_per_rack": 8}})
 
 
 def pod_template(*, gpus: int, seconds: float | None = None, **notes: str) -> Obj:
@@ -46,6 +49,29 @@ def live(found: list[Obj]) -> list[Obj]:
     return [p for p in found if not p["metadata"].get("deletionTimestamp")]
 
 
+def assert_exclusive(sim: Any, placed: list[Obj]) -> None:
+    """Each Job's pods in one rack, no two Jobs in the same rack."""
+    racks: dict[str, set[str]] = {}
+    for pod in placed:
+        node = sim.store.get("nodes", None, pod["spec"]["nodeName"])
+        job = pod["metadata"]["labels"]["batch.kubernetes.io/job-name"]
+        racks.setdefault(job, set()).add(node["metadata"]["labels"][keys.RACK])
+    assert all(len(r) == 1 for r in racks.values()), racks
+    assert len(set.union(*racks.values())) == len(racks), racks
+
+
+def jobset(*, jobs: int, pods: int, gpus: int) -> Obj:
+    """JobSet "llm": one replicated job of ``jobs`` Jobs x ``pods`` pods, each Job in a
+    rack of its own, restarted on failure (up to 3 times)."""
+    template = pod_template(gpus=gpus, **{keys.GANG_MEMBERS: str(jobs * pods)})
+    job = {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": template}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "llm", "annotations": {keys.JOBSET_EXCLUSIVE: keys.RACK}},
+            "spec": {"failurePolicy": {"maxRestarts": 3},
+                     "replicatedJobs": [{"name": "workers", "replicas": jobs,
+                                         "template": {"spec": job}}]}}  # fmt: skip
+
+
 def all_bound(found: list[Obj], count: int) -> bool:
     return len(found) == count and all(p["spec"].get("nodeName") for p in found)
 
@@ -53,7 +79,7 @@ def all_bound(found: list[Obj], count: int) -> bool:
 async def test_a_jobset_restarts_whole_through_its_failure_policy_after_an_xid_79() -> None:
     async with (
         running_nats() as url,
-        running_sim(nodes=JOBS_N * PODS_N + 4) as sim,
+        running_sim(spec=RACKS) as sim,
         running_services(url, sim, health_settings=HEALTH) as services,
     ):
         await CoreV1Api(services.client).create_namespace({"metadata": {"name": NS}})
@@ -66,15 +92,7 @@ async def test_a_jobset_restarts_whole_through_its_failure_policy_after_an_xid_7
                 evicted.extend(c for c in conditions if c["type"] == "DisruptionTarget")
 
         sim.store.add_listener(on_change)
-        template = pod_template(gpus=8, **{keys.GANG_MEMBERS: str(total)})
-        job = {"parallelism": PODS_N, "completions": PODS_N, "backoffLimit": 0,
-               "template": template}  # fmt: skip
-        body = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                "metadata": {"name": "llm", "annotations": {
-                    "alpha.jobset.sigs.k8s.io/exclusive-topology": keys.RACK}},
-                "spec": {"failurePolicy": {"maxRestarts": 3},
-                         "replicatedJobs": [{"name": "workers", "replicas": JOBS_N,
-                                             "template": {"spec": job}}]}}  # fmt: skip
+        body = jobset(jobs=JOBS_N, pods=PODS_N, gpus=8)
         await CustomObjectsApi(services.client).create_namespaced_custom_object(*JOBSETS, body)
         selector = "jobset.sigs.k8s.io/jobset-name=llm"
 
@@ -85,6 +103,7 @@ async def test_a_jobset_restarts_whole_through_its_failure_policy_after_an_xid_7
         assert {p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] for p in first} == {
             "0"
         }
+        assert_exclusive(sim, first)
         victim = first[0]["spec"]["nodeName"]
         sim.cluster.gpu_fault(victim, xid=79, gpu=0)
 
@@ -96,6 +115,7 @@ async def test_a_jobset_restarts_whole_through_its_failure_policy_after_an_xid_7
 
         second = await until(again, within=120, what=f"all {total} pods of attempt 1 bound")
         assert victim not in {p["spec"]["nodeName"] for p in second}
+        assert_exclusive(sim, second)
         assert len(evicted) == total  # every old pod went through pods/eviction
         assert {c["reason"] for c in evicted} == {"EvictionByEvictionAPI"}
         status = sim.store.get("jobsets", NS, "llm")["status"]
@@ -184,3 +204,23 @@ async def test_an_indexed_job_s_evicted_pods_are_replaced_and_rejoin_their_gang(
 
 
 INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+async def test_exclusive_jobs_never_share_a_rack_that_could_hold_both() -> None:
+    """Two Jobs of two 4-GPU pods fit on one node pair, so one rack of two nodes could
+    hold the whole JobSet; exclusive placement gives each Job a rack of its own."""
+    small = from_dict({"pools": [{"name": "gpu", "count": 6}], "topology": {"nodes_per_rack": 2}})
+    async with (
+        running_nats() as url,
+        running_sim(spec=small) as sim,
+        running_services(url, sim) as services,
+    ):
+        await CoreV1Api(services.client).create_namespace({"metadata": {"name": NS}})
+        body = jobset(jobs=2, pods=2, gpus=4)
+        await CustomObjectsApi(services.client).create_namespaced_custom_object(*JOBSETS, body)
+        placed = await until(
+            lambda: (found := pods(sim, "jobset.sigs.k8s.io/jobset-name=llm"))
+            and all_bound(found, 4) and found,
+            within=60, what="the 4 JobSet pods bound",
+        )  # fmt: skip
+        assert_exclusive(sim, placed)
