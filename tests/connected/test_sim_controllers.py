@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
@@ -456,3 +457,39 @@ async def test_mpijob_scheduling_policy_and_wait_for_workers_ready(
     await until(lambda: "added wait-launcher" in seen, what="the launcher Job", within=20)
     launched = seen.index("added wait-launcher")
     assert {f"ready wait-worker-{i}" for i in range(2)} <= set(seen[:launched]), seen
+
+
+@pytest.mark.parametrize(("plural", "kind"), [("jobs", "Job"), ("jobsets", "JobSet"),
+                                              ("mpijobs", "MPIJob")])  # fmt: skip
+async def test_the_kinds_are_served_with_discovery_openapi_and_a_status_subresource(
+    api: client.ApiClient, sim: Sim, plural: str, kind: str
+) -> None:
+    """Each kind as its CRD (or, for Jobs, the API server) serves it: listed in
+    discovery with its status subresource, in the OpenAPI v3 document of its
+    group/version, and a write to the main resource leaves status alone."""
+    group, version = KINDS[plural]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{sim.url}/apis/{group}/{version}") as resp:
+            names = {r["name"]: r["kind"] for r in (await resp.json())["resources"]}
+        async with http.get(f"{sim.url}/openapi/v3") as resp:
+            paths = (await resp.json())["paths"]
+    assert names[plural] == kind and f"{plural}/status" in names
+    assert f"apis/{group}/{version}" in paths
+    body = {"apiVersion": f"{group}/{version}", "kind": kind,
+            "metadata": {"name": "held"}, "spec": {}}  # fmt: skip
+    if plural == "jobs":
+        body["spec"] = {"suspend": True, "template": template()}
+    elif plural == "jobsets":
+        body["spec"] = {"replicatedJobs": []}
+    custom = client.CustomObjectsApi(api)
+    await custom.create_namespaced_custom_object(group, version, NS, plural, body)
+    await custom.patch_namespaced_custom_object_status(
+        group, version, NS, plural, "held", {"status": {"note": "kept"}},
+        _content_type="application/merge-patch+json",
+    )  # fmt: skip
+    await custom.patch_namespaced_custom_object(
+        group, version, NS, plural, "held", {"metadata": {"labels": {"a": "b"}},
+                                             "status": {"note": "dropped"}},
+        _content_type="application/merge-patch+json",
+    )  # fmt: skip
+    assert (await status_of(api, plural, "held"))["note"] == "kept"
