@@ -57,30 +57,12 @@ class MPIJobs(Controller):
         if is_true(status, "Succeeded") or is_true(status, "Failed"):
             self._clean(mpijob, workers)
             return
-        set_condition(status, "Created", "True", "MPIJobCreated", f"MPIJob {ns}/{name} is created.")
-        status.setdefault("startTime", timestamp())
-        status["replicaStatuses"] = {
-            "Launcher": _counts(launched),
-            "Worker": {"active": sum(1 for p in workers.values() if _active(p))},
-        }
-        if is_true(launched, "Complete"):
-            message = f"MPIJob {ns}/{name} successfully completed."
-            set_condition(status, "Succeeded", "True", "MPIJobSucceeded", message)
-            set_condition(status, "Running", "False", "MPIJobSucceeded", message)
-            status["completionTime"] = timestamp()
-        elif is_true(launched, "Failed"):
-            found = condition(launched, "Failed") or {}
-            set_condition(status, "Failed", "True", "MPIJobFailed", found.get("message", ""))
-            set_condition(status, "Running", "False", "MPIJobFailed", found.get("message", ""))
-            status["completionTime"] = timestamp()
-        elif launched.get("active", 0) and all(_ready(p) for p in workers.values()):
-            message = f"MPIJob {ns}/{name} is running."
-            set_condition(status, "Running", "True", "MPIJobRunning", message)
+        _observe(mpijob, status, workers, launched)
         self.write_status(mpijob, status)
         if "completionTime" in status:
             self._clean(mpijob, workers)
             return
-        if "podgroups" in self.collects and not self.owned("podgroups", ns, uid):
+        if not self.owned("podgroups", ns, uid):
             await self.create("podgroups", pod_group(mpijob))
         count = (specs.get("Worker") or {}).get("replicas", 0)
         for i in range(count):
@@ -96,6 +78,31 @@ class MPIJobs(Controller):
         for pod in workers.values():
             if policy == "All" or (policy == "Running" and _active(pod)):
                 self.delete("pods", pod)
+
+
+def _observe(mpijob: Obj, status: Obj, workers: dict[str, Obj], launched: Obj) -> None:
+    """The MPIJob's status from its workers and its launcher Job's status."""
+    meta = mpijob["metadata"]
+    ns, name = meta.get("namespace", ""), meta["name"]
+    set_condition(status, "Created", "True", "MPIJobCreated", f"MPIJob {ns}/{name} is created.")
+    status.setdefault("startTime", timestamp())
+    status["replicaStatuses"] = {
+        "Launcher": _counts(launched),
+        "Worker": {"active": sum(1 for p in workers.values() if _active(p))},
+    }
+    if is_true(launched, "Complete"):
+        message = f"MPIJob {ns}/{name} successfully completed."
+        set_condition(status, "Succeeded", "True", "MPIJobSucceeded", message)
+        set_condition(status, "Running", "False", "MPIJobSucceeded", message)
+        status["completionTime"] = timestamp()
+    elif is_true(launched, "Failed"):
+        found = condition(launched, "Failed") or {}
+        set_condition(status, "Failed", "True", "MPIJobFailed", found.get("message", ""))
+        set_condition(status, "Running", "False", "MPIJobFailed", found.get("message", ""))
+        status["completionTime"] = timestamp()
+    elif launched.get("active", 0) and all(_ready(p) for p in workers.values()):
+        message = f"MPIJob {ns}/{name} is running."
+        set_condition(status, "Running", "True", "MPIJobRunning", message)
 
 
 def _labels(mpijob: Obj, role: str, index: int) -> dict[str, str]:
