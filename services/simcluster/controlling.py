@@ -7,8 +7,10 @@ per controller reconciles them one at a time, in order, so a reconcile never rac
 another of the same controller. Objects are created through the API server's admission
 hooks (``create``), as a real controller's requests are, so Baton's webhook sees a
 controller's pods as it sees a user's. A reconcile that hits an API error is retried
-after ``RETRY_S`` simulated seconds. Owned objects of a deleted owner are deleted, as
-the garbage collector does with background propagation.
+after ``RETRY_S`` simulated seconds; one whose spec the real API server would have
+refused (simcluster does not validate these kinds' specs) is logged and left alone.
+Owned objects of a deleted owner are deleted, as the garbage collector does with
+background propagation.
 """
 
 from __future__ import annotations
@@ -96,6 +98,11 @@ class Controller:
                 except ApiError as exc:
                     log.info("reconcile retried", kind=self.kind, key="/".join(key), error=str(exc))
                     self.clock.call_later(RETRY_S, self.queue, *key)
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    # A spec the real API server's validation would have refused: the
+                    # object is left alone, the controller goes on with the others.
+                    log.warning("object not reconciled: invalid spec", kind=self.kind,
+                                key="/".join(key), error=repr(exc))  # fmt: skip
 
     async def reconcile(self, obj: Obj) -> None:
         raise NotImplementedError

@@ -493,3 +493,14 @@ async def test_the_kinds_are_served_with_discovery_openapi_and_a_status_subresou
         _content_type="application/merge-patch+json",
     )  # fmt: skip
     assert (await status_of(api, plural, "held"))["note"] == "kept"
+
+
+async def test_a_spec_the_api_server_would_refuse_does_not_stop_the_controller(
+    api: client.ApiClient,
+) -> None:
+    """An Indexed Job without completions (upstream validation refuses it: "Required
+    value: when completion mode is Indexed") is left alone; the next Job still runs."""
+    await create(api, "jobs", job("broken", completionMode="Indexed"))
+    await create(api, "jobs", job("fine"))
+    await condition(api, "jobs", "fine", "Complete")
+    assert await listed(api, "pods", "job-name=broken") == []
