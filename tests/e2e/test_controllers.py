@@ -224,3 +224,39 @@ async def test_exclusive_jobs_never_share_a_rack_that_could_hold_both() -> None:
             within=60, what="the 4 JobSet pods bound",
         )  # fmt: skip
         assert_exclusive(sim, placed)
+
+
+async def test_an_mpijob_comes_back_whole_through_its_operator_after_an_xid_79() -> None:
+    """Workers are the MPI operator's pods (created again under their names), the launcher
+    the Job controller's (replaced); the gang is evicted, never copied by Baton."""
+    async with (
+        running_nats() as url,
+        running_sim(nodes=4) as sim,
+        running_services(url, sim, health_settings=HEALTH) as services,
+    ):
+        await CoreV1Api(services.client).create_namespace({"metadata": {"name": NS}})
+        specs = {"Launcher": {"replicas": 1, "template": pod_template(gpus=0)},
+                 "Worker": {"replicas": 2, "template": pod_template(gpus=8)}}  # fmt: skip
+        body = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": "pi"},
+                "spec": {"mpiReplicaSpecs": specs}}  # fmt: skip
+        await CustomObjectsApi(services.client).create_namespaced_custom_object(*MPIJOBS, body)
+        selector = "training.kubeflow.org/job-name=pi"
+        first = await until(
+            lambda: (found := pods(sim, selector)) and all_bound(found, 3) and found,
+            within=60, what="the launcher and both workers bound",
+        )  # fmt: skip
+        old = {p["metadata"]["uid"] for p in first}
+        worker = next(p for p in first if p["metadata"]["name"] == "pi-worker-0")
+        victim = worker["spec"]["nodeName"]
+        sim.cluster.gpu_fault(victim, xid=79, gpu=0)
+
+        def back() -> list[Obj] | None:
+            found = pods(sim, selector)
+            fresh = [p for p in found if p["metadata"]["uid"] not in old]
+            return fresh if all_bound(fresh, 3) and len(found) == 3 else None
+
+        fresh = await until(back, within=90, what="the MPIJob's 3 pods replaced and bound")
+        names = {p["metadata"]["name"] for p in fresh}
+        assert {"pi-worker-0", "pi-worker-1"} <= names  # the operator's names, again
+        assert victim not in {p["spec"]["nodeName"] for p in fresh}
+        assert all(keys.RECREATED_FROM not in p["metadata"].get("annotations", {}) for p in fresh)
