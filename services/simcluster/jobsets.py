@@ -17,6 +17,8 @@ replicas``, ``job-index``, ``job-global-index``, ``global-replicas``, ``job-key`
   attempt's Jobs (``restart-attempt`` = restarts) are created once they are gone.
 - ``successPolicy``: ``All`` (default) or ``Any`` of the Jobs of ``targetReplicatedJobs``
   (default: all) complete -> ``Completed``; the Jobs still running are deleted.
+- ``suspend`` goes to every Job (created suspended, suspended, resumed), condition
+  ``Suspended`` (``SuspendedJobs``, then ``ResumeJobs``).
 - Status: ``restarts``, ``restartsCountTowardsMax``, ``replicatedJobsStatus`` (ready,
   succeeded, failed, active, suspended Jobs per replicated job), ``terminalState`` and
   the ``Completed``, ``Failed``, ``StartupPolicyInProgress``/``StartupPolicyCompleted``
@@ -70,12 +72,29 @@ class JobSets(Controller):
         if self._failed(jobset, status, current) or self._succeeded(jobset, status, current):
             self.write_status(jobset, status)
             return
+        self._suspend(jobset, status, current)
         wanted = self._startable(jobset, status)
         self.write_status(jobset, status)
         if len(current) < sum(len(v) for v in _jobs_of(jobset).values()):
             for job in wanted:
                 if job["metadata"]["name"] not in current:
                     await self.create("jobs", job)
+
+    def _suspend(self, jobset: Obj, status: Obj, current: dict[str, Obj]) -> None:
+        """``spec.suspend`` goes to every Job (their controller stops or starts pods)."""
+        suspended = bool(jobset["spec"].get("suspend"))
+        if suspended:
+            set_condition(status, "Suspended", "True", "SuspendedJobs", "jobset is suspended")
+        elif is_true(status, "Suspended"):
+            set_condition(status, "Suspended", "False", "ResumeJobs", "jobset is resumed")
+        for job in current.values():
+            if bool(job["spec"].get("suspend")) != suspended:
+                meta = job["metadata"]
+
+                def put(o: Obj) -> None:
+                    o["spec"]["suspend"] = suspended
+
+                self.store.mutate("jobs", meta.get("namespace"), meta["name"], put)
 
     def _failed(self, jobset: Obj, status: Obj, current: dict[str, Obj]) -> bool:
         failed = [j for j in current.values() if is_true(j.get("status") or {}, "Failed")]
@@ -182,6 +201,8 @@ def job_for(jobset: Obj, rj: Obj, index: int, *, restarts: int) -> Obj:
         PREFIX + "jobset-uid": meta["uid"],
     }
     template = copy.deepcopy(rj.get("template") or {})
+    if jobset["spec"].get("suspend"):
+        template.setdefault("spec", {})["suspend"] = True
     notes = dict(marks)
     if exclusive := (meta.get("annotations") or {}).get(EXCLUSIVE):
         notes[EXCLUSIVE] = exclusive

@@ -504,3 +504,31 @@ async def test_a_spec_the_api_server_would_refuse_does_not_stop_the_controller(
     await create(api, "jobs", job("fine"))
     await condition(api, "jobs", "fine", "Complete")
     assert await listed(api, "pods", "job-name=broken") == []
+
+
+async def test_a_suspended_jobset_suspends_its_jobs_until_resumed(api: client.ApiClient) -> None:
+    """JobSet API reference, spec.suspend: suspending a JobSet suspends its Jobs (their
+    pods are deleted); resuming resumes them (condition Suspended: SuspendedJobs, then
+    False with ResumeJobs)."""
+    body = jobset("paused", jobs=1, pods=1, suspend=True)
+    for rj in body["spec"]["replicatedJobs"]:
+        rj["template"]["spec"]["template"] = template(seconds=None)
+    await create(api, "jobsets", body)
+    found = await condition(api, "jobsets", "paused", "Suspended")
+    assert found["reason"] == "SuspendedJobs"
+    jobs = await until(lambda: listed(api, "jobs"), what="the suspended Jobs", within=20)
+    assert all(j["spec"]["suspend"] for j in jobs)
+    assert await listed(api, "pods", "jobset.sigs.k8s.io/jobset-name=paused") == []
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", NS, "jobsets", "paused", {"spec": {"suspend": False}},
+        _content_type="application/merge-patch+json",
+    )  # fmt: skip
+
+    async def running() -> bool:
+        pods = await listed(api, "pods", "jobset.sigs.k8s.io/jobset-name=paused")
+        return len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods)
+
+    await until(running, what="both Jobs' pods running after the resume", within=20)
+    resumed = [c for c in (await status_of(api, "jobsets", "paused"))["conditions"]
+               if c["type"] == "Suspended"]  # fmt: skip
+    assert (resumed[0]["status"], resumed[0]["reason"]) == ("False", "ResumeJobs")
