@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -139,6 +139,18 @@ class Controller:
             o["status"] = status
 
         self.store.mutate(self.resource, meta.get("namespace"), meta["name"], put)
+
+
+def route(controllers: Sequence[Controller], event: str, res: str, obj: Obj) -> None:
+    """A store change to the controller of its kind, or to every controller when the
+    object has an owner (most changes are pods that have none: they cost one lookup)."""
+    for controller in controllers:
+        if res == controller.resource:
+            controller.on_change(event, res, obj)
+            return
+    if obj["metadata"].get("ownerReferences"):
+        for controller in controllers:
+            controller.on_change(event, res, obj)
 
 
 def owner_reference(obj: Obj) -> Obj:

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from baton.services.simcluster import faults, quantities
+from baton.services.simcluster import controlling, faults, quantities
 from baton.services.simcluster.calls import Admission
 from baton.services.simcluster.clock import Clock
 from baton.services.simcluster.cloud import Cloud
@@ -121,8 +121,7 @@ class Simulation:
             self._on_node(event, obj)
         self.kubelets.on_change(event, res, obj)
         self.cloud.on_change(event, res, obj)
-        for controller in self.controllers:
-            controller.on_change(event, res, obj)
+        controlling.route(self.controllers, event, res, obj)
 
     def _on_node(self, event: str, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
