@@ -142,14 +142,11 @@ class Controller:
 
 
 def route(controllers: Sequence[Controller], event: str, res: str, obj: Obj) -> None:
-    """A store change to the controller of its kind, or to every controller when the
-    object has an owner (most changes are pods that have none: they cost one lookup)."""
+    """A store change to the controller of its kind and, when the object has an owner,
+    to every controller (most changes are pods of no owner: they cost one lookup)."""
+    owned = bool(obj["metadata"].get("ownerReferences"))
     for controller in controllers:
-        if res == controller.resource:
-            controller.on_change(event, res, obj)
-            return
-    if obj["metadata"].get("ownerReferences"):
-        for controller in controllers:
+        if owned or res == controller.resource:
             controller.on_change(event, res, obj)
 
 
