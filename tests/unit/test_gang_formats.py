@@ -281,3 +281,18 @@ def test_an_exclusive_jobset_waits_when_two_jobs_would_share_a_rack() -> None:
     state = make(racks(6, 2), jobset_members(2, 3, exclusive=""))
     (bind,) = binds(tick(state, 1.0))  # the same pods without the annotation fit
     assert len(bind.bindings) == 6
+
+
+def test_an_exclusive_jobset_keeps_out_of_a_rack_another_one_runs_in() -> None:
+    """JobSet's anti-affinity on the job key: a rack where another exclusive JobSet's Job
+    runs is not a domain for this one's, even with room left in it."""
+    ref = GangRef(name="other", source="jobset", min_member=1)
+    notes = {keys.JOBSET_EXCLUSIVE: RACK}
+    labels = {keys.JOBSET_NAME: "other", keys.JOBSET_JOB_KEY: "other0"}
+    running = pod("other-0", namespace="ml", gpus=8, ref=ref, annotations=notes, labels=labels,
+                  node_name="r0n0")  # fmt: skip
+    state = make(racks(4, 2), running, jobset_members(2, 2))
+    assert binds(tick(state, 1.0)) == []  # r0 is taken: one rack left for two Jobs
+    state = make(racks(4, 2, 2), running, jobset_members(2, 2))
+    (bind,) = binds(tick(state, 1.0))
+    assert {b.node[:2] for b in bind.bindings} == {"r1", "r2"}
