@@ -26,6 +26,10 @@ lint: install
 status *ARGS: install
     {{venv}}baton status {{ARGS}}
 
+# The whole system at size (BATON_WHOLE_NODES, default 7,500 here; see tests/bench/bench_whole.py).
+scale NODES="7500": install
+    BATON_WHOLE_NODES={{NODES}} BATON_WHOLE_SECONDS=420 {{venv}}python -m tests.bench whole
+
 # Regenerate proto/schemas after changing an event type (a unit test fails when stale).
 schemas: install
     {{venv}}python -m baton.proto.schema

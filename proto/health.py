@@ -156,7 +156,8 @@ class HealthPolicy(msgspec.Struct, frozen=True, kw_only=True):
     preflight_image: str = "nvcr.io/nvidia/cloud-native/dcgm:3.3.8-1-ubuntu22.04"
     preflight_command: tuple[str, ...] = ("dcgmi", "diag", "-r", "2")
     preflight_timeout_s: float = 900.0
-    max_testing: int = 8  # nodes under test at once
+    max_testing: int = 8  # nodes under test at once (periodic checks); the floor for the rest
+    testing_share: float = 0.25  # new and returning nodes under test at once: share of nodes
     recheck_days: float = 7.0  # coverage goal: every idle node validated within N days
     recheck_retry_s: float = 600.0  # a due node that is busy is looked at again after this
     # safety rails

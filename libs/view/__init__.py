@@ -13,6 +13,7 @@ from baton.libs.view.cluster import (
     View,
     gang_key,
     holds_resources,
+    is_bare,
     is_pending_baton,
     is_preemptible,
     is_usable,
@@ -31,6 +32,6 @@ from baton.libs.view.fitting import (
 __all__ = [
     "Counts", "Eligible", "GangView", "Index", "NodeView", "Shape", "View", "admits",
     "count_fits", "domain_paths", "domain_value", "eligible_counts", "gang_key",
-    "group_by_shape", "holds_resources", "is_pending_baton", "is_preemptible", "is_usable",
-    "narrowest", "quorum", "shape_of",
+    "group_by_shape", "holds_resources", "is_bare", "is_pending_baton", "is_preemptible",
+    "is_usable", "narrowest", "quorum", "shape_of",
 ]  # fmt: skip

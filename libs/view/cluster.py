@@ -317,6 +317,27 @@ def is_preemptible(pod: Pod) -> bool:
     return keys.BALLOON in pod.labels or pod.priority < 0
 
 
+# Labels the workload controllers put on their pods (Job, JobSet, LeaderWorkerSet, the
+# MPI operator): such a pod is recreated by its controller once evicted
+CONTROLLER_LABELS = (
+    "batch.kubernetes.io/job-name",
+    "job-name",
+    "jobset.sigs.k8s.io/jobset-name",
+    "leaderworkerset.sigs.k8s.io/name",
+    "training.kubeflow.org/job-name",
+)
+
+
+def is_bare(pod: Pod) -> bool:
+    """A pod no controller recreates once it is evicted: Baton recreates it
+    (``RecreatePod``) whenever it takes its gang off, unless it opts out with
+    ``baton.io/recreate: "false"``. The actuator reads the live pod's ownerReferences
+    before it copies: a pod with a controller is only deleted, never copied."""
+    if pod.annotations.get(keys.RECREATE) == "false":
+        return False
+    return not any(label in pod.labels for label in CONTROLLER_LABELS)
+
+
 def gang_key(pod: Pod) -> str:
     """``<ns>/<group>`` for a member of a group in any format (``Pod.group``, decided in
     ``libs.kube.slimming.gang_ref``), ``<ns>/<pod>`` for a lone pod."""

@@ -8,11 +8,14 @@ otherwise wait forever or lose all-or-nothing silently. Pure functions.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from baton.libs.kube.quantities import InvalidQuantity, canonical
 from baton.proto import keys
 from baton.proto.k8s import MAX_MEMBERS, MAX_NODE_GPUS
+from baton.services.admission.core.gangs import Gang, Member
+from baton.services.admission.core.members import sized_by
 from baton.services.admission.core.state import State
 from baton.services.admission.objects import KGroupPolicy, KPod
 from baton.services.admission.teams import is_label_key
@@ -150,6 +153,22 @@ def too_big(state: State, *, team: str, need: int, how: str, fix: str) -> str | 
         f"{state.ceiling(team)} (a gang runs within its quota, {state.quota(team)}, or wholly "
         f"on borrowed GPUs, at most {state.borrow_limit(team)}); {fix} or ask for a larger quota"
     )
+
+
+def joined(gang: Gang, *, pod: str, gpus: int) -> Gang:
+    """A copy of ``gang`` with a new pending member (what it would be once the pod is in)."""
+    member = Member(gpus=gpus, priority=0, phase="Pending", uid="", node="")
+    return dataclasses.replace(gang, members={**gang.members, pod: member})
+
+
+def joining_problem(state: State, gang: Gang, *, pod: str, gpus: int) -> str | None:
+    """A pod joining a known gang that the team could then never hold: the gang's
+    demand (``spec.minResources``, ``baton.io/gpus-per-pod`` x minMember, else its
+    minMember smallest members) or every live member's GPUs with this pod's, whichever
+    is more, counted shape by shape (never minMember x the largest pod)."""
+    trial = joined(gang, pod=pod, gpus=gpus)
+    how, fix = sized_by(trial, joining=True)
+    return too_big(state, team=gang.team, need=trial.gpus, how=how, fix=fix)
 
 
 def _positive(value: str) -> bool:

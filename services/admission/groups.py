@@ -59,11 +59,15 @@ def _plugins_problem(state: State, group: KPodGroup, team: str) -> str | None:
     ):
         return problem
     per_pod = (group.metadata.annotations or {}).get(keys.GPUS_PER_POD)
-    if per_pod is None:
+    if per_pod is None or floor:  # minResources, when given, is the gang's demand
         return None
     return formats.too_big(
         state, team=team, need=int(per_pod) * spec.min_member,
-        how=f"minMember {spec.min_member} x {per_pod}", fix="lower minMember",
+        how=f"minMember {spec.min_member} x {per_pod}, annotation {keys.GPUS_PER_POD}",
+        fix=(
+            f"lower minMember (members of different sizes: drop {keys.GPUS_PER_POD} and "
+            "set spec.minResources to what the minMember members ask together)"
+        ),
     )  # fmt: skip
 
 

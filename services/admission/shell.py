@@ -27,7 +27,14 @@ from baton.libs.bus import Bus, Outgoing
 from baton.libs.runner import Route, Runner
 from baton.libs.runtime.stopping import checkpoint, retry
 from baton.proto import ids, subjects
-from baton.proto.actions import Annotate, EvictGang, SetLabels, SetTaint, action_subject
+from baton.proto.actions import (
+    Annotate,
+    EvictGang,
+    RecreatePod,
+    SetLabels,
+    SetTaint,
+    action_subject,
+)
 from baton.proto.admission import (
     SUBJECT_KIND,
     AdmissionEvent,
@@ -90,7 +97,7 @@ def _decision(cluster: str, event: AdmissionEvent) -> tuple[str, str]:
 
 
 ROUTES = (
-    Route((SetTaint, SetLabels, Annotate, EvictGang), to=_action, action=True),
+    Route((SetTaint, SetLabels, Annotate, EvictGang, RecreatePod), to=_action, action=True),
     Route(NodeTeamChanged, to=_node_team),
     Route(tuple(t for t in SUBJECT_KIND if t is not NodeTeamChanged), to=_decision),
 )

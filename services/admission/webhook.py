@@ -175,8 +175,9 @@ def mutate_pod(
     claim = formats.gang_of(pod)
     gang = claim.name if claim is not None else ""
     borrowing = will_borrow(
-        state, team=team, gang=f"{namespace}/{gang}" if gang else "", gpus=pod.gpus(keys.GPU)
-    )
+        state, team=team, gang=f"{namespace}/{gang}" if gang else "", gpus=pod.gpus(keys.GPU),
+        pod=meta.name or meta.generate_name,
+    )  # fmt: skip
     annotations: dict[str, str] = {keys.BORROWING: "true"} if borrowing else {}
     limit = state.specs[team].egress.limit
     if limit and keys.EGRESS_BANDWIDTH not in (meta.annotations or {}):
@@ -205,18 +206,16 @@ def mutate_pod_group(
     return map_patch("/metadata/labels", group.metadata.labels, {keys.TEAM: team}), team, False
 
 
-def will_borrow(state: State, *, team: str, gang: str, gpus: int) -> bool:
-    """Whether a new pod's gang runs (or will likely run) on GPUs lent by other teams."""
+def will_borrow(state: State, *, team: str, gang: str, gpus: int, pod: str = "") -> bool:
+    """Whether a new pod's gang runs (or will likely run) on GPUs lent by other teams:
+    what the gang counts with this pod in (its members as they ask, never minMember x
+    this pod's GPUs) beyond what is left of the team's quota."""
     if state.borrow_limit(team) == 0:
         return False
     known = state.gangs.get(gang) if gang else None
     if known is not None and known.admitted:
         return known.borrowed > 0
-    need = (
-        known.gpus
-        if known is not None and known.known
-        else gpus * (known.min_member if known is not None else 1)
-    )
+    need = formats.joined(known, pod=pod, gpus=gpus).gpus if known is not None else gpus
     return state.used.get(team, 0) + need > state.quota(team)
 
 
@@ -280,14 +279,11 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
         return f"{where}: {problem}" if problem else None
     if claim is None or not team:
         return None
-    gang, per_pod = state.gangs.get(f"{namespace}/{claim.name}"), pod.gpus(keys.GPU)
-    size, said = (gang.min_member, "minMember") if gang is not None else (0, "")
-    if gang is None and formats.count(claim):
-        size, said = formats.count(claim), claim.count_key
-    problem = formats.too_big(
-        state, team=team, need=per_pod * size, how=f"{said} {size} x {per_pod}",
-        fix=f"lower {said}",
-    )  # fmt: skip
+    gang = state.gangs.get(f"{namespace}/{claim.name}")
+    if gang is None or not gang.team:
+        return None  # its first member: what the others ask is not known yet
+    name = meta.name or meta.generate_name
+    problem = formats.joining_problem(state, gang, pod=name, gpus=pod.gpus(keys.GPU))
     return f"{where}: gang {namespace}/{claim.name} {problem}" if problem else None
 
 

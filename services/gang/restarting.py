@@ -23,20 +23,13 @@ its gang restarts. The gang is placed again once every old member is gone.
 
 from __future__ import annotations
 
-from baton.libs.view import NodeView, gang_key
+from baton.libs.view import NodeView, gang_key, is_bare
 from baton.proto import ids, keys
 from baton.proto.actions import Binding, EvictGang, RecreatePod
 from baton.proto.k8s import Pod
 from baton.proto.placement import GangRestarted
 from baton.services.gang.gangs import Cluster, Gang
 
-CONTROLLER_LABELS = (
-    "batch.kubernetes.io/job-name",
-    "job-name",
-    "jobset.sigs.k8s.io/jobset-name",
-    "leaderworkerset.sigs.k8s.io/name",
-    "training.kubeflow.org/job-name",  # the MPI operator's workers and launcher
-)
 NODE_DELETED = "node deleted"
 NODE_DRAINING = f"node draining ({keys.DRAINING})"
 
@@ -85,7 +78,7 @@ def restart(
     pods = [cluster.pods[k] for k in sorted(gang.bound) if k in cluster.pods]
     gang.restarting = True
     gang.restarts += 1
-    bare = [p for p in pods if recreate and _is_bare(p)]
+    bare = [p for p in pods if recreate and is_bare(p)]
     evicted = [p for p in pods if p not in bare]
     outputs: list[Restart] = []
     if evicted:
@@ -130,9 +123,3 @@ def restart(
         )
     )
     return outputs
-
-
-def _is_bare(pod: Pod) -> bool:
-    if pod.annotations.get(keys.RECREATE) == "false":
-        return False
-    return not any(label in pod.labels for label in CONTROLLER_LABELS)

@@ -231,11 +231,12 @@ def start_checks(s: State, now: float) -> list[Output]:
     waiting = [r for r in validating if r.check and not r.check.pod and not r.check.passed
                and checks.tainted(r)
                and (r.check.tries == 0 or checks.retry_at(r.check) <= now)]  # fmt: skip
+    slots = checks.slots(s.policy, len(s.nodes))
     out: list[Output] = []
-    for rec in sorted(waiting, key=_check_order):
-        if testing >= s.policy.max_testing:
-            break
+    for rec in sorted(waiting, key=_check_order):  # rechecks last: they have fewer slots
         assert rec.check is not None
+        if testing >= (s.policy.max_testing if rec.check.why == "recheck" else slots):
+            break
         if rec.check.why == "recheck" and checks.workload(s.view, rec.name):
             rec.check.put_off = True
             out += decide(s, rec, now)

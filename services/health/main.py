@@ -57,6 +57,7 @@ class Settings(Base, frozen=True, kw_only=True):
     preflight_command: tuple[str, ...] = ("dcgmi", "diag", "-r", "2")
     preflight_timeout_s: float = 900.0
     max_testing: int = 8
+    testing_share: float = 0.25
     recheck_days: float = 7.0
     recheck_retry_s: float = 600.0
     cap_rack: float = 0.25
@@ -74,7 +75,8 @@ class Settings(Base, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        shares = ("cap_rack", "cap_block", "cap_pool", "cap_cluster", "disk_full_ratio")
+        shares = ("cap_rack", "cap_block", "cap_pool", "cap_cluster", "disk_full_ratio",
+                  "testing_share")  # fmt: skip
         checks = {
             "TICK_S": self.tick_s > 0,
             "SILENCE_AFTER_S": self.silence_after_s > 0,

@@ -10,7 +10,10 @@ which gang, in every format.
 A gang's pods are told at most every ``pod_every`` seconds when what it waits for
 changes (a gang of 1,000 pods is 1,000 writes); a pod that joins is told at once. The
 PodGroup's own status follows every change (one write; the actuator keeps only the
-latest).
+latest); one whose only change is a number in its message ("uses 506 of its 512 GPU
+quota" -> "512 of its 512", "behind 3 earlier gangs" -> "behind 2") at most every
+``group_every`` seconds: otherwise every gang in a queue is written again each time a
+team's usage or the queue moves, and the API writes grow with waiting gangs x changes.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ UPSTREAM_VERSION = "scheduling.k8s.io/v1beta1"  # what an Event's ``regarding`` 
 
 class ReportPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     pod_every: float = 30.0  # a waiting gang's pods are told at most this often
+    group_every: float = 30.0  # a PodGroup's status that only recounts: at most this often
 
 
 @dataclass(slots=True)
@@ -75,6 +79,8 @@ class Told(GangView):
     verdict: GangUnschedulable | None = None
     placed: str = ""  # how it was placed, for the PodGroupScheduled condition
     status: GroupStatus | None = None  # last status written
+    status_at: float = float("-inf")  # when it was written
+    status_owed: bool = False  # a new wording of the same status waits for group_every
     marked: dict[str, str] = field(default_factory=dict)  # pod -> its condition's message
     pods_at: float = float("-inf")  # when its pods were last told
     owes: bool = False  # a newer message waits for the pods' interval
@@ -95,7 +101,7 @@ def initial(policy: ReportPolicy | None = None) -> State:
 
 
 def wants_tick(state: State, now: float) -> bool:
-    return any(g.owes for g in state.view.gangs.values())
+    return any(g.owes or g.status_owed for g in state.view.gangs.values())
 
 
 def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, ...]]:
@@ -113,7 +119,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             out.node(node, deleted=event.op == "delete")
         case Tick():
             for key, gang in list(view.gangs.items()):
-                if gang.owes:
+                if gang.owes or gang.status_owed:
                     out.report(key)
         case _ if type(event) in TABLE:
             out.decision(event)
@@ -210,8 +216,13 @@ class _Out:
         status = telling.group_status(counts, need, message=message, placed=gang.placed,
                                       since=self.now)  # fmt: skip
         if telling.same_status(gang.status, status):
+            gang.status_owed = False
             return
-        gang.status = status
+        recount = telling.same_status(gang.status, status, numbers=False)
+        gang.status_owed = recount and self.now - gang.status_at < self.state.policy.group_every
+        if gang.status_owed:
+            return
+        gang.status, gang.status_at = status, self.now
         self.outputs.append(
             SetGroupStatus(
                 id=_id("status", gang.key, group.uid, self.now, status),

@@ -21,16 +21,18 @@ PREFIX = "BATON_REPORTER_"
 class Settings(Base, frozen=True, kw_only=True):
     ops_port: int = OPS_PORTS["reporter"]
     pod_every: float = 30.0  # a waiting gang's pods are told at most this often
+    group_every: float = 30.0  # a PodGroup's status that only recounts: at most this often
     tick_every: float = 1.0  # how often a deferred report is looked at
     config: str = ""  # BATON_REPORTER_CONFIG: a settings file (read before the others)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        checks = {"POD_EVERY": self.pod_every >= 0, "TICK_EVERY": self.tick_every > 0}
+        checks = {"POD_EVERY": self.pod_every >= 0, "GROUP_EVERY": self.group_every >= 0,
+                  "TICK_EVERY": self.tick_every > 0}  # fmt: skip
         require(PREFIX, checks)
 
     def policy(self) -> core.ReportPolicy:
-        return core.ReportPolicy(pod_every=self.pod_every)
+        return core.ReportPolicy(pod_every=self.pod_every, group_every=self.group_every)
 
 
 SPEC = Spec(

@@ -7,6 +7,7 @@ Pure functions over slim objects, shared by the reporter's core and ``baton why`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from baton.proto.actions import GroupStatus, StatusCondition
 from baton.proto.k8s import Pod, PodGroup
 from baton.proto.placement import GangUnschedulable, Need
 
+_DIGITS = re.compile(r"\d+")
 SCHEDULED = "PodGroupScheduled"  # the condition, as upstream's PodGroup names it
 
 # How each format names a group: for "waiting for PodGroup x (named by ...)".
@@ -134,12 +136,15 @@ def group_status(c: Counts, need: int, *, message: str, placed: str, since: floa
     )  # fmt: skip
 
 
-def same_status(a: GroupStatus | None, b: GroupStatus) -> bool:
-    """Equal but for when the condition was computed."""
+def same_status(a: GroupStatus | None, b: GroupStatus, *, numbers: bool = True) -> bool:
+    """Equal but for when the condition was computed (and, ``numbers=False``, but for the
+    numbers in the conditions' messages: "uses 506 of its 512" and "uses 512 of its 512",
+    "waiting behind 3 earlier gangs" and "behind 2" are the same words)."""
     if a is None:
         return False
-    strip = tuple((c.type, c.status, c.reason, c.message) for c in b.conditions)
-    have = tuple((c.type, c.status, c.reason, c.message) for c in a.conditions)
+    said = (lambda m: m) if numbers else (lambda m: _DIGITS.sub("#", m))
+    strip = tuple((c.type, c.status, c.reason, said(c.message)) for c in b.conditions)
+    have = tuple((c.type, c.status, c.reason, said(c.message)) for c in a.conditions)
     return have == strip and (a.phase, a.scheduled, a.running, a.succeeded, a.failed) == (
         b.phase, b.scheduled, b.running, b.succeeded, b.failed,
     )  # fmt: skip

@@ -19,7 +19,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from baton.libs.testing.sim import running_sim
 from baton.proto.admission import PodMutated, PodRejected
-from baton.proto.k8s import GPU, Node, NodeEvent, PodGroup, PodGroupEvent
+from baton.proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
 from baton.services.admission import core, main
 from baton.services.admission.certificates import self_signed
 from baton.services.admission.serving import Webhook, serve_webhook, tls_context
@@ -62,6 +62,11 @@ def state_with_teams() -> core.State:
             namespace="team-a", name=name, uid=name, min_member=members, created_at=1.0
         )
         state, _ = core.step(state, PodGroupEvent(op="upsert", at=1.0, pod_group=group), 1.0)
+    wide = Pod(
+        namespace="team-a", name="wide-1", uid="wide-1", requests={GPU: 8},
+        labels={"scheduling.x-k8s.io/pod-group": "wide"}, scheduler_name="baton",
+    )  # fmt: skip
+    state, _ = core.step(state, PodEvent(op="upsert", at=1.0, pod=wide), 1.0)  # 8 GPUs in
     return state
 
 
@@ -229,7 +234,8 @@ async def test_existing_affinity_terms_are_kept_and_narrowed(webhook: Served) ->
             pod("x", gang="wide", gpus=16),
             "Pod",
             "team-a",
-            "needs 32 GPUs (minMember 2 x 16) but team 'a' can never get more than 16",
+            "needs 24 GPUs (2 member pods with this one: 16 + 8; every member counts) but "
+            "team 'a' can never get more than 16",
         ),
         (
             {
@@ -247,7 +253,7 @@ async def test_existing_affinity_terms_are_kept_and_narrowed(webhook: Served) ->
             },
             "PodGroup",
             "team-a",
-            "lower minMember or ask for a larger",
+            "lower minMember (members of different sizes",
         ),
         (
             {

@@ -87,16 +87,14 @@ async def admitting(
 
 
 def gpu_pod(
-    name: str, *, labels: dict[str, str] | None = None, scheduler: str = ""
+    name: str, *, labels: dict[str, str] | None = None, scheduler: str = "", gpus: int = 8
 ) -> dict[str, Any]:
-    """A pod asking for 8 GPUs (``scheduler`` '': the webhook sets Baton's for a gang member)."""
+    """A pod asking for ``gpus`` GPUs (``scheduler`` '': the webhook sets Baton's for a
+    gang member)."""
     spec: dict[str, Any] = {"schedulerName": scheduler} if scheduler else {}
+    asks = {"nvidia.com/gpu": str(gpus)}
     spec["containers"] = [
-        {
-            "name": "c",
-            "image": "x",
-            "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}},
-        }
+        {"name": "c", "image": "x", "resources": {"requests": asks, "limits": asks}}
     ]
     metadata: dict[str, Any] = {"name": name, **({"labels": labels} if labels else {})}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

@@ -1,7 +1,13 @@
 """End to end on simcluster: a team borrows idle nodes for a gang beyond its quota (submitted
 before its in-quota gang, which still gets the team's own node); the owner submits work; the
-borrower is preempted whole and the owner runs. The path includes the webhook (simcluster
-calls it on create), bridge, admission, gang and actuator, all over a real nats-server."""
+borrower is preempted whole and the owner runs; the borrower's bare pods are recreated and
+it runs again once the owner's work ends. The path includes the webhook (simcluster calls
+it on create), bridge, admission, gang and actuator, all over a real nats-server.
+
+Mirrors Volcano's ``test/e2e/schedulingaction/reclaim.go`` ("Reclaim": a queue's job
+reclaimed for another queue's; its tasks are pending again, not lost, and run when
+resources come back) and Kueue's ClusterQueue reclaim-within-cohort preemption tests
+(a borrowing workload evicted and requeued, admitted again once quota frees)."""
 
 from __future__ import annotations
 
@@ -85,6 +91,8 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
                 return got if len(got) == 3 and all(got.values()) else None
 
             first = await until(a_running, "team a's two gangs bound")
+            uids = {p.metadata.name: p.metadata.uid
+                    for p in (await core_api.list_namespaced_pod("team-a")).items}  # fmt: skip
             assert {first["extra-0"], first["extra-1"]} == {nodes[1], nodes[2]}  # b's nodes
             assert first["own-0"] == nodes[0]  # a's own node
             extra = await custom.get_namespaced_custom_object(
@@ -101,7 +109,22 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
 
             await until(owner_runs, "the borrower evicted whole and the owner bound")
             after = await placement("team-a")
-            assert after == {"own-0": first["own-0"]}  # the in-quota gang kept running
+            assert after["own-0"] == first["own-0"]  # the in-quota gang kept running
+
+            # its bare pods are recreated, unbound, and wait in a's queue for GPUs again
+            async def recreated() -> dict[str, str] | None:
+                pods = {p.metadata.name: p for p in (await core_api.list_namespaced_pod(
+                    "team-a")).items}  # fmt: skip
+                copies = {
+                    n: (p.metadata.annotations or {}).get("baton.io/recreated-from", "")
+                    for n, p in pods.items() if n.startswith("extra-") and not p.spec.node_name
+                }  # fmt: skip
+                return copies if len(copies) == 2 and all(copies.values()) else None
+
+            copies = await until(recreated, "the reclaimed gang's bare pods recreated unbound")
+            assert copies == {n: uids[n] for n in ("extra-0", "extra-1")}  # each its own
+            waiting = admission.state.gangs["team-a/extra"]
+            assert not waiting.admitted and waiting.qkey is not None
 
             # lone Baton pods are gangs of one: b has 8 GPUs of quota left, for one of them
             for name in ("solo-1", "solo-2"):
@@ -119,6 +142,19 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
 
             await until(one_solo_runs, "the first lone pod admitted and bound, the second queued")
             assert not (await placement("team-b"))["solo-2"]
+
+            # b's work ends: the recreated gang is admitted again and placed whole
+            await custom.delete_namespaced_custom_object(
+                "scheduling.x-k8s.io", "v1alpha1", "team-b", "podgroups", "mine"
+            )
+            for name in ("mine-0", "solo-1", "solo-2"):
+                await core_api.delete_namespaced_pod(name, "team-b")
+
+            async def placed_again() -> bool:
+                a = await placement("team-a")
+                return {a.get("extra-0"), a.get("extra-1")} == {nodes[1], nodes[2]}
+
+            await until(placed_again, "the recreated gang placed again on b's idle nodes")
         await api.close()
 
 

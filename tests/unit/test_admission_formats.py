@@ -57,9 +57,10 @@ def test_min_resources_is_the_gang_s_demand_before_any_pod_exists() -> None:
 def test_members_asking_more_than_min_resources_count_as_asked() -> None:
     state = start(gpus=32)
     feed(state, pod_group("job", namespace="ml", min_member=2, min_resources={GPU: 4}))
-    out = feed(state, pod("job-0", namespace="ml", group="job", gpus=8))
+    feed(state, pod("job-0", namespace="ml", group="job", gpus=8))
+    assert state.gangs["ml/job"].gpus == 8  # what its members ask, not minMember x 8
+    feed(state, pod("job-1", namespace="ml", group="job", gpus=8))
     assert state.gangs["ml/job"].gpus == 16
-    assert not of(out, GangQueued) or of(out, GangQueued)[0].gpus == 16
 
 
 @pytest.mark.parametrize("source", ["kueue", "volcano"])
@@ -67,9 +68,12 @@ def test_a_gang_without_a_group_object_is_admitted_on_a_member_pod(source: str) 
     state = start()
     ref = GangRef(name="job", source=source, min_member=2)  # type: ignore[arg-type]
     out = feed(state, pod("job-1", namespace="ml", gpus=8, ref=ref))
+    assert of(out, Annotate) == []  # its demand is counted from its 2 members, not guessed
+    assert "waiting for members: 1 of 2" in of(out, GangQueued)[-1].reason
+    out = feed(state, pod("job-0", namespace="ml", gpus=8, ref=ref))
     (mark,) = of(out, Annotate)
     assert (mark.kind, mark.name, mark.annotations[ADMITTED]) == ("Pod", "job-1", "true")
-    assert of(out, GangAdmitted)[0].gpus == 16  # 2 members x 8 GPUs, before job-0 exists
+    assert of(out, GangAdmitted)[0].gpus == 16
     out = feed(state, pod("job-0", namespace="ml", gpus=8, ref=ref))
     assert of(out, Annotate) == []  # one admission per gang
 

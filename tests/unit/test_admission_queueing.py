@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from baton.proto.actions import Annotate, EvictGang
+from baton.proto.actions import Annotate, EvictGang, RecreatePod
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
 from baton.proto.runner import Tick
 from baton.services.admission.core import queueing
@@ -81,10 +81,11 @@ def test_a_podgroup_whose_pods_never_come_is_set_aside_after_its_timeout() -> No
     timed = msgspec.structs.replace(plain.pod_group, schedule_timeout_seconds=60)
     empty = msgspec.structs.replace(plain, pod_group=timed)
     out = feed(state, [empty, *submit("a", "next", 1, at=1.0)], now=1.0)
-    assert admitted(out) == []  # strict: the memberless head blocks until its timeout
+    assert admitted(out) == ["a/next"]  # even strict: a gang with no pods is never a head
+    said = [q.reason for q in of(out, GangQueued) if q.gang == "a/empty"]
+    assert "waiting for members: 0 of 2" in said[-1]
     assert queueing.wants_tick(state.state, 1.0)
     out = feed(state, [Tick(at=61.0)], now=61.0)
-    assert admitted(out) == ["a/next"]
     aside = [q for q in of(out, GangQueued) if q.set_aside]
     assert [q.gang for q in aside] == ["a/empty"]
     assert "0 of 2 member pods after 60 s (scheduleTimeoutSeconds)" in aside[0].reason
@@ -136,8 +137,8 @@ def test_a_higher_priority_gang_over_quota_preempts_lower_ones_of_its_team_whole
     assert admitted(early) == []  # neither has run preempt_min_run_s (300 s)
     out = feed(state, [Tick(at=400.0)], now=400.0)
     assert [p.gang for p in of(out, GangPreempted)] == ["a/new"]  # least GPU-time lost
-    (evict,) = of(out, EvictGang)
-    assert evict.gang == "a/new" and [p.pod for p in evict.pods] == ["new-0"]
+    (recreate,) = of(out, RecreatePod)  # a bare pod: Baton recreates it
+    assert (recreate.gang, recreate.pod) == ("a/new", "new-0") and not of(out, EvictGang)
     assert admitted(out) == ["a/urgent"]
     assert not state.gangs["a/new"].admitted and state.gangs["a/new"].qkey is not None
 

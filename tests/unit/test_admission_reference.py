@@ -44,6 +44,7 @@ def _stuck_reference(state: State, team: str) -> bool:
 
 def reference_admit(state: State, now: float, *, every: bool = True) -> list[Any]:
     outputs: list[Any] = queueing.release_memberless(state, now) if every else []
+    outputs += queueing.grow_paused(state, now)
     teams = [
         t
         for t in queueing.team_order(state)

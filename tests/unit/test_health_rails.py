@@ -200,6 +200,21 @@ def test_new_nodes_are_checked_before_work_and_at_most_max_testing_at_once() -> 
     assert len([r for r in state.nodes.values() if r.check and r.check.pod]) == 3
 
 
+def test_new_nodes_take_a_share_of_the_cluster_in_test_slots_rechecks_only_max_testing() -> None:
+    policy = HealthPolicy(max_testing=2, testing_share=0.25)
+    new = [msgspec.structs.replace(n, created_at=100.0) for n in rack(40)]
+    state = make(new, policy, at=120.0, validated=False)
+    asked = [r for r in state.nodes.values() if r.check and r.check.pod]
+    assert len(asked) == 10  # a quarter of 40 at once, not max_testing's 2
+
+    old = msgspec.structs.replace(QUIET, max_testing=2, testing_share=0.25, recheck_days=1.0)
+    state = make(rack(40), old)
+    for rec in state.nodes.values():
+        rec.validated, rec.recheck_at = 1.0, 1.0 + 86_400.0  # every node due, every one idle
+    tick(state, 90_000.0)
+    assert sorted(states(state).values()).count("validating") == 2  # in-service nodes
+
+
 def test_a_node_seen_long_after_it_joined_is_not_taken_out_for_its_first_check() -> None:
     nodes = [msgspec.structs.replace(n, created_at=0.0) for n in rack(2)]
     state = make(nodes, HealthPolicy(), at=10_000.0, validated=False)

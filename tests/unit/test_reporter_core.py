@@ -166,6 +166,27 @@ def test_a_gang_waiting_for_admission_says_why() -> None:
     assert condition.message == "waiting for admission: team 'a' uses 16 of its 16 GPU quota"
 
 
+def test_a_queued_gangs_status_that_only_recounts_is_written_once_per_interval() -> None:
+    state = core.initial(core.ReportPolicy(group_every=30.0))
+    step(state, pod_group("job", namespace=NS, min_member=1), *members(1))
+
+    def queued(used: int, at: float, reason: str = "") -> list[Any]:
+        said = reason or f"team 'a' uses {used} of its 16 GPU quota"
+        return step(state, GangQueued(at=at, gang=f"{NS}/job", team="a", position=0,
+                                      reason=said), at=at)  # fmt: skip
+
+    assert len(of(queued(16, 2.0), SetGroupStatus)) == 1  # new words: at once
+    assert of(queued(12, 3.0), SetGroupStatus) == []  # the same words, other numbers
+    assert of(queued(14, 4.0), SetGroupStatus) == []
+    assert core.wants_tick(state, 10.0)
+    assert of(step(state, Tick(at=20.0), at=20.0), SetGroupStatus) == []
+    (late,) = of(step(state, Tick(at=33.0), at=33.0), SetGroupStatus)
+    assert late.status.conditions[0].message.endswith("uses 14 of its 16 GPU quota")
+    assert not core.wants_tick(state, 34.0)
+    other = queued(0, 35.0, reason="waiting behind 2 earlier gangs")
+    assert len(of(other, SetGroupStatus)) == 1  # other words: at once
+
+
 @pytest.mark.parametrize(
     ("node", "reason", "want", "note"),
     [

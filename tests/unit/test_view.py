@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from baton.libs.testing.builders import GPU, balloon, node, pod, pod_group, view
-from baton.libs.view import GangView, View, is_preemptible
+from baton.libs.view import GangView, View, is_bare, is_preemptible
 from baton.proto import keys
 from baton.proto.k8s import NodeEvent, Pod, PodEvent, PodGroupEvent
 
@@ -249,3 +249,20 @@ def test_apply_routes_each_object_event() -> None:
     found.apply(PodGroupEvent(op="delete", at=0.0, pod_group=g))
     found.apply(NodeEvent(op="delete", at=0.0, node=n))
     assert (found.nodes, found.pods, found.gangs) == ({}, {}, {})
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "bare"),
+    [
+        ({}, {}, True),  # nobody else would recreate it
+        ({"batch.kubernetes.io/job-name": "j"}, {}, False),
+        ({"jobset.sigs.k8s.io/jobset-name": "js"}, {}, False),
+        ({"training.kubeflow.org/job-name": "mpi"}, {}, False),  # the MPI operator's
+        ({}, {keys.RECREATE: "false"}, False),  # opted out: only evicted
+    ],
+)
+def test_a_pod_is_bare_unless_a_controller_recreates_it_or_it_opts_out(
+    labels: dict[str, str], annotations: dict[str, str], bare: bool
+) -> None:
+    p = Pod(namespace="ns", name="p", uid="u", labels=labels, annotations=annotations)
+    assert is_bare(p) is bare

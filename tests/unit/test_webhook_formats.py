@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from baton.proto import keys
-from baton.proto.k8s import GPU, Node, NodeEvent, PodGroup, PodGroupEvent
+from baton.proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
 from baton.services.admission import core, webhook
 from baton.services.admission.teams import parse
 
@@ -33,8 +33,13 @@ def state() -> core.State:
         core.step(s, NodeEvent(op="upsert", at=0.0, node=n), 0.0)
     o = Node(name="o0", uid="o0", labels={"baton.io/pool": "pb"}, allocatable={GPU: 8})
     core.step(s, NodeEvent(op="upsert", at=0.0, node=o), 0.0)
-    wide = PodGroup(namespace="ml", name="wide", uid="w", min_member=4)
-    core.step(s, PodGroupEvent(op="upsert", at=0.0, pod_group=wide), 0.0)
+    for name in ("wide", "full"):
+        group = PodGroup(namespace="ml", name=name, uid=name, min_member=4)
+        core.step(s, PodGroupEvent(op="upsert", at=0.0, pod_group=group), 0.0)
+    for i in range(2):  # two 8-GPU members of "full" exist
+        member = Pod(namespace="ml", name=f"full-{i}", uid=f"f{i}", requests={GPU: 8},
+                     labels={keys.POD_GROUP: "full"}, scheduler_name="baton")  # fmt: skip
+        core.step(s, PodEvent(op="upsert", at=0.0, pod=member), 0.0)
     return s
 
 
@@ -74,18 +79,13 @@ REFUSED = [
     ("JobSet member count that is not a number",
      pod({keys.JOBSET_NAME: "j"}, {keys.GANG_MEMBERS: "all"}), "Pod", ("", "v1"),
      f"{keys.GANG_MEMBERS}: 'all' is not a whole number of members"),
-    ("a JobSet larger than the team could ever run",
-     pod({keys.JOBSET_NAME: "j"}, {keys.GANG_MEMBERS: "4"}), "Pod", ("", "v1"),
-     f"needs 32 GPUs ({keys.GANG_MEMBERS} 4 x 8) but team 'a' can never get more than 16"),
     ("two formats naming two gangs",
      pod({keys.POD_GROUP: "a"}, {keys.VOLCANO_GROUP: "b"}), "Pod", ("", "v1"),
      "a pod belongs to one gang: keep one of them"),
-    ("a Kueue gang larger than the team could ever run",
-     pod({keys.KUEUE_GROUP: "j"}, {keys.KUEUE_TOTAL: "3"}), "Pod", ("", "v1"),
-     f"needs 24 GPUs ({keys.KUEUE_TOTAL} 3 x 8) but team 'a' can never get more than 16"),
-    ("a member of a known PodGroup too large",
-     pod({keys.POD_GROUP: "wide"}), "Pod", ("", "v1"),
-     "needs 32 GPUs (minMember 4 x 8) but team 'a' can never get more than 16"),
+    ("a member of a known PodGroup whose members would ask too much",
+     pod({keys.POD_GROUP: "full"}), "Pod", ("", "v1"),
+     "needs 24 GPUs (3 member pods with this one: 8 + 8 + 8; every member counts) but team "
+     "'a' can never get more than 16"),
     ("minResources beyond the team",
      {"metadata": {"name": "g"}, "spec": {"minMember": 2, "minResources": {GPU: "32"}}},
      "PodGroup", PLUGINS,
@@ -144,8 +144,14 @@ def test_each_format_is_refused_with_what_to_do(
 
 
 ALLOWED = [
+    # a first member says nothing of the others' shapes: never minMember x its GPUs
+    ("the first member of a Kueue gang", pod({keys.KUEUE_GROUP: "j"}, {keys.KUEUE_TOTAL: "3"}),
+     "Pod", ("", "v1")),
+    ("the first member of a known PodGroup", pod({keys.POD_GROUP: "wide"}), "Pod", ("", "v1")),
     ("Kueue gang with its size", pod({keys.KUEUE_GROUP: "j"}, {keys.KUEUE_TOTAL: "2"}), "Pod",
      ("", "v1")),
+    ("the first member of a JobSet gang (its other members' shapes are not known yet)",
+     pod({keys.JOBSET_NAME: "j"}, {keys.GANG_MEMBERS: "4"}), "Pod", ("", "v1")),
     ("JobSet gang with its size", pod({keys.JOBSET_NAME: "j"}, {keys.GANG_MEMBERS: "2"}), "Pod",
      ("", "v1")),
     ("Volcano gang naming a PodGroup", pod(annotations={keys.VOLCANO_GROUP: "j"}), "Pod",

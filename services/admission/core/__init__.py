@@ -8,6 +8,7 @@ reclaim borrowed GPUs) and admission events saying what was decided and why.
 
 from __future__ import annotations
 
+from baton.libs.view import is_bare
 from baton.proto import keys
 from baton.proto.actions import AnyAction
 from baton.proto.admission import AnyAdmissionEvent, GangQueued, GangReleased, TeamsLoaded
@@ -24,7 +25,8 @@ from baton.proto.k8s import (
 )
 from baton.proto.runner import Tick
 from baton.services.admission.core import nodes, queueing
-from baton.services.admission.core.gangs import Gang, Member
+from baton.services.admission.core.gangs import ACTIVE, Gang, Member
+from baton.services.admission.core.members import grow, resume
 from baton.services.admission.core.state import State, recount_growth
 from baton.services.admission.teams import DEFAULT, TeamConfig, is_default
 
@@ -143,10 +145,10 @@ def _new_gang(state: State, gang: Gang, marks: dict[str, str], now: float) -> li
                 at=now, gang=gang.key, team="", reason=gang.reason, position=0, gpus=gang.gpus
             )
         ]
+    if _done(gang):  # it ended before the restart (finished pods stay in the API)
+        gang.finished = True
+        return []
     if marks.get(keys.ADMITTED) == "true":  # admitted before a restart: adopt
-        if _done(gang):  # it ended before the restart (finished pods stay in the API)
-            gang.finished = True
-            return []
         gang.admitted = True
         state.hold(gang, gang.gpus, borrowing=marks.get(keys.BORROWING) == "true")
         return []
@@ -254,6 +256,7 @@ def _member(pod: Pod) -> Member:
         phase=pod.phase,
         uid=pod.uid,
         node=pod.node_name,
+        bare=is_bare(pod),
     )
 
 
@@ -264,16 +267,23 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
         state.short.discard(gang.key)
     if gang.admitted:
         state.floor.pop(gang.team, None)  # its priority may have changed
-        if gang.held != gang.gpus:
-            state.hold(gang, gang.gpus)
-        return _release(state, gang, now, finished=True) if _done(gang) else []
+        if _done(gang):
+            return _release(state, gang, now, finished=True)
+        if gang.gpus > gang.held or gang.paused:  # members joined (or left a paused gang)
+            return list(grow(state, gang, now))
+        return []
+    outputs: list[Output] = []
+    if gang.finished and any(m.phase in ACTIVE for m in gang.members.values()):
+        gang.finished = False  # new members after it ended: a new run, queued again
+        reason = "new member pods after the gang ended: it waits in its team's queue again"
+        outputs.append(queueing.unadmit(gang, now, reason=reason))
     if gang.team and not gang.finished and gang.qkey != queueing.queue_key(gang):
         state.enqueue(gang)  # its priority changed: move it
     elif gang.qkey is not None:
         state.renew(gang)  # its demand may have changed: count it as it is
-        if gang.gpus != gang.told_gpus:
+        if gang.sized != gang.told_gpus or not gang.known:  # (its count of members)
             state.untold.add(gang.key)  # it is looked at again
-    return []
+    return outputs
 
 
 def _done(gang: Gang) -> bool:
@@ -294,6 +304,7 @@ def _forget(state: State, gang: Gang, now: float) -> list[Output]:
 def _release(state: State, gang: Gang, now: float, *, finished: bool) -> list[Output]:
     gpus = gang.held
     state.hold(gang, 0, borrowing=False)
+    resume(state, gang)
     gang.admitted, gang.finished = False, finished
     state.dequeue(gang)
     return [GangReleased(at=now, gang=gang.key, team=gang.team, gpus=gpus)]

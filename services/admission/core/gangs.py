@@ -16,11 +16,13 @@ class Member:
     phase: str
     uid: str
     node: str
+    bare: bool = True  # no controller recreates it: taken off, Baton recreates it
 
 
 @dataclass(slots=True)
 class Gang:
-    """A PodGroup as admission sees it. ``gpus`` is the whole gang's demand (0: unknown)."""
+    """A PodGroup as admission sees it. ``demand`` is what the gang needs to start,
+    ``gpus`` what it counts against its team (0: unknown)."""
 
     key: str
     team: str
@@ -44,17 +46,51 @@ class Gang:
     told_gpus: int = -1  # its demand when it was last told why it waits
     complete: bool = False  # it has had all its member pods at once (any phase)
     qneed: int | None = None  # its demand as counted in the team's ``needs`` (queued, known)
+    paused: bool = False  # admitted, its marks taken back: new members beyond its quota
+
+    @property
+    def demand(self) -> int:
+        """GPUs the gang needs to start, counted from what its members ask, shape by
+        shape: ``spec.minResources`` when given, else ``baton.io/gpus-per-pod`` x
+        minMember, else its minMember smallest members (0 while fewer exist)."""
+        if self.min_gpus:
+            return self.min_gpus
+        if self.gpus_per_pod is not None:
+            return self.gpus_per_pod * self.min_member
+        if len(self.members) < self.min_member:
+            return 0
+        return sum(sorted(m.gpus for m in self.members.values())[: self.min_member])
 
     @property
     def gpus(self) -> int:
-        per_pod = self.gpus_per_pod
-        if per_pod is None:
-            per_pod = max((m.gpus for m in self.members.values()), default=0)
-        return max(per_pod * self.min_member, self.min_gpus)
+        """What the gang counts against its team: its demand, or every live member's
+        GPUs when they ask more (every member counts, whatever order they came in)."""
+        live = sum(m.gpus for m in self.members.values() if m.phase in ACTIVE)
+        return max(self.demand, live)
+
+    @property
+    def declared(self) -> bool:
+        """Its PodGroup says its GPUs (``spec.minResources``, ``baton.io/gpus-per-pod``)."""
+        return self.gpus_per_pod is not None or self.min_gpus > 0
 
     @property
     def known(self) -> bool:
-        return self.gpus_per_pod is not None or bool(self.members) or self.min_gpus > 0
+        """Its demand is known: declared, or its minMember members exist."""
+        return self.declared or len(self.members) >= self.min_member
+
+    @property
+    def sized(self) -> int:
+        """Its GPUs as it is told why it waits (-1 while unknown): a change is news."""
+        return self.gpus if self.known else -1
+
+    @property
+    def waiting_members(self) -> bool:
+        """Fewer member pods than minMember, and nothing else to count its demand from
+        (or it had them all and they went: it waits for them to come back). Such a
+        gang is never admitted nor a queue's head."""
+        if self.lone or len(self.members) >= self.min_member:
+            return False
+        return not self.declared or self.complete
 
     @property
     def priority(self) -> int:

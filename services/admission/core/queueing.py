@@ -24,13 +24,16 @@ import re
 import msgspec
 
 from baton.proto import ids, keys
-from baton.proto.actions import Annotate, AnyAction, Binding, EvictGang
+from baton.proto.actions import Annotate, AnyAction
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
+from baton.services.admission.core import members
 from baton.services.admission.core.gangs import ACTIVE, Gang, queue_key
+from baton.services.admission.core.members import grow, members_reason
 from baton.services.admission.core.state import State, on_team
 
 __all__ = [
-    "admit", "preempt", "queue_key", "queued", "reclaim_plan", "remark", "team_order", "wants_tick",
+    "admit", "grow_paused", "preempt", "queue_key", "queued", "reclaim_plan", "remark",
+    "team_order", "unadmit", "wants_tick",
 ]  # fmt: skip
 
 Output = AnyAction | GangAdmitted | GangQueued | GangPreempted
@@ -48,6 +51,7 @@ def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
     only the teams that could still admit are looked at again; all of them after a
     preemption, which gives GPUs back."""
     outputs: list[Output] = release_memberless(state, now) if every and state.short else []
+    outputs += grow_paused(state, now)
     stuck = set() if every else _stuck_teams(state, [t.name for t in state.config.teams])
     teams = [t for t in team_order(state) if t not in stuck or not _tell(state, t, now, outputs)]
     while True:
@@ -141,6 +145,9 @@ def _serve(state: State, team: str, now: float, outputs: list[Output]) -> bool:
             outputs.extend(_wait(state, gang, now, reason=aside, aside=True))
             continue
         gang.aside = ""
+        if gang.waiting_members:  # never a head: it may have no pods for a long time
+            outputs.extend(_wait(state, gang, now, reason=members_reason(gang)))
+            continue
         held = reserve.gpus if reserve is not None else 0
         if known and need in tried:
             outputs.extend(_wait(state, gang, now, reason=tried[need]))
@@ -161,12 +168,12 @@ def _aside(state: State, gang: Gang, now: float) -> str:
     """Why a gang is set aside rather than waiting its turn ('' if it is not): it could
     never be admitted, or its member pods did not come."""
     if gang.known and gang.gpus > state.ceiling(gang.team):
-        team = gang.team
+        team, (how, fix) = gang.team, members.sized_by(gang)
         return (
-            f"set aside: needs {gang.gpus} GPUs but a gang of team {team!r} runs either "
-            f"within its quota ({state.quota(team)}) or wholly on borrowed GPUs (at most "
-            f"{state.borrow_limit(team)}), so at most {state.ceiling(team)}; lower its "
-            "size or ask for a larger quota"
+            f"set aside: needs {gang.gpus} GPUs ({how}) but a gang of team {team!r} runs "
+            f"either within its quota ({state.quota(team)}) or wholly on borrowed GPUs (at "
+            f"most {state.borrow_limit(team)}), so at most {state.ceiling(team)}; {fix} "
+            "or ask for a larger quota"
         )
     if gang.lone or gang.carrier:
         return ""
@@ -185,7 +192,16 @@ def _aside(state: State, gang: Gang, now: float) -> str:
 def wants_tick(state: State, now: float) -> bool:
     """Time alone changes decisions while gangs wait: a gang starts to starve, a PodGroup
     short of members is set aside, a running gang passes its minimum run time."""
-    return any(state.queues.values()) or bool(state.short)
+    return any(state.queues.values()) or bool(state.short) or bool(state.paused)
+
+
+def grow_paused(state: State, now: float) -> list[Output]:
+    """Admitted gangs whose new members wait for room (``members.grow``): counted and
+    marked admitted again once their team can hold them, first in a cycle."""
+    outputs: list[Output] = []
+    for key in sorted(state.paused):
+        outputs.extend(grow(state, state.gangs[key], now))
+    return outputs
 
 
 def release_memberless(state: State, now: float) -> list[Output]:
@@ -205,8 +221,9 @@ def release_memberless(state: State, now: float) -> list[Output]:
         gpus = gang.held
         state.hold(gang, 0, borrowing=False)
         gang.admitted = False
+        members.resume(state, gang)
         state.enqueue(gang)
-        outputs.append(_unadmit(gang, now, reason="its member pods did not come"))
+        outputs.append(unadmit(gang, now, reason="its member pods did not come"))
         aside = _aside(state, gang, now)
         gang.aside = gang.reason = aside
         gang.told_gpus = gang.gpus
@@ -221,7 +238,7 @@ def release_memberless(state: State, now: float) -> list[Output]:
     return outputs
 
 
-def _unadmit(gang: Gang, now: float, *, reason: str) -> Annotate:
+def unadmit(gang: Gang, now: float, *, reason: str) -> Annotate:
     return Annotate(
         id=ids.make("unadmit", gang.key, f"{now:.6f}"),
         by="admission",
@@ -239,16 +256,8 @@ def _unadmit(gang: Gang, now: float, *, reason: str) -> Annotate:
 def _try(
     state: State, gang: Gang, now: float, *, reserve: int = 0, behind: Gang | None = None
 ) -> list[Output]:
-    if not gang.known:
-        return _wait(
-            state,
-            gang,
-            now,
-            reason=(
-                f"waiting for a member pod (or the PodGroup annotation {keys.GPUS_PER_POD}) "
-                "to learn the gang's GPU demand"
-            ),
-        )
+    if not gang.known or gang.waiting_members:
+        return _wait(state, gang, now, reason=members_reason(gang))
     need, team = gang.gpus, gang.team
     used, quota, limit = state.used.get(team, 0), state.quota(team), state.borrow_limit(team)
     kept = f" and {reserve} reserved for {behind.key}, which has waited longest" if behind else ""
@@ -383,32 +392,25 @@ def reclaim_plan(
 
 
 def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Output]:
-    """Evict the whole gang, take back its admission and put it back in its queue."""
-    pods = tuple(
-        Binding(namespace=gang.namespace, pod=name, uid=m.uid, node=m.node)
-        for name, m in sorted(gang.members.items())
-        if m.phase in ACTIVE
-    )
+    """Take the whole gang off (its bare pods recreated, ``members.evictions``), take
+    back its admission and put it back in its queue."""
     gpus = gang.held
     state.hold(gang, 0, borrowing=False)
+    members.resume(state, gang)
     gang.admitted, gang.reason = False, ""
-    state.enqueue(gang)
     if for_gang.team == gang.team:
         reason = f"preempted for {for_gang.key} (priority {for_gang.priority})"
     else:
         reason = f"reclaimed by team {for_gang.team!r} for {for_gang.key}"
-    when = f"{now:.6f}"  # a gang is preempted at most once at one time
+    taken = members.evictions(gang, now, reason=reason)
+    for name, m in list(gang.members.items()):
+        if m.phase in ACTIVE:  # they go: it waits for its pods to come back
+            del gang.members[name]
+    gang.complete = True  # (declared or not: admitted again only once they are back)
+    state.enqueue(gang)
     return [
-        _unadmit(gang, now, reason=reason),
-        EvictGang(
-            id=ids.make("evict", gang.key, when),
-            by="admission",
-            at=now,
-            priority="admission",
-            reason=reason,
-            gang=gang.key,
-            pods=pods,
-        ),
+        unadmit(gang, now, reason=reason),
+        *taken,
         GangPreempted(
             at=now,
             gang=gang.key,
@@ -467,8 +469,9 @@ def remark(gang: Gang, now: float) -> Annotate:
 def _wait(
     state: State, gang: Gang, now: float, *, reason: str, aside: bool = False
 ) -> list[Output]:
-    same = _gist(reason) == _gist(gang.reason) and gang.gpus == gang.told_gpus
-    gang.aside, gang.told_gpus = (reason if aside else ""), gang.gpus
+    said = reason == gang.reason or _gist(reason) == _gist(gang.reason)  # equal: no regex
+    same = said and gang.sized == gang.told_gpus
+    gang.aside, gang.told_gpus = (reason if aside else ""), gang.sized
     state.untold.discard(gang.key)
     gang.reason = reason
     if same:

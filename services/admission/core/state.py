@@ -52,6 +52,7 @@ class State:
     needs: dict[str, dict[int, int]] = field(default_factory=dict)
     floor: dict[str, int] = field(default_factory=dict)  # team -> least in-quota holder priority
     short: set[str] = field(default_factory=set)  # admitted PodGroups whose pods never all came
+    paused: set[str] = field(default_factory=set)  # admitted gangs whose new members wait
 
     @property
     def nodes(self) -> dict[str, NodeView]:

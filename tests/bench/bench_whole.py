@@ -1,0 +1,285 @@
+"""The whole control plane at size: ``baton up`` as a user starts it, measured from outside.
+
+Starts ``baton up --nodes N --workload W --duration S`` (NATS, simcluster, every service,
+the simulated agents, the status view: everything on this machine) and samples, every
+``EVERY`` seconds, without adding load worth counting:
+
+- progress, from the status lines ``baton up`` prints when its output is not a terminal:
+  nodes still validating (a preflight) and GPUs allocated;
+- CPU seconds and resident memory of every process under ``baton up`` (``/proc``);
+- API requests by verb and resource (simcluster's ``apiserver_request_total``);
+- messages per stream (each stream's last sequence: every message Baton put on the bus
+  goes through a stream) with the operator's credentials from the endpoints file;
+- lease changes and lost leases (the services' logs).
+
+Reports: seconds to every node validated and to 50% / 90% of GPUs allocated; per process
+CPU seconds, CPU share over the last minute (the steady state once the cluster is full)
+and peak RSS; API requests per second over the run and over the last minute; bus
+messages per second per stream, likewise.
+
+    python -m tests.bench whole                         # 1,500 nodes, synthetic, 6 minutes
+    BATON_WHOLE_NODES=7500 BATON_WHOLE_SECONDS=420 python -m tests.bench whole   # just scale
+    BATON_WHOLE_WORKLOAD=llm python -m tests.bench whole
+
+Never part of the suite (timing belongs here); ``tests/e2e`` holds the functional
+1,000-node check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+
+from baton.libs.bus.connection import auth_options
+
+NODES = int(os.environ.get("BATON_WHOLE_NODES", "1500"))
+WORKLOAD = os.environ.get("BATON_WHOLE_WORKLOAD", "synthetic")
+SECONDS = float(os.environ.get("BATON_WHOLE_SECONDS", "360"))
+EVERY = float(os.environ.get("BATON_WHOLE_EVERY", "10"))
+STEADY_S = 60.0  # the last minute: the steady state
+
+_ALLOCATED = re.compile(r"nodes (\d+) \((\d+) ready\)\s+gpus (\d+)/(\d+) allocated")
+_VALIDATING = re.compile(r"validating (\d+)")
+_LOGS = re.compile(r"logs in (\S+)")
+_API = re.compile(r'apiserver_request_total\{code="[^"]*",resource="([^"]*)",'
+                  r'subresource="([^"]*)",verb="([^"]*)"\} (\S+)')  # fmt: skip
+
+
+Counts = dict[str, float] | dict[str, int]
+
+
+@dataclass
+class Sample:
+    at: float
+    cpu: dict[str, float]  # process -> CPU seconds so far
+    rss: dict[str, float]  # process -> MiB
+    api: dict[str, float]  # "VERB resource[/sub]" -> requests so far
+    streams: dict[str, int]  # stream -> last sequence
+
+
+@dataclass
+class Progress:
+    nodes: int = 0
+    validating: int = -1
+    gpus: int = 0
+    allocated: int = 0
+    validated_at: float = 0.0
+    half_at: float = 0.0
+    ninety_at: float = 0.0
+    logs: str = ""
+    lines: list[str] = field(default_factory=list)
+
+    def read(self, line: str, at: float) -> None:
+        if m := _LOGS.search(line):
+            self.logs = self.logs or m.group(1)
+        if m := _ALLOCATED.search(line):
+            self.nodes, _, self.allocated, self.gpus = map(int, m.groups())
+            share = self.allocated / self.gpus if self.gpus else 0.0
+            if share >= 0.5 and not self.half_at:
+                self.half_at = at
+            if share >= 0.9 and not self.ninety_at:
+                self.ninety_at = at
+        if line.startswith("health") and (m := _VALIDATING.search(line)):
+            self.validating = int(m.group(1))
+            if self.nodes >= NODES and self.validating == 0 and not self.validated_at:
+                self.validated_at = at
+
+
+def _children(root: int) -> dict[int, str]:
+    """Every process under ``root``, by pid, named by what it runs."""
+    parents: dict[int, int] = {}
+    args: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError):
+            stat = (entry / "stat").read_text()
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+            args[int(entry.name)] = (entry / "cmdline").read_bytes().decode().split("\0")
+    found: dict[int, str] = {root: "baton up"}
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in found and pid not in found:
+                found[pid] = _name(args.get(pid, []))
+                grew = True
+    return found
+
+
+def _name(argv: list[str]) -> str:
+    if argv and argv[0].endswith("nats-server"):
+        return "nats-server"
+    if "baton.services.cli" in argv:
+        rest = argv[argv.index("baton.services.cli") + 1 :]
+        return rest[0] if rest else "baton"
+    return Path(argv[0]).name if argv else "?"
+
+
+def _cpu_rss(pid: int) -> tuple[float, float]:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    rss = int(fields[21]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return cpu, rss
+
+
+def _api(url: str) -> dict[str, float]:
+    body = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    out: dict[str, float] = defaultdict(float)
+    for resource, sub, verb, value in _API.findall(body):
+        out[f"{verb} {resource}{'/' + sub if sub else ''}"] += float(value)
+    return out
+
+
+async def _streams(env: dict[str, str]) -> dict[str, int]:
+    options = auth_options(seed_file=env.get("BATON_NATS_NKEY_SEED_FILE", ""))
+    nc = await nats.connect(env["BATON_NATS_URL"], connect_timeout=5, max_reconnect_attempts=0,
+                            **options)  # fmt: skip
+    try:
+        infos = await nc.jetstream().streams_info()
+        return {i.config.name or "?": i.state.last_seq for i in infos}
+    finally:
+        await nc.close()
+
+
+def _env(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {k: v.strip("'\"") for k, v in pairs}
+
+
+def _sim_url(env: dict[str, str]) -> str:
+    kubeconfig = Path(env.get("KUBECONFIG", "/nonexistent"))
+    m = re.search(r"server: (\S+)", kubeconfig.read_text()) if kubeconfig.exists() else None
+    return m.group(1) if m else ""
+
+
+def _sample(root: int, env: dict[str, str], at: float) -> Sample:
+    cpu: dict[str, float] = defaultdict(float)
+    rss: dict[str, float] = defaultdict(float)
+    for pid, name in _children(root).items():
+        with contextlib.suppress(OSError):
+            c, r = _cpu_rss(pid)
+            cpu[name] += c
+            rss[name] += r
+    api: dict[str, float] = {}
+    streams: dict[str, int] = {}
+    with contextlib.suppress(Exception):  # not up yet, or going down: an empty sample
+        api = _api(_sim_url(env))
+    with contextlib.suppress(Exception):
+        streams = asyncio.run(_streams(env))
+    return Sample(at, dict(cpu), dict(rss), api, streams)
+
+
+def run() -> tuple[Progress, list[Sample]]:
+    progress = Progress()
+    samples: list[Sample] = []
+    with tempfile.TemporaryDirectory(prefix="bench-whole-") as tmp:
+        endpoints = Path(tmp) / "up.env"
+        argv = [sys.executable, "-m", "baton.services.cli", "up", "--nodes", str(NODES),
+                "--workload", WORKLOAD, "--duration", str(SECONDS),
+                "--endpoints-file", str(endpoints)]  # fmt: skip
+        started = time.monotonic()
+        up = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert up.stdout is not None
+        stdout = up.stdout
+
+        def reading() -> None:
+            for line in stdout:
+                progress.read(line.strip(), time.monotonic() - started)
+
+        reader = threading.Thread(target=reading, daemon=True)
+        reader.start()
+        try:
+            while up.poll() is None:
+                time.sleep(EVERY)
+                if up.poll() is None:
+                    at = time.monotonic() - started
+                    samples.append(_sample(up.pid, _env(endpoints), at))
+        finally:
+            if up.poll() is None:
+                up.terminate()
+            up.wait(timeout=120)
+            reader.join(timeout=10)
+    return progress, samples
+
+
+def _leases(logs: str) -> tuple[int, int]:
+    acquired = lost = 0
+    for path in Path(logs).glob("*.log") if logs else []:
+        with contextlib.suppress(OSError):
+            text = path.read_text(errors="replace")
+            acquired += text.count('"lease acquired"')
+            lost += text.count('"lease lost"')
+    return acquired, lost
+
+
+def _rates(first: Counts, last: Counts, seconds: float) -> dict[str, float]:
+    return {k: (v - first.get(k, 0)) / seconds for k, v in last.items() if seconds > 0}
+
+
+def _at(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds else "not reached"
+
+
+def report(progress: Progress, samples: list[Sample]) -> None:
+    print(f"`baton up --nodes {NODES} --workload {WORKLOAD}` for {SECONDS:.0f} s, "
+          f"sampled every {EVERY:.0f} s\n")  # fmt: skip
+    print("| milestone | since start |\n|---|---|")
+    print(f"| every node validated | {_at(progress.validated_at)} |")
+    print(f"| 50% of GPUs allocated | {_at(progress.half_at)} |")
+    print(f"| 90% of GPUs allocated | {_at(progress.ninety_at)} |")
+    print(f"| at the end | {progress.allocated}/{progress.gpus} GPUs allocated, "
+          f"{max(progress.validating, 0)} nodes validating |")  # fmt: skip
+    acquired, lost = _leases(progress.logs)
+    print(f"| leases | {acquired} acquired, {lost} lost |\n")
+    if len(samples) < 2:
+        print("(fewer than two samples: nothing to rate)")
+        return
+    last = samples[-1]
+    steady = next((s for s in samples if s.at >= last.at - STEADY_S), samples[0])
+    window = last.at - steady.at
+    first = samples[0]
+    steady_cpu = _rates(steady.cpu, last.cpu, window)
+    peak = {name: max(s.rss.get(name, 0.0) for s in samples) for name in last.rss}
+    print("| process | CPU s | CPU, last minute (cores) | peak RSS MiB |\n|---|---|---|---|")
+    for name in sorted(last.cpu, key=lambda n: -last.cpu[n]):
+        print(f"| {name} | {last.cpu[name]:.0f} | {steady_cpu.get(name, 0.0):.2f} "
+              f"| {peak[name]:.0f} |")  # fmt: skip
+    baton = sum(v for k, v in steady_cpu.items() if k not in ("nats-server", "sim"))
+    print(f"| Baton's own (not nats-server, not simcluster) | | {baton:.2f} | |\n")
+    _table("API requests", first.api, steady.api, last.api, window)
+    _table("bus messages (stream)", first.streams, steady.streams, last.streams, window)
+
+
+def _table(title: str, first: Counts, steady: Counts, last: Counts, window: float) -> None:
+    print(f"| {title} | total | per s, last minute |\n|---|---|---|")
+    steady_rate = _rates(steady, last, window)
+    for key in sorted(last, key=lambda k: -(last[k] - first.get(k, 0))):
+        print(f"| {key} | {last[key]:.0f} | {steady_rate.get(key, 0.0):.1f} |")
+    print(f"| all | {sum(last.values()):.0f} | {sum(steady_rate.values()):.1f} |\n")
+
+
+def main() -> None:
+    progress, samples = run()
+    report(progress, samples)
+
+
+if __name__ == "__main__":
+    main()
