@@ -26,7 +26,7 @@ PLUGINS_API = "scheduling.x-k8s.io/v1alpha1"
 UPSTREAM_API = "scheduling.k8s.io"  # every served version shows the same objects
 
 # Which format named a pod's group (``libs.kube.slimming.gang_ref`` decides, once).
-GangSource = Literal["scheduler-plugins", "kubernetes", "volcano", "kueue"]
+GangSource = Literal["scheduler-plugins", "kubernetes", "volcano", "kueue", "jobset"]
 
 
 class Taint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -112,7 +112,8 @@ class GangRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The group a pod belongs to, in whichever format its author named it.
 
     ``min_member`` is what the pod itself says the group needs (Kueue's
-    ``pod-group-total-count``, Volcano's ``group-min-member``); 0 when a PodGroup
+    ``pod-group-total-count``, Volcano's ``group-min-member``, a JobSet pod's
+    ``baton.io/gang-members``); 0 when a PodGroup
     object says it (scheduler-plugins, upstream, or a Volcano group with a PodGroup).
     """
 

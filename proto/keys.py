@@ -87,6 +87,14 @@ VOLCANO_GROUP_ALIAS: Final = "scheduling.volcano.sh/group-name"
 VOLCANO_MIN_MEMBER: Final = "scheduling.volcano.sh/group-min-member"
 KUEUE_GROUP: Final = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL: Final = "kueue.x-k8s.io/pod-group-total-count"
+# A JobSet is one gang without a PodGroup: its pods carry the JobSet's name (label, set
+# by the JobSet controller) and, in their template, Baton's member count (every pod of
+# the JobSet).
+JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_JOB_KEY: Final = "jobset.sigs.k8s.io/job-key"  # one value per Job of the JobSet
+# JobSet's exclusive placement: each Job in a domain of this label key of its own.
+JOBSET_EXCLUSIVE: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+GANG_MEMBERS: Final = "baton.io/gang-members"
 EGRESS_BANDWIDTH: Final = "kubernetes.io/egress-bandwidth"
 INGRESS_BANDWIDTH: Final = "kubernetes.io/ingress-bandwidth"
 SAFE_TO_EVICT: Final = "cluster-autoscaler.kubernetes.io/safe-to-evict"

@@ -14,7 +14,9 @@ from baton.libs.kube.quantities import InvalidQuantity, canonical, canonical_res
 from baton.proto import k8s, keys
 
 MIRROR = "kubernetes.io/config.mirror"  # a static pod's mirror
-_KEPT_ANNOTATIONS = frozenset({keys.EGRESS_BANDWIDTH, keys.INGRESS_BANDWIDTH, keys.MACHINE})
+_KEPT_ANNOTATIONS = frozenset(
+    {keys.EGRESS_BANDWIDTH, keys.INGRESS_BANDWIDTH, keys.MACHINE, keys.JOBSET_EXCLUSIVE}
+)
 _PHASES = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
 _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 _CONDITION_STATUSES = frozenset({"True", "False", "Unknown"})
@@ -22,8 +24,8 @@ _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 
 
 def kept_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
-    """Only ``*baton.io/*``, the bandwidth annotations and a node's Cluster API Machine
-    travel on the bus."""
+    """Only ``*baton.io/*``, the bandwidth annotations, a node's Cluster API Machine and
+    a JobSet pod's exclusive topology travel on the bus."""
     if not annotations:
         return {}
     return {
@@ -134,7 +136,7 @@ def gang_ref(
     that decides (docs/gang.md, "Gang formats"). A pod naming groups in several formats
     is refused by the admission webhook; here the first in this order wins:
     scheduler-plugins' label, upstream ``spec.schedulingGroup``, Volcano's annotation,
-    Kueue's label."""
+    Kueue's label, a JobSet's pods (its name label with ``baton.io/gang-members``)."""
     if name := labels.get(keys.POD_GROUP):
         return k8s.GangRef(name=name)
     if spec.scheduling_group is not None and spec.scheduling_group.pod_group_name:
@@ -145,6 +147,9 @@ def gang_ref(
     if name := labels.get(keys.KUEUE_GROUP):
         count = _count(annotations.get(keys.KUEUE_TOTAL) or labels.get(keys.KUEUE_TOTAL))
         return k8s.GangRef(name=name, source="kueue", min_member=count)
+    if (name := labels.get(keys.JOBSET_NAME)) and keys.GANG_MEMBERS in annotations:
+        count = _count(annotations.get(keys.GANG_MEMBERS))
+        return k8s.GangRef(name=name, source="jobset", min_member=count)
     return None
 
 

@@ -48,6 +48,9 @@ def claims(pod: KPod) -> list[Named]:
     if name := labels.get(keys.KUEUE_GROUP):
         count = notes.get(keys.KUEUE_TOTAL, labels.get(keys.KUEUE_TOTAL))
         found.append(Named(name, f"label {keys.KUEUE_GROUP}", count, keys.KUEUE_TOTAL))
+    if (name := labels.get(keys.JOBSET_NAME)) and keys.GANG_MEMBERS in notes:
+        where = f"label {keys.JOBSET_NAME}"
+        found.append(Named(name, where, notes[keys.GANG_MEMBERS], keys.GANG_MEMBERS))
     return found
 
 

@@ -52,6 +52,7 @@ SOURCES = {
     "kubernetes": "upstream PodGroup",
     "volcano": "Volcano group",
     "kueue": "Kueue pod group",
+    "jobset": "JobSet",
 }
 SHOWN = 12  # story lines shown (the latest)
 
@@ -219,7 +220,7 @@ def _format(facts: Facts) -> str:
     refs = [p.group for p in facts.pods if p.group is not None]
     if not refs:
         return "a pod of its own"
-    if refs[0].source in ("kueue", "volcano"):
+    if refs[0].source in ("kueue", "volcano", "jobset"):
         return SOURCES[refs[0].source] + ", no PodGroup object"
     return SOURCES[refs[0].source] + " not found"
 

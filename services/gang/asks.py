@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from baton.libs.view import group_by_shape
 from baton.proto import keys
 from baton.proto.placement import GangUnschedulable
-from baton.services.gang import ordering
+from baton.services.gang import exclusive, ordering
 from baton.services.gang.gangs import Ask, Cluster, Gang, Kind
 from baton.services.gang.needs import identity, shortfall, verdict
 from baton.services.gang.topology import Search, search
@@ -29,15 +29,19 @@ def ask(cluster: Cluster, gang: Gang, kinds: dict[Kind, Kind]) -> Ask:
     object (``kinds``), so looking one up is an identity check."""
     if gang.ask is not None:
         return gang.ask
-    members = group_by_shape(ordering.members(cluster, gang))
+    pods = ordering.members(cluster, gang)
+    members = group_by_shape(pods)
     shapes = tuple((shape, len(names)) for shape, names in members.items())
     required, preferred = _levels(gang)
-    kind = Kind(shapes, required, preferred, hash((shapes, required, preferred)))
+    level, parts = exclusive.split(pods) if gang.group is None else ("", ())
+    sizes = tuple(tuple((shape, len(names)) for shape, names in part.items()) for part in parts)
+    digest = hash((shapes, required, preferred, level, sizes))
+    kind = Kind(shapes, required, preferred, digest, exclusive=level, parts=sizes)
     if len(kinds) >= KINDS_KEPT:
         kinds.clear()
     kind = kinds.setdefault(kind, kind)
     floor = gang.group.min_resources if gang.group is not None else {}
-    gang.ask = made = Ask(members=members, kind=kind, floor=floor)
+    gang.ask = made = Ask(members=members, kind=kind, floor=floor, parts=parts)
     return made
 
 
@@ -73,6 +77,10 @@ class Refused:
     def search(self, cluster: Cluster, ask: Ask, *, excluded: frozenset[str]) -> Search:
         """``topology.search`` for the ask's members, outside ``excluded``."""
         found = self.searches.get((ask.kind, excluded))
+        if found is None and ask.kind.exclusive:
+            found = exclusive.search_exclusive(
+                cluster, ask.parts, level=ask.kind.exclusive, excluded=excluded
+            )
         if found is None:
             found = search(cluster, ask.members, required=ask.required,
                            preferred=ask.preferred, excluded=excluded)  # fmt: skip

@@ -34,6 +34,8 @@ class Kind:
     required: str
     preferred: str
     digest: int
+    exclusive: str = ""  # a JobSet's exclusive level: each Job in a domain of its own
+    parts: tuple[tuple[tuple[Shape, int], ...], ...] = ()  # then each Job's shapes
 
     def __hash__(self) -> int:
         return self.digest
@@ -42,8 +44,8 @@ class Kind:
         return self is other or (
             isinstance(other, Kind)
             and self.digest == other.digest
-            and (self.shapes, self.required, self.preferred)
-            == (other.shapes, other.required, other.preferred)
+            and (self.shapes, self.required, self.preferred, self.exclusive, self.parts)
+            == (other.shapes, other.required, other.preferred, other.exclusive, other.parts)
         )
 
 
@@ -54,6 +56,7 @@ class Ask:
     members: dict[Shape, list[str]]  # pending members by shape, biggest first
     kind: Kind
     floor: dict[str, int]  # the PodGroup's ``minResources`` ({}: none)
+    parts: tuple[dict[Shape, list[str]], ...] = ()  # members by Job (``exclusive``)
 
     @property
     def required(self) -> str:

@@ -25,6 +25,7 @@ NAMED_BY = {
     "kubernetes": "spec.schedulingGroup.podGroupName",
     "volcano": f"annotation {keys.VOLCANO_GROUP}",
     "kueue": f"label {keys.KUEUE_GROUP}",
+    "jobset": f"label {keys.JOBSET_NAME}",
 }
 
 

@@ -32,6 +32,7 @@ from baton.services.simcluster.workload import DURATION_ANNOTATION
 log = structlog.get_logger("simcluster.kubelet")
 TERMINAL = ("Succeeded", "Failed")
 PREFLIGHT_LABEL = "baton.io/preflight"
+EXIT_CODE_ANNOTATION = "sim.baton.io/exit-code"  # how the pod's containers end (default 0)
 GPU = "nvidia.com/gpu"
 Obj = dict[str, Any]
 
@@ -206,7 +207,7 @@ class Kubelets:
         self._release(key, track)
         namespace, _, name = key.partition("/")
         try:
-            self._store.mutate("pods", namespace, name, statuses.succeeded)
+            self._store.mutate("pods", namespace, name, _ended)
         except ApiError:
             return
 
@@ -282,3 +283,12 @@ class Kubelets:
         for track in self._pods.values():
             if track.timer is not None:
                 track.timer.cancel()
+
+
+def _ended(pod: Obj) -> None:
+    """Succeeded, or Failed with the exit code ``sim.baton.io/exit-code`` gives."""
+    code = (pod["metadata"].get("annotations") or {}).get(EXIT_CODE_ANNOTATION, "0")
+    if code.strip() in ("", "0") or not code.strip().isdigit():
+        statuses.succeeded(pod)
+        return
+    statuses.failed(pod, f"container exited with code {code}", exit_code=int(code))

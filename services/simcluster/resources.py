@@ -82,6 +82,7 @@ class Resource:
 
 BUILT_IN_GROUPS = (
     "",
+    "batch",
     "coordination.k8s.io",
     "discovery.k8s.io",
     "events.k8s.io",
@@ -138,6 +139,10 @@ RESOURCES: tuple[Resource, ...] = (
     Resource(
         "autoscaling.x-k8s.io", "v1alpha1", "capacitybuffers", "CapacityBuffer", True, ("status",)
     ),
+    # Workload controllers run inside the simulation (jobs.py, jobsets.py, mpijobs.py).
+    Resource("batch", "v1", "jobs", "Job", True, ("status",)),
+    Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, ("status",)),
+    Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", True, ("status",), ("mpij",)),
     # Admission webhooks (services/simcluster/webhooks.py calls them on create).
     Resource(
         "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from baton.services.simcluster import faults, quantities
+from baton.services.simcluster import controlling, faults, quantities
 from baton.services.simcluster.calls import Admission
 from baton.services.simcluster.clock import Clock
 from baton.services.simcluster.cloud import Cloud
@@ -26,7 +26,10 @@ from baton.services.simcluster.fault_trace import TraceRow
 from baton.services.simcluster.faulting import Faults
 from baton.services.simcluster.hardware import NodeHardware
 from baton.services.simcluster.hardware_feed import HardwareFeed
+from baton.services.simcluster.jobs import Jobs
+from baton.services.simcluster.jobsets import JobSets
 from baton.services.simcluster.kubelet import Kubelets
+from baton.services.simcluster.mpijobs import MPIJobs
 from baton.services.simcluster.resources import resource
 from baton.services.simcluster.spec import ClusterSpec, Delays, default_spec
 from baton.services.simcluster.store import ApiError, Store
@@ -84,11 +87,17 @@ class Simulation:
         # The API server's admission hooks (webhooks), so workload pods are admitted
         # as if a user had created them: ``await hook("CREATE", resource, obj, None)``.
         self.admission: list[Admission] = []
+        # Workload controllers (Job, JobSet, MPIJob), creating through ``self._create``.
+        self.controllers = [
+            kind(store, clock=self.clock, create=self._create) for kind in (Jobs, JobSets, MPIJobs)
+        ]
 
     async def start(self) -> None:
         self._running = True
         self.store.add_listener(self._on_change)
         self.cloud.start()
+        for controller in self.controllers:
+            controller.start()
         log.info("simulation started", nodes=len(self.kubelets.nodes), pools=len(self.spec.pools))
 
     async def stop(self) -> None:
@@ -99,6 +108,8 @@ class Simulation:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.faults.stop()
+        for controller in self.controllers:
+            await controller.stop()
         self.cloud.close()
         self.kubelets.close()
         self.hardware.close()
@@ -110,6 +121,7 @@ class Simulation:
             self._on_node(event, obj)
         self.kubelets.on_change(event, res, obj)
         self.cloud.on_change(event, res, obj)
+        controlling.route(self.controllers, event, res, obj)
 
     def _on_node(self, event: str, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from baton.services.simcluster import objects, patching
+from baton.services.simcluster import evictions, objects, patching
 from baton.services.simcluster.calls import Call, json_response, raw_response, success
 from baton.services.simcluster.clock import timestamp
 from baton.services.simcluster.objects import ApiError
@@ -239,7 +239,7 @@ async def act(call: Call) -> web.StreamResponse:
     if call.sub == "binding":
         return bind(call, name, body)
     grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
-    call.server.store.delete("pods", call.namespace, name, grace_seconds=grace)
+    evictions.evict(call.server.store, call.namespace, name, grace=grace)
     return success(201)
 
 

@@ -60,6 +60,12 @@ FORMATS = [
         "two formats: scheduler-plugins wins", {keys.POD_GROUP: "a", keys.KUEUE_GROUP: "b"},
         {keys.KUEUE_TOTAL: "2"}, {}, GangRef(name="a"),
     ),
+    (
+        "JobSet pods with Baton's member count: one gang per JobSet", {keys.JOBSET_NAME: "llm"},
+        {keys.GANG_MEMBERS: "32"}, {}, GangRef(name="llm", source="jobset", min_member=32),
+    ),
+    ("JobSet pods without a member count are not a gang", {keys.JOBSET_NAME: "llm"}, {}, {},
+     None),
     ("no group: a gang of one", {}, {}, {}, None),
 ]  # fmt: skip
 
@@ -238,3 +244,55 @@ def test_min_resources_larger_than_the_members_ask_hold_the_gang_back() -> None:
     assert verdict.reason.startswith("short of the PodGroup's minResources (nvidia.com/gpu 8")
     state = make(flat(4), group, members(GangRef(name="job"), 2))
     assert len(binds(tick(state, 1.0))) == 1
+
+
+def jobset_members(jobs: int, pods: int, *, exclusive: str = RACK) -> list[Any]:
+    """A JobSet's pods as its controller labels them: one job-key per Job."""
+    ref = GangRef(name="llm", source="jobset", min_member=jobs * pods)
+    notes = {keys.JOBSET_EXCLUSIVE: exclusive} if exclusive else {}
+    return [
+        pod(f"llm-w-{j}-{i}", namespace="ml", gpus=8, ref=ref, annotations=notes,
+            labels={keys.JOBSET_NAME: "llm", keys.JOBSET_JOB_KEY: f"key{j}"})
+        for j in range(jobs) for i in range(pods)
+    ]  # fmt: skip
+
+
+def racks(*sizes: int) -> list[Node]:
+    return [node(f"r{r}n{i}", gpus=8).in_rack(f"r{r}").build()
+            for r, size in enumerate(sizes) for i in range(size)]  # fmt: skip
+
+
+def test_a_jobset_s_exclusive_topology_puts_each_job_in_a_rack_of_its_own() -> None:
+    """JobSet exclusive placement (alpha.jobset.sigs.k8s.io/exclusive-topology): the
+    pods of one Job share a domain, and no two Jobs share one."""
+    state = make(racks(4, 3, 3), jobset_members(2, 3))
+    (bind,) = binds(tick(state, 1.0))
+    by_job: dict[str, set[str]] = {}
+    for b in bind.bindings:
+        by_job.setdefault(b.pod.rsplit("-", 1)[0], set()).add(b.node[:2])
+    assert sorted(by_job.values(), key=sorted) == [{"r1"}, {"r2"}]  # best fit, one each
+
+
+def test_an_exclusive_jobset_waits_when_two_jobs_would_share_a_rack() -> None:
+    """Room for both Jobs in one big rack is not room: each needs a rack of its own, and
+    the gang stays whole (nothing bound) until there is."""
+    state = make(racks(6, 2), jobset_members(2, 3))
+    assert binds(tick(state, 1.0)) == []
+    state = make(racks(6, 2), jobset_members(2, 3, exclusive=""))
+    (bind,) = binds(tick(state, 1.0))  # the same pods without the annotation fit
+    assert len(bind.bindings) == 6
+
+
+def test_an_exclusive_jobset_keeps_out_of_a_rack_another_one_runs_in() -> None:
+    """JobSet's anti-affinity on the job key: a rack where another exclusive JobSet's Job
+    runs is not a domain for this one's, even with room left in it."""
+    ref = GangRef(name="other", source="jobset", min_member=1)
+    notes = {keys.JOBSET_EXCLUSIVE: RACK}
+    labels = {keys.JOBSET_NAME: "other", keys.JOBSET_JOB_KEY: "other0"}
+    running = pod("other-0", namespace="ml", gpus=8, ref=ref, annotations=notes, labels=labels,
+                  node_name="r0n0")  # fmt: skip
+    state = make(racks(4, 2), running, jobset_members(2, 2))
+    assert binds(tick(state, 1.0)) == []  # r0 is taken: one rack left for two Jobs
+    state = make(racks(4, 2, 2), running, jobset_members(2, 2))
+    (bind,) = binds(tick(state, 1.0))
+    assert {b.node[:2] for b in bind.bindings} == {"r1", "r2"}
