@@ -367,6 +367,10 @@ def _dispatch(state: State, now: float, outputs: list[Output]) -> None:
         if entry is None:  # superseded while queued
             heapq.heappop(state.heap)
             continue
+        if entry.action.expires and now > entry.action.expires:
+            heapq.heappop(state.heap)
+            _expire(state, state.entries.pop(action_id), now, outputs)
+            continue
         wait = state.bucket.take(priority=entry.action.priority, cost=entry.cost, now=now)
         if wait > 0:
             if state.limited_since is None:
@@ -382,6 +386,20 @@ def _dispatch(state: State, now: float, outputs: list[Output]) -> None:
         del state.entries[action_id]
         state.in_flight[action_id] = entry
         outputs.append(Apply(action=entry.action, attempt=entry.attempt, event=entry.write))
+
+
+def _expire(state: State, entry: Entry, now: float, outputs: list[Output]) -> None:
+    """An action whose ``expires`` passed while it waited for tokens: its producer has
+    forgotten it and decided again (gang re-places a gang whose pods did not show up
+    bound), so applying it now would act on capacity promised to someone else. It was
+    checked on arrival too; a queue behind the rate limit can outlast the deadline."""
+    action = entry.action
+    why = f"stale: expired {now - action.expires:.1f} s ago while queued (at {action.expires})"
+    _remember(state, action.id, outcome="stale", now=now)
+    res = result(action, outcome="stale", now=now, error=why, attempts=entry.attempt)
+    outputs.append(Report(result=res, action=action))
+    if entry.tickets:
+        outputs.append(Settle(tickets=tuple(entry.tickets), verdict="ack"))
 
 
 def _remember(state: State, action_id: str, *, outcome: str, now: float) -> None:

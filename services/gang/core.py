@@ -184,8 +184,10 @@ def cycle(state: State, now: float) -> list[Output]:
         state.nominated.pop(gang.key, None)
         _take(free, members)
         # 4. commit: one idempotent all-or-nothing bind for the actuator.
+        # The bind may start only in the first half of the time the placement is assumed:
+        # one started later could still be binding when it is forgotten and re-decided.
         outputs += _commit(
-            cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s
+            cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s / 2
         )
     return outputs
 
@@ -405,7 +407,7 @@ def _commit(
     )
     bind = BindGang(
         id=action_id, by="gang", at=now, gang=gang.key, bindings=bindings, evict=balloons,
-        expires=now + expires_after,  # by then this placement is forgotten and re-decided
+        expires=now + expires_after,  # no bind starts later: it is forgotten soon after
     )  # fmt: skip
     placed = GangPlaced(
         gang=gang.key,

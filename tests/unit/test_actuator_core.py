@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 
 from baton.proto.actions import (
@@ -114,6 +115,24 @@ def test_rate_limited_head_asks_to_wake_and_counts_limited_time() -> None:
     state, out = core.step(state, Tick(), wake.at)
     assert applied(out) == ["next"]
     assert state.limited_seconds == pytest.approx(0.1)
+
+
+def test_a_placement_that_expires_while_queued_is_answered_stale_not_applied() -> None:
+    """gang forgets a placement whose pods did not show up bound by ``expires`` and places
+    the gang again; the old bind, still queued behind the rate limit, must not take the
+    capacity the new decision gave to someone else (seen at 1,000 nodes: two pods bound
+    past what their node held, refused by the kubelet)."""
+    state = core.initial(Limits(qps=10, burst=2, concurrency=1), now=0.0)
+    state, out = core.step(state, Arrived(action=gang("big", 2), ticket=1), 0.0)
+    late = msgspec.structs.replace(gang("late", 1), expires=0.05)
+    state, out = core.step(state, Arrived(action=late, ticket=2), 0.0)  # fresh on arrival
+    assert applied(out) == []
+    state, out = core.step(state, Finished(action_id="big", outcome="applied"), 0.2)
+    assert applied(out) == []
+    (report,) = [r for r in of(out, Report) if r.action.id == "late"]
+    assert report.result.outcome == "stale" and "while queued" in report.result.error
+    assert Settle(tickets=(2,), verdict="ack") in of(out, Settle)
+    assert sum(state.depth().values()) == 0
 
 
 def test_duplicate_id_is_applied_once() -> None:
