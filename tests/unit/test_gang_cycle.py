@@ -93,7 +93,10 @@ def test_unschedulable_verdicts_are_published_only_when_they_change() -> None:
     assert second.need.nodes == 11
 
 
-def test_a_failed_bind_is_forgotten_and_retried_after_a_backoff_with_a_new_id() -> None:
+@pytest.mark.parametrize("outcome", ["rolled-back", "failed", "stale"])
+def test_a_failed_bind_is_forgotten_and_retried_after_a_backoff_with_a_new_id(outcome: str) -> None:
+    """``stale``: the actuator refused it unapplied (expired while queued, or a fenced
+    epoch): nothing was bound, so the gang need not wait out ``assume_timeout_s``."""
     group, members = gang("job", 4)
     state = make(flat(4), group, members, policy=core.Policy(backoff_s=5.0))
     (bind,) = binds(tick(state, 1.0))
@@ -103,7 +106,7 @@ def test_a_failed_bind_is_forgotten_and_retried_after_a_backoff_with_a_new_id() 
         action_type="action.bind-gang.v1",
         by="actuator",
         at=2.0,
-        outcome="rolled-back",
+        outcome=outcome,  # type: ignore[arg-type]
     )
     core.step(state, result, 2.0)
     assert state.cluster.accounted == {}
