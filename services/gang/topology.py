@@ -32,6 +32,9 @@ class Search:
         default_factory=dict
     )  # level ('' cluster) -> most members one domain takes
     eligible_nodes: int = 0
+    # a gang of several shapes that found no plan: per shape, level -> most of its
+    # members one domain takes ('' the cluster), for the verdict to name the short one
+    by_shape: dict[Shape, dict[str, int]] = field(default_factory=dict)
 
 
 def level_order(
@@ -90,6 +93,10 @@ def search(
         nodes = _assign(members, ordered, best_fit=False)
         if nodes is not None:
             result.plan = _plan(cluster, nodes, level="", domain="", min_domains=min_domains)
+    if result.plan is None and len(shapes) > 1:
+        for s in shapes:
+            best = {levels[i]: max(views[s].sums[i].values(), default=0) for i in order}
+            result.by_shape[s] = {**best, "": views[s].total}
     return result
 
 
@@ -185,6 +192,13 @@ def _in_order(items: Counts, need: int) -> list[tuple[NodeView, int]] | None:
         picks.append((state, min(n, need)))
         need -= n
     return picks if need <= 0 else None
+
+
+def plan(
+    cluster: Cluster, nodes: dict[str, str], *, level: str, domain: str, min_domains: int
+) -> Plan:
+    """A plan of ``nodes`` (pod key -> node) held by the ``level`` domain ``domain``."""
+    return _plan(cluster, nodes, level=level, domain=domain, min_domains=min_domains)
 
 
 def _plan(
