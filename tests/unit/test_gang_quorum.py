@@ -70,9 +70,7 @@ QUORUM = [
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
-@pytest.mark.parametrize(
-    ("case", "nodes", "gangs", "want"), QUORUM, ids=[c[0] for c in QUORUM]
-)
+@pytest.mark.parametrize(("case", "nodes", "gangs", "want"), QUORUM, ids=[c[0] for c in QUORUM])
 def test_a_gang_starts_once_its_quorum_fits_in_every_format(
     fmt: str, case: str, nodes: int, gangs: list[tuple[str, int, int, int]],
     want: dict[str, int],
@@ -146,8 +144,7 @@ def test_a_running_gang_s_waiting_members_are_told_its_verdict() -> None:
     said = telling.waiting(key="ml/job", group=None, pods=[*running, late], need=2,
                            verdict=told)  # fmt: skip
     assert said == (
-        "2 members run (minMember 2); 1 more wait for room; need 1 more node with "
-        "8 nvidia.com/gpu"
+        "2 members run (minMember 2); 1 more wait for room; need 1 more node with 8 nvidia.com/gpu"
     )
 
 
