@@ -5,9 +5,7 @@ from __future__ import annotations
 from baton.libs.view import Shape
 from baton.proto.placement import GangUnschedulable, Need
 from baton.services.gang.gangs import Cluster
-from baton.services.gang.topology import Search
-
-_COMMON = frozenset({"cpu", "memory", "ephemeral-storage"})
+from baton.services.gang.topology import COMMON, Search
 
 
 def verdict(
@@ -160,7 +158,7 @@ def text(shape: Shape) -> str:
 
 def _shape(resources: dict[str, int]) -> dict[str, int]:
     """The resources that name a node type (GPUs, RDMA...), or cpu/memory if only those."""
-    special = {r: n for r, n in resources.items() if r not in _COMMON}
+    special = {r: n for r, n in resources.items() if r not in COMMON}
     return special or resources
 
 

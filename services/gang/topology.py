@@ -221,10 +221,12 @@ def reserve(
 ) -> frozenset[str]:
     """Nodes the head gang will take once they are free: the domain (narrowest level
     first) that could hold it when empty and has the most room now, and in it the
-    nodes with the most room now. Empty if it could never fit. All members are
-    counted as the biggest shape (a safe over-estimate)."""
-    shape = next(iter(members))
-    need = sum(len(k) for k in members.values())
+    nodes with the most room now. Empty if it could never fit. Members are counted
+    as the biggest shape that names a node type (GPUs...; a safe over-estimate), but
+    for those asking only what every node has (cpu, memory: a launcher beside GPU
+    workers), which fit beside them."""
+    shape = next((s for s in members if names_node(s)), next(iter(members)))
+    need = sum(len(k) for s, k in members.items() if s is shape or names_node(s))
     empty = cluster.eligible(shape, empty=True)
     now = cluster.eligible(shape)
     order, may_span = level_order(cluster.levels, required=required, preferred=preferred)
@@ -237,6 +239,14 @@ def reserve(
     if may_span and empty.total >= need:
         return _soonest(empty.all(), now, need)
     return frozenset()
+
+
+COMMON = frozenset({"cpu", "memory", "ephemeral-storage"})  # what every node has
+
+
+def names_node(shape: Shape) -> bool:
+    """The shape asks for a resource that names a node type (GPUs, RDMA...)."""
+    return any(r not in COMMON for r, _ in shape.requests)
 
 
 def _soonest(items: Counts, now: Eligible, need: int) -> frozenset[str]:

@@ -13,7 +13,7 @@ import pytest
 from baton.libs.testing.builders import RACK, node, pod, pod_group
 from baton.proto import keys
 from baton.proto.k8s import UPSTREAM_API, GangRef, Node, Pod, PodGroup
-from baton.services.gang import core
+from baton.services.gang import asks, core, topology
 from baton.services.reporter import telling
 from tests.unit.gang_helpers import apply, binds, feed, make, tick, verdicts
 
@@ -185,3 +185,21 @@ def test_the_verdict_counts_the_quorum_not_every_member() -> None:
     (told,) = verdicts(tick(state, 1.0))
     assert told.reason == "1 of 2 members fit (its quorum: minMember 2 of its 6 members)"
     assert told.need.nodes == 1 and told.members == 2
+
+
+# (case, the gang, nodes the head reserves)
+RESERVES = [
+    ("minMember 2 of six 8-GPU pods: two nodes", gang("scheduler-plugins", "job", need=2, size=6),
+     2),
+    ("a launcher, a parameter server and three workers: three nodes", mpi(need=5), 3),
+    ("minMember 3 of those: the two smallest and one worker, one node", mpi(need=3), 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "objs", "want"), RESERVES, ids=[c[0] for c in RESERVES])
+def test_the_head_reserves_for_its_quorum_counted_shape_by_shape(
+    case: str, objs: list[Pod | PodGroup], want: int
+) -> None:
+    state = make(flat(8), objs)
+    asked = asks.ask(state.cluster, state.cluster.gangs["ml/job"], {})
+    assert len(topology.reserve(state.cluster, asked.members)) == want
