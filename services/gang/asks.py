@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from baton.libs.view import group_by_shape
+from baton.libs.view import group_by_shape, shape_of
 from baton.proto import keys
+from baton.proto.k8s import GPU, Pod
 from baton.proto.placement import GangUnschedulable
 from baton.services.gang import exclusive, ordering
 from baton.services.gang.gangs import Ask, Cluster, Gang, Kind
@@ -30,7 +31,8 @@ def ask(cluster: Cluster, gang: Gang, kinds: dict[Kind, Kind]) -> Ask:
     if gang.ask is not None:
         return gang.ask
     pods = ordering.members(cluster, gang)
-    members = group_by_shape(pods)
+    quorum, extras = _quorum(pods, ordering.min_member(cluster, gang))
+    members = group_by_shape(quorum)
     shapes = tuple((shape, len(names)) for shape, names in members.items())
     required, preferred = _levels(gang)
     level, parts = exclusive.split(pods) if gang.group is None else ("", ())
@@ -41,8 +43,29 @@ def ask(cluster: Cluster, gang: Gang, kinds: dict[Kind, Kind]) -> Ask:
         kinds.clear()
     kind = kinds.setdefault(kind, kind)
     floor = gang.group.min_resources if gang.group is not None else {}
-    gang.ask = made = Ask(members=members, kind=kind, floor=floor, parts=parts)
+    gang.ask = made = Ask(
+        members=members, kind=kind, floor=floor, parts=parts, extras=group_by_shape(extras)
+    )
     return made
+
+
+def _quorum(pods: list[Pod], need: int) -> tuple[list[Pod], list[Pod]]:
+    """The quorum (the ``need`` smallest members: fewest GPUs, then smallest requests,
+    then name) and the members beyond it, each in name order. minMember is a quorum, as
+    in scheduler-plugins and Volcano: the gang starts once that many fit together."""
+    if need <= 0 or len(pods) <= need:
+        return pods, []
+    chosen = {p.key for p in sorted(pods, key=_smallest)[:need]}
+    return [p for p in pods if p.key in chosen], [p for p in pods if p.key not in chosen]
+
+
+def _smallest(pod: Pod) -> tuple[int, tuple[int, ...], str]:
+    return pod.requests.get(GPU, 0), tuple(-n for n in shape_of(pod).size), pod.key
+
+
+def required_level(gang: Gang) -> str:
+    """The topology level the whole gang must be in ('' none)."""
+    return _levels(gang)[0]
 
 
 def _levels(gang: Gang) -> tuple[str, str]:

@@ -17,10 +17,10 @@ from baton.proto.actions import ActionResult, BindGang, Binding, EvictGang, Recr
 from baton.proto.k8s import GPU, NodeEvent, Pod, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from baton.proto.runner import Tick
-from baton.services.gang import estimates, ordering, preempting, restarting
-from baton.services.gang.asks import Refused, ask
+from baton.services.gang import estimates, growing, ordering, preempting, restarting
+from baton.services.gang.asks import Refused, ask, required_level
 from baton.services.gang.gangs import Ask, Assumption, Cluster, Gang, Kind, delete_pod, new_cluster
-from baton.services.gang.needs import identity, shortfall, unknown_level
+from baton.services.gang.needs import beyond_quorum, identity, shortfall, unknown_level
 from baton.services.gang.topology import Plan, Search, reserve
 
 Policy = GangPolicy  # the core's knobs live in proto so the shell can record them
@@ -48,10 +48,11 @@ def initial(policy: Policy | None = None) -> State:
 
 
 def wants_tick(state: State, now: float) -> bool:
-    """A cycle can change something: a gang waits to be placed, or a placement in flight
-    may expire. An idle cluster gets no ticks (and no tick records)."""
+    """A cycle can change something: a gang waits to be placed (or members of a running
+    one), or a placement in flight may expire. An idle cluster gets no ticks (and no
+    tick records)."""
     return bool(state.inflight) or any(
-        (g.pending and not g.bound) or ordering.short(state.cluster, g)
+        (g.pending and not g.restarting) or ordering.short(state.cluster, g)
         for g in state.cluster.gangs.values()
     )
 
@@ -129,9 +130,13 @@ def cycle(state: State, now: float) -> list[Output]:
     head_need: tuple[Shape, int] | None = None
     outputs: list[Output] = list(_set_aside(state, now))
     refused = Refused()  # this cycle's searches that found no plan (``asks``)
+    later: list[Later] = []  # members beyond a quorum: after every quorum (``growing``)
     for gang in queue:
         if head and policy.strict_fifo:
             break  # strict FIFO: nothing passes the head
+        if gang.bound:  # it runs: members beyond its quorum, or joining it, come later
+            later.append((gang, None, {}, required_level(gang)))
+            continue
         if head and free.get(GPU, 0) <= 0 and _settled(state, gang, now, tried=tried):
             continue  # no GPU is free: it cannot fit, and it has nothing new to say
         held = _held(state, gang, reserved)
@@ -143,7 +148,9 @@ def cycle(state: State, now: float) -> list[Output]:
         # 2. decide: all members in the narrowest, best-fitting domain, or none.
         found, backfill = None, False
         if refused.allows(asked, free):
-            found = refused.search(cl, asked, excluded=held)
+            # a gang with members beyond its quorum starts where all of them fit, if any
+            whole = growing.where_all_fit(cl, asked, excluded=held) if asked.extras else None
+            found = whole or refused.search(cl, asked, excluded=held)
             if found.plan is None and reserved and head_need is not None:
                 # EASY: on the head's reserved nodes too, if it ends before the head starts
                 if shadow is None:
@@ -183,13 +190,78 @@ def cycle(state: State, now: float) -> list[Output]:
         gang.backfilled = backfill
         state.nominated.pop(gang.key, None)
         _take(free, members)
+        if asked.extras:  # committed with those of its other members that fit, below
+            later.append((gang, found.plan, asked.extras, required))
+            continue
         # 4. commit: one idempotent all-or-nothing bind for the actuator.
         # The bind may start only in the first half of the time the placement is assumed:
         # one started later could still be binding when it is forgotten and re-decided.
         outputs += _commit(
             cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s / 2
         )
+    return outputs + _beyond_quorum(state, later, reserved, now)
+
+
+# a gang, the plan of the quorum it started with this cycle (None: it runs), its members
+# beyond that quorum, its required level
+Later = tuple[Gang, Plan | None, dict[Shape, list[str]], str]
+
+
+def _beyond_quorum(
+    state: State, later: list[Later], reserved: frozenset[str], now: float
+) -> list[Output]:
+    """Members beyond the quorum of the gangs started this cycle (in the same bind) and
+    pending members of running gangs (in a bind of their own), once every waiting
+    gang's quorum had its turn: as many as fit, outside nodes held for other gangs. A
+    running gang's members that do not fit are told why."""
+    cl, outputs = state.cluster, list[Output]()
+    expires = state.policy.assume_timeout_s
+    for gang, started, extras, required in later:
+        held = _held(state, gang, reserved)
+        if started is None:
+            extras, nodes = growing.pending(cl, gang), growing.running_on(cl, gang)
+        else:
+            nodes = set(started.nodes.values())
+        placed = growing.fill(cl, extras, nodes=nodes, required=required, excluded=held)
+        if started is not None:
+            plan = growing.widened(cl, started, placed) if placed else started
+            action_id = _widen(state, gang, placed) if placed else _action(gang)
+            outputs += _commit(cl, gang, plan, action_id, now, expires_after=expires)
+            continue
+        if placed:
+            plan = growing.joining(cl, placed, required=required)
+            action_id = assume(state, gang, plan, {}, now, joining=True)
+            outputs += _commit(cl, gang, plan, action_id, now, expires_after=expires)
+        left = {s: [k for k in names if k not in placed] for s, names in extras.items()}
+        left = {s: names for s, names in left.items() if names}
+        if left:
+            told = beyond_quorum(
+                cl, left, gang=gang.key, running=len(gang.bound),
+                quorum=ordering.min_member(cl, gang), required=required, now=now,
+            )  # fmt: skip
+            outputs += _published(gang, told)
     return outputs
+
+
+def _action(gang: Gang) -> str:
+    assert gang.assumed is not None
+    return gang.assumed.action_id
+
+
+def _widen(state: State, gang: Gang, placed: dict[str, str]) -> str:
+    """Members placed beside the quorum assumed this cycle join its placement (one bind,
+    a new action id naming every member)."""
+    cl, assumed = state.cluster, gang.assumed
+    assert assumed is not None
+    for key, node in placed.items():
+        cl.account(key, node, cl.pods[key].requests)
+    assumed.nodes.update(placed)
+    state.inflight.pop(assumed.action_id, None)
+    assumed.action_id = _bind_id(cl, gang, assumed.nodes)
+    state.inflight[assumed.action_id] = gang.key
+    if gang.ran_gpus >= 0:
+        gang.ran_gpus += sum(cl.pods[k].requests.get(GPU, 0) for k in placed)
+    return assumed.action_id
 
 
 def _ends_by(state: State, gang: Gang, now: float, shadow: float) -> bool:
@@ -303,6 +375,12 @@ def _unschedulable(
         found = refused.search(cl, asked, excluded=reserved if blocked else frozenset())
     gang.checked_at = now
     event, seen = refused.verdict(cl, gang.key, asked, found, blocked_by=blocked, now=now)
+    if asked.extras:  # counted for its quorum: say so
+        quorum = sum(map(len, asked.members.values()))
+        everyone = quorum + sum(map(len, asked.extras.values()))
+        reason = f"{event.reason} (its quorum: minMember {quorum} of its {everyone} members)"
+        event = msgspec.structs.replace(event, reason=reason)
+        seen = identity(event)
     timed_out = _timed_out(cl, gang, now)
     if not asked.floor and not timed_out:
         return _published(gang, event, seen)
@@ -327,17 +405,27 @@ def _published(
 
 
 def assume(
-    state: State, gang: Gang, plan: Plan, members: dict[Shape, list[str]], now: float
+    state: State,
+    gang: Gang,
+    plan: Plan,
+    members: dict[Shape, list[str]],
+    now: float,
+    *,
+    joining: bool = False,
 ) -> str:
+    """Members count against their nodes from now on. ``joining``: members placed beside
+    a running gang (its start and what EASY learned of it stay)."""
     cl = state.cluster
     gang.attempt += 1
     gang.verdict = None
-    uid = gang.group.uid if gang.group is not None else cl.pods[next(iter(plan.nodes))].uid
-    uids = sorted(cl.pods[k].uid for k in plan.nodes)
-    action_id = ids.make("bind", uid, gang.attempt, *uids)
+    action_id = _bind_id(cl, gang, plan.nodes)
     gang.assumed = Assumption(action_id=action_id, nodes=dict(plan.nodes), at=now)
-    gang.started = now
-    if state.policy.backfill_estimates:  # what EASY needs: its expected end, its runs
+    if not joining:
+        gang.started = now
+    if joining:
+        if gang.ran_gpus >= 0:
+            gang.ran_gpus += sum(cl.pods[k].requests.get(GPU, 0) for k in plan.nodes)
+    elif state.policy.backfill_estimates:  # what EASY needs: its expected end, its runs
         gang.estimate = estimates.expected(cl, gang, state.runs, state.policy)
         gang.ran_gpus = sum(cl.pods[k].requests.get(GPU, 0) for k in plan.nodes)
         gang.ran_team = estimates.team(cl, gang)
@@ -345,6 +433,13 @@ def assume(
         cl.account(key, node, cl.pods[key].requests)
     state.inflight[action_id] = gang.key
     return action_id
+
+
+def _bind_id(cl: Cluster, gang: Gang, nodes: dict[str, str]) -> str:
+    """hash(gang uid, attempt, member uids): a new id for every placement."""
+    uid = gang.group.uid if gang.group is not None else cl.pods[next(iter(nodes))].uid
+    uids = sorted(cl.pods[k].uid for k in nodes)
+    return ids.make("bind", uid, gang.attempt, *uids)
 
 
 def forget(state: State, gang: Gang, now: float) -> None:

@@ -9,7 +9,7 @@ progress and the last verdict published.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from baton.libs.view import GangView, Shape, View, gang_key
 from baton.proto.k8s import Pod
@@ -53,10 +53,12 @@ class Kind:
 class Ask:
     """What placement reads of a waiting gang (``asks.ask``), kept on it until it changes."""
 
-    members: dict[Shape, list[str]]  # pending members by shape, biggest first
+    members: dict[Shape, list[str]]  # the quorum: minMember pending members by shape
     kind: Kind
     floor: dict[str, int]  # the PodGroup's ``minResources`` ({}: none)
     parts: tuple[dict[Shape, list[str]], ...] = ()  # members by Job (``exclusive``)
+    # pending members beyond the quorum, by shape: placed once the quorum is (``growing``)
+    extras: dict[Shape, list[str]] = field(default_factory=dict)
 
     @property
     def required(self) -> str:

@@ -5,9 +5,7 @@ from __future__ import annotations
 from baton.libs.view import Shape
 from baton.proto.placement import GangUnschedulable, Need
 from baton.services.gang.gangs import Cluster
-from baton.services.gang.topology import Search
-
-_COMMON = frozenset({"cpu", "memory", "ephemeral-storage"})
+from baton.services.gang.topology import COMMON, Search
 
 
 def verdict(
@@ -20,7 +18,12 @@ def verdict(
     blocked_by: str,
     now: float,
 ) -> GangUnschedulable:
-    """All members are counted as the biggest shape (the autoscaler's unit is a node)."""
+    """Why ``members`` (a gang's quorum) found no plan. A gang of one shape counts its
+    members in nodes of that shape (the autoscaler's unit is a node); a gang of several
+    (a launcher and workers) is counted shape by shape and names the one that is short."""
+    if len(members) > 1 and found.by_shape:
+        return _mixed(cluster, members, found, gang=gang, required=required,
+                      blocked_by=blocked_by, now=now)  # fmt: skip
     shape = next(iter(members))
     total = sum(len(k) for k in members.values())
     within = required if required in cluster.levels else ""
@@ -59,9 +62,103 @@ def verdict(
     )
 
 
+def _mixed(
+    cluster: Cluster,
+    members: dict[Shape, list[str]],
+    found: Search,
+    *,
+    gang: str,
+    required: str,
+    blocked_by: str,
+    now: float,
+) -> GangUnschedulable:
+    total = sum(len(k) for k in members.values())
+    within = required if required in cluster.levels else ""
+    fits, short = 0, None
+    for shape, names in members.items():  # biggest first: the first short one is named
+        empty = cluster.eligible(shape, empty=True)
+        if not empty.eligible:
+            return GangUnschedulable(
+                gang=gang, at=now, members=total,
+                reason=(f"no ready node matches the requests, selector, affinity, tolerations "
+                        f"of the {len(names)} members asking {text(shape)}"),
+                need=Need(nodes=len(names), shape=_shape(dict(shape.requests)), within=within),
+            )  # fmt: skip
+        best = found.by_shape.get(shape, {}).get(within, 0)
+        fits += min(best, len(names))
+        if best < len(names) and short is None:
+            short = (shape, len(names), best)
+    where = f" outside the nodes reserved for {blocked_by}" if blocked_by else (
+        f" in one {within}" if within else "")  # fmt: skip
+    if short is None:  # each shape fits on its own, not all of them together
+        shape, missing = next(iter(members)), 1
+        reason = f"{total} members fit{where} shape by shape, not all together"
+    else:
+        shape, count, best = short
+        missing = count - best
+        reason = f"{fits} of {total} members fit{where}: {best} of the {count} asking {text(shape)}"
+    empty = cluster.eligible(shape, empty=True)
+    per_node, name = max((n, name) for name, n in empty.tally.n.items())
+    node = cluster.nodes[name].node
+    return GangUnschedulable(
+        gang=gang, at=now, reason=reason, members=total, blocked_by=blocked_by,
+        need=Need(nodes=-(-missing // per_node), within=within,
+                  shape=_shape({r: node.allocatable.get(r, 0) for r, _ in shape.requests})),
+        fits_when_free=all(_when_free(cluster, s, within) >= len(k) for s, k in members.items()),
+    )  # fmt: skip
+
+
+def beyond_quorum(
+    cluster: Cluster,
+    extras: dict[Shape, list[str]],
+    *,
+    gang: str,
+    running: int,
+    quorum: int,
+    required: str,
+    now: float,
+) -> GangUnschedulable:
+    """Why members of a running gang (beyond its quorum, or joining it) wait: no room
+    for them now (in its domain of ``required``), and how many nodes would hold them."""
+    left = sum(len(k) for k in extras.values())
+    shape, names = next(iter(extras.items()))  # the biggest shape waiting
+    within = required if required in cluster.levels else ""
+    where = f" in its {within.rpartition('/')[2]}" if within else ""
+    reason = f"{running} members run (minMember {quorum}); {left} more wait for room{where}"
+    empty = cluster.eligible(shape, empty=True)
+    if not empty.eligible:
+        reason += ": no ready node matches their requests, selector, affinity, tolerations"
+        need = Need(nodes=len(names), shape=_shape(dict(shape.requests)), within=within)
+        return GangUnschedulable(gang=gang, at=now, reason=reason, need=need, members=left)
+    per_node, name = max((n, name) for name, n in empty.tally.n.items())
+    node = cluster.nodes[name].node
+    return GangUnschedulable(
+        gang=gang, at=now, reason=reason, members=left,
+        need=Need(nodes=-(-len(names) // per_node), within=within,
+                  shape=_shape({r: node.allocatable.get(r, 0) for r, _ in shape.requests})),
+        fits_when_free=_when_free(cluster, shape, within) - running >= len(names),
+    )  # fmt: skip
+
+
+def _when_free(cluster: Cluster, shape: Shape, within: str) -> int:
+    """Most members of ``shape`` one domain of ``within`` (or the cluster) takes when empty."""
+    empty = cluster.eligible(shape, empty=True)
+    if within:
+        return max(empty.sums[cluster.levels.index(within)].values(), default=0)
+    return empty.total
+
+
+def text(shape: Shape) -> str:
+    """``8 nvidia.com/gpu``: what a shape asks that names a node type (cpu in millicores)."""
+    asked = _shape(dict(shape.requests))
+    if not asked:
+        return "no resources"
+    return ", ".join(f"{n}m cpu" if r == "cpu" else f"{n} {r}" for r, n in sorted(asked.items()))
+
+
 def _shape(resources: dict[str, int]) -> dict[str, int]:
     """The resources that name a node type (GPUs, RDMA...), or cpu/memory if only those."""
-    special = {r: n for r, n in resources.items() if r not in _COMMON}
+    special = {r: n for r, n in resources.items() if r not in COMMON}
     return special or resources
 
 

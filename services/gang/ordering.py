@@ -16,8 +16,11 @@ Key = tuple[int, float, float, str]
 
 
 def members(cluster: Cluster, gang: Gang) -> list[Pod]:
+    """Its pending members, placed where admission put the gang (``team_rule``; a
+    running gang's marks may be on a bound member)."""
     pods = [cluster.pods[k] for k in sorted(gang.pending) if k in cluster.pods]
-    rule = team_rule(gang, pods)
+    running = [cluster.pods[k] for k in sorted(gang.bound) if k in cluster.pods]
+    rule = team_rule(gang, pods + running)
     return [_narrowed(p, rule) for p in pods] if rule is not None else pods
 
 
@@ -69,7 +72,7 @@ def is_admitted(cluster: Cluster, gang: Gang) -> bool:
 def _admitted(cluster: Cluster, gang: Gang) -> bool:
     if gang.group is not None and gang.group.annotations.get(keys.ADMITTED) == "true":
         return True
-    for key in gang.pending:
+    for key in gang.pending | gang.bound:  # the marks may be on a running member
         pod = cluster.pods.get(key)
         if pod is not None and "true" in (
             pod.labels.get(keys.ADMITTED),
@@ -88,14 +91,16 @@ def quorate(cluster: Cluster, gang: Gang) -> bool:
 
 
 def is_ready(cluster: Cluster, gang: Gang, *, now: float, require_admission: bool) -> bool:
-    """minMember pending pods, nothing bound or in flight, not backing off, admitted if gated.
+    """Nothing in flight, not restarting, not backing off, admitted if gated, and either
+    minMember pending pods (it starts), or bound members and pending ones (it runs: its
+    members beyond the quorum, and members that join it, are placed as room appears).
 
-    A gang with live bound members is running: extra pending pods wait until it is
-    gone (a restart waits for every evicted member to go before placing again).
+    A restart waits for every evicted member to go before the gang is placed again.
     """
-    if gang.bound or gang.assumed is not None or gang.restarting or now < gang.retry_after:
+    if gang.assumed is not None or gang.restarting or now < gang.retry_after:
         return False
-    return quorate(cluster, gang) and (not require_admission or is_admitted(cluster, gang))
+    ready = bool(gang.pending) if gang.bound else quorate(cluster, gang)
+    return ready and (not require_admission or is_admitted(cluster, gang))
 
 
 def short(cluster: Cluster, gang: Gang) -> bool:

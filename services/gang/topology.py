@@ -32,6 +32,9 @@ class Search:
         default_factory=dict
     )  # level ('' cluster) -> most members one domain takes
     eligible_nodes: int = 0
+    # a gang of several shapes that found no plan: per shape, level -> most of its
+    # members one domain takes ('' the cluster), for the verdict to name the short one
+    by_shape: dict[Shape, dict[str, int]] = field(default_factory=dict)
 
 
 def level_order(
@@ -90,6 +93,10 @@ def search(
         nodes = _assign(members, ordered, best_fit=False)
         if nodes is not None:
             result.plan = _plan(cluster, nodes, level="", domain="", min_domains=min_domains)
+    if result.plan is None and len(shapes) > 1:
+        for s in shapes:
+            best = {levels[i]: max(views[s].sums[i].values(), default=0) for i in order}
+            result.by_shape[s] = {**best, "": views[s].total}
     return result
 
 
@@ -187,6 +194,13 @@ def _in_order(items: Counts, need: int) -> list[tuple[NodeView, int]] | None:
     return picks if need <= 0 else None
 
 
+def plan(
+    cluster: Cluster, nodes: dict[str, str], *, level: str, domain: str, min_domains: int
+) -> Plan:
+    """A plan of ``nodes`` (pod key -> node) held by the ``level`` domain ``domain``."""
+    return _plan(cluster, nodes, level=level, domain=domain, min_domains=min_domains)
+
+
 def _plan(
     cluster: Cluster, nodes: dict[str, str], *, level: str, domain: str, min_domains: int
 ) -> Plan:
@@ -207,10 +221,12 @@ def reserve(
 ) -> frozenset[str]:
     """Nodes the head gang will take once they are free: the domain (narrowest level
     first) that could hold it when empty and has the most room now, and in it the
-    nodes with the most room now. Empty if it could never fit. All members are
-    counted as the biggest shape (a safe over-estimate)."""
-    shape = next(iter(members))
-    need = sum(len(k) for k in members.values())
+    nodes with the most room now. Empty if it could never fit. Members are counted
+    as the biggest shape that names a node type (GPUs...; a safe over-estimate), but
+    for those asking only what every node has (cpu, memory: a launcher beside GPU
+    workers), which fit beside them."""
+    shape = next((s for s in members if names_node(s)), next(iter(members)))
+    need = sum(len(k) for s, k in members.items() if s is shape or names_node(s))
     empty = cluster.eligible(shape, empty=True)
     now = cluster.eligible(shape)
     order, may_span = level_order(cluster.levels, required=required, preferred=preferred)
@@ -223,6 +239,14 @@ def reserve(
     if may_span and empty.total >= need:
         return _soonest(empty.all(), now, need)
     return frozenset()
+
+
+COMMON = frozenset({"cpu", "memory", "ephemeral-storage"})  # what every node has
+
+
+def names_node(shape: Shape) -> bool:
+    """The shape asks for a resource that names a node type (GPUs, RDMA...)."""
+    return any(r not in COMMON for r, _ in shape.requests)
 
 
 def _soonest(items: Counts, now: Eligible, need: int) -> frozenset[str]:

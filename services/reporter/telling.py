@@ -74,10 +74,13 @@ def waiting(
 ) -> str:  # fmt: skip
     """What the gang waits for now ('' when nothing: it is placed, or being placed).
     Stable while the situation is the same: no running counts, so a message written on
-    every member changes only when the reason does."""
+    every member changes only when the reason does. A running gang's pending members
+    (beyond its quorum, or joining it) wait for what its verdict says."""
     c = counts(pods)
-    if c.scheduled >= max(need, 1) or not c.pending:
+    if not c.pending:
         return ""
+    if c.scheduled >= max(need, 1):
+        return explain(verdict) if verdict is not None else ""
     name = key.partition("/")[2]
     if group is None and need == 0:
         source = next((p.group.source for p in pods if p.group is not None), "")

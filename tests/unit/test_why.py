@@ -140,3 +140,24 @@ def test_the_autoscalers_decisions_are_part_of_the_story() -> None:
     assert "nodes asked for were taken back: 2 of 2 nodes not Ready after 900s" in text
     assert "no nodes added for it: default/h100: backing off" in text
     assert "not this gang" not in text
+
+
+def test_a_running_gang_s_waiting_members_say_what_they_wait_for() -> None:
+    running = [pod(f"job-{i}", namespace="ml", group="job", gpus=8, node_name=f"n{i}")
+               for i in range(2)]  # fmt: skip
+    late = pod("job-2", namespace="ml", group="job", gpus=8)
+    bindings = tuple(Binding(namespace="ml", pod=p.name, node=p.node_name) for p in running)
+    waits = GangUnschedulable(
+        gang="ml/job", at=5.0, need=Need(nodes=1, shape={keys.GPU: 8}),
+        reason="2 members run (minMember 2); 1 more wait for room",
+    )  # fmt: skip
+    history = [GangPlaced(gang="ml/job", at=4.0, action_id="b", bindings=bindings, attempt=1),
+               waits]  # fmt: skip
+    facts = why.Facts(key="ml/job", group=pod_group("job", namespace="ml", min_member=2),
+                      pods=[*running, late], history=history, asked="ml/job-2")  # fmt: skip
+    lines = why.explain(facts)
+    assert lines[-2] == (
+        "waits for: 2 members run (minMember 2); 1 more wait for room; "
+        "need 1 more node with 8 nvidia.com/gpu"
+    )
+    assert lines[-1] == "unblocks it: 1 more node with 8 nvidia.com/gpu"
