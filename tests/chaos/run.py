@@ -402,16 +402,26 @@ def _gpus(obj: Any) -> int:
 
 
 def _overallocated(pods: list[Any], nodes: list[Any]) -> tuple[bool, str]:
+    """Nodes whose bound, unfinished pods want more GPUs than they have, and pods bound
+    where they did not fit: the kubelet failed those (``OutOf<resource>``), so they are
+    no longer counted on the node, but each was an over-allocation all the same."""
     used: Counter[str] = Counter()
+    refused = []
     for pod in pods:
         if pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed"):
             used[pod.spec.node_name] += _gpus(pod)
+        if pod.status.phase == "Failed" and (pod.status.reason or "").startswith("OutOf"):
+            refused.append(f"{pod.metadata.namespace}/{pod.metadata.name} on "
+                           f"{pod.spec.node_name} ({pod.status.reason})")  # fmt: skip
     over = []
     for node in nodes:
         have = int((node.status.allocatable or {}).get(keys.GPU, 0))
         if used[node.metadata.name] > have:
             over.append(f"{node.metadata.name} {used[node.metadata.name]}/{have}")
-    return not over, f"{len(over)} of {len(nodes)} nodes: {over[:5]}"
+    return not over and not refused, (
+        f"{len(over)} of {len(nodes)} nodes: {over[:5]}; "
+        f"{len(refused)} pods refused by the kubelet: {refused[:5]}"
+    )
 
 
 def _all_placed(pods: list[Any]) -> tuple[bool, str]:
