@@ -312,3 +312,12 @@ def test_preflight_pods_go_where_pod_security_admits_them() -> None:
     where = env["BATON_HEALTH_PREFLIGHT_NAMESPACE"]
     namespace = of("Namespace")[where]
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+
+
+def test_nats_is_restarted_while_its_jetstream_is_disabled() -> None:
+    """A write error on a full disk disables JetStream until the server restarts; the
+    liveness probe asks whether JetStream is enabled, so the kubelet restarts it and it
+    comes back by itself once space returns."""
+    (container,) = of("StatefulSet")["nats"]["spec"]["template"]["spec"]["containers"]
+    probe = container["livenessProbe"]["httpGet"]
+    assert probe["path"] == "/healthz?js-enabled-only=true"
