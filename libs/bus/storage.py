@@ -1,7 +1,8 @@
 """Whether JetStream stores what Baton writes, and what Baton's streams reserve.
 
 A full store stops everything: NATS refuses every write ("insufficient resources"),
-and after a write error on a full disk it may disable JetStream altogether. A service
+and after a write error on a full disk the stream stops acknowledging writes (or
+JetStream is disabled) until nats-server restarts. A service
 that still answers ``/readyz`` 200 then hides the outage; ``problem`` is what
 readiness asks instead (``libs.runner.serving``). A store too small for the streams'
 reservations (HISTORY's ``max_bytes``) is ``StoreTooSmall`` at start-up, naming the
@@ -32,10 +33,12 @@ class StoreTooSmall(RuntimeError):
 
 
 def refused_for_space(exc: BaseException) -> bool:
-    """Whether a failed write says the store is full (or JetStream is disabled)."""
+    """Whether a failed write says the store is full, JetStream is disabled, or the stream
+    stopped acknowledging (nats-server 2.15 after a write error on a full disk: a stream's
+    publishes time out, even once space returns, until the server restarts)."""
     if isinstance(exc, nats.js.errors.APIError):
         return exc.err_code in (INSUFFICIENT_RESOURCES, INSUFFICIENT_STORAGE) or exc.code == 503
-    return isinstance(exc, nats.errors.NoRespondersError)
+    return isinstance(exc, nats.errors.NoRespondersError | nats.errors.TimeoutError | TimeoutError)
 
 
 def too_small(stream: str, max_bytes: int, why: str) -> StoreTooSmall:
@@ -49,8 +52,8 @@ def too_small(stream: str, max_bytes: int, why: str) -> StoreTooSmall:
 
 async def problem(bus: Bus) -> str:
     """Why a write to JetStream would not be stored now ('' when it would): JetStream does
-    not answer (disabled after a write error on a full disk, or NATS away), or it refused
-    this bus's last write for want of space (cleared by the next stored write)."""
+    not answer (disabled, or NATS away), or it refused or left unacknowledged this bus's
+    last write (cleared by the next stored write)."""
     if not bus.nc.is_connected:
         return "not connected to NATS"
     try:
