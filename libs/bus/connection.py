@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import ssl
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,7 @@ class Bus:
         self.name = name
         self.replicas = 1  # copies of each stream and bucket in a NATS cluster
         self.write_refused = ""  # why JetStream refused the last write for want of space
+        self.write_refused_at = 0.0  # when (monotonic)
         self.nodes = 0  # the cluster's node count, which sizes HISTORY (0: not known)
         self._subscriptions: set[Subscription[Any]] = set()
         self._follow: asyncio.Task[None] | None = None  # the token file's (see connect)
@@ -301,6 +303,7 @@ class Bus:
         full = [e for e in errors if storage.refused_for_space(e)]
         if full:
             self.write_refused = str(full[0]) or repr(full[0])
+            self.write_refused_at = time.monotonic()
 
     def consume(
         self,

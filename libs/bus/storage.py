@@ -12,6 +12,7 @@ stream, what it reserves and how that was sized.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 import nats.errors
@@ -26,6 +27,9 @@ INSUFFICIENT_RESOURCES = 10023  # JetStream's err_code: a write does not fit
 log = structlog.get_logger("baton.bus")
 
 ANSWER_S = 2.0  # JetStream that does not answer its account info this fast is down
+# A refused write counts this long: a service retrying its writes refreshes it, and one
+# lost write of a service that then idles (a webhook's record) does not keep it unready.
+REFUSAL_S = 30.0
 
 
 class StoreTooSmall(RuntimeError):
@@ -53,7 +57,7 @@ def too_small(stream: str, max_bytes: int, why: str) -> StoreTooSmall:
 async def problem(bus: Bus) -> str:
     """Why a write to JetStream would not be stored now ('' when it would): JetStream does
     not answer (disabled, or NATS away), or it refused or left unacknowledged this bus's
-    last write (cleared by the next stored write)."""
+    last write, in the last ``REFUSAL_S`` (cleared by the next stored write)."""
     if not bus.nc.is_connected:
         return "not connected to NATS"
     try:
@@ -61,7 +65,7 @@ async def problem(bus: Bus) -> str:
             await bus.js.account_info()
     except (TimeoutError, nats.errors.Error) as exc:
         return f"JetStream does not answer ({exc!r}): disabled (a full store?) or down"
-    if bus.write_refused:
+    if bus.write_refused and time.monotonic() - bus.write_refused_at < REFUSAL_S:
         return f"JetStream refused the last write: {bus.write_refused}"
     return ""
 
