@@ -26,6 +26,7 @@ log = structlog.get_logger("baton.bus")
 
 
 IDLE_S = 2.0  # no message this long: re-read how many are still pending
+K8S_SUFFIX, HISTORY_SUFFIX = "_K8S", "_HISTORY"  # stream names: HISTORY copies K8S
 
 
 async def snapshot(
@@ -37,7 +38,8 @@ async def snapshot(
     stream: str | None = None,
     batch: int = 1024,
 ) -> list[Any]:
-    """Decoded latest event per subject, in stream order; poison is skipped (and logged)."""
+    """Decoded latest event per subject, in stream order; poison is skipped (and logged),
+    and on K8S replaced by the object's last good revision from HISTORY (``last_good``)."""
     if stream is None:
         stream = await js.find_stream_name_by_subject(filter_subject)
     info = await js.add_consumer(
@@ -69,6 +71,13 @@ async def snapshot(
                 events.append(decode(raw.data, type_))
             except Undecodable as exc:
                 log.warning("snapshot skipped poison", subject=raw.subject, reason=str(exc))
+                if stream.endswith(K8S_SUFFIX):  # the object's last good revision instead
+                    history = stream.removesuffix(K8S_SUFFIX) + HISTORY_SUFFIX
+                    upto = int((await js.stream_info(history)).state.last_seq)
+                    good = await last_good(nc, js, stream=history, subject=raw.subject,
+                                           type_=type_, upto=upto)  # fmt: skip
+                    if good is not None:
+                        events.append(good[0])
     finally:
         await puller.stop()
         with contextlib.suppress(nats.js.errors.Error, nats.errors.Error):

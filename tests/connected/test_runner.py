@@ -176,6 +176,9 @@ async def test_poison_on_an_object_is_refused_and_its_last_good_state_kept(bus: 
     async with running(bus) as restarted:
         await until(lambda: restarted.ready, what="the restarted core caught up")
         assert restarted.state.nodes == {"w-0": "gpu-0", "w-1": "gpu-1", "w-2": "gpu-2"}
+    pods = await bus.snapshot(subjects.wildcard(CLUSTER, subjects.K8S, "pod", ">"), PodEvent)
+    assert sorted((e.pod.name, e.pod.node_name) for e in pods) == [
+        ("w-0", "gpu-0"), ("w-1", "gpu-1"), ("w-2", "gpu-2")]  # fmt: skip
 
 
 async def test_the_core_sees_history_order_across_inputs_and_ticks(bus: Bus) -> None:
