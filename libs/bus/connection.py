@@ -336,11 +336,12 @@ class Bus:
         self._subscriptions.discard(sub)
 
     async def snapshot(
-        self, filter_subject: str, type_: Any, *, stream: str | None = None
+        self, filter_subject: str, type_: Any, *, stream: str | None = None, recover: bool = True
     ) -> list[Any]:
-        """The latest decoded event of every subject under ``filter_subject``."""
+        """The latest decoded event of every subject under ``filter_subject`` (``recover``:
+        on K8S, a poison one's last good revision from HISTORY; else it is left out)."""
         return await snapshotting.snapshot(
-            self.nc, self.js, filter_subject, type_=type_, stream=stream
+            self.nc, self.js, filter_subject, type_=type_, stream=stream, recover=recover
         )
 
     async def close(self) -> None:

@@ -37,6 +37,7 @@ async def snapshot(
     type_: Any,
     stream: str | None = None,
     batch: int = 1024,
+    recover: bool = True,
 ) -> list[Any]:
     """Decoded latest event per subject, in stream order; poison is skipped (and logged),
     and on K8S replaced by the object's last good revision from HISTORY (``last_good``)."""
@@ -71,7 +72,7 @@ async def snapshot(
                 events.append(decode(raw.data, type_))
             except Undecodable as exc:
                 log.warning("snapshot skipped poison", subject=raw.subject, reason=str(exc))
-                if stream.endswith(K8S_SUFFIX):  # the object's last good revision instead
+                if recover and stream.endswith(K8S_SUFFIX):  # its last good revision instead
                     history = stream.removesuffix(K8S_SUFFIX) + HISTORY_SUFFIX
                     upto = int((await js.stream_info(history)).state.last_seq)
                     good = await last_good(nc, js, stream=history, subject=raw.subject,
