@@ -3,7 +3,9 @@
 Each payload is a tagged ``msgspec.Struct``; the tag (``type``) names the event and
 its schema version (``k8s.pod.v1``). A consumer decodes with the closed union for
 its stream; anything else is ``Undecodable``, which the bus dead-letters with the
-reason instead of crashing.
+reason instead of crashing. A Kubernetes object event that decodes but says what no
+real object can (``proto.bounds``: a node of 1,000 GPUs) is ``Unbelievable``, an
+``Undecodable``: every consumer refuses it the same way, so none believes it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from baton.proto.bounds import impossible
+from baton.proto.k8s import ObjectEvent
+
 T = TypeVar("T")
 
 _encoder = msgspec.json.Encoder()
@@ -19,6 +24,10 @@ _encoder = msgspec.json.Encoder()
 
 class Undecodable(ValueError):
     """A payload that is not valid for the expected type (the sender's fault)."""
+
+
+class Unbelievable(Undecodable):
+    """A valid object event whose values no real object has (``proto.bounds``)."""
 
 
 def encode(event: msgspec.Struct) -> bytes:
@@ -34,11 +43,14 @@ def decode(data: bytes, type_: type[T] | Any) -> T:
     if decoder is None:
         decoder = _decoders[type_] = msgspec.json.Decoder(type_)
     try:
-        return decoder.decode(data)  # type: ignore[no-any-return]
+        event = decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise Undecodable(_explain(data, exc)) from exc
     except msgspec.DecodeError as exc:
         raise Undecodable(f"not JSON: {exc}") from exc
+    if isinstance(event, ObjectEvent) and (why := impossible(event)):  # type: ignore[arg-type]
+        raise Unbelievable(f"out of bounds: {why}")
+    return event  # type: ignore[no-any-return]
 
 
 def _explain(data: bytes, exc: msgspec.ValidationError) -> str:

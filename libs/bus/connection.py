@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import ssl
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 
-from baton.libs.bus import publishing, snapshotting, streams
+from baton.libs.bus import publishing, snapshotting, storage, streams
 from baton.libs.bus.consuming import Delivery, Subscription, consumer_config
 from baton.libs.runtime.nkey import SEED_SETTING, seed_file_public_key
 from baton.proto import subjects
@@ -111,6 +112,9 @@ class Bus:
         self.cluster = subjects.check_cluster(cluster)
         self.name = name
         self.replicas = 1  # copies of each stream and bucket in a NATS cluster
+        self.write_refused = ""  # why JetStream refused the last write for want of space
+        self.write_refused_at = 0.0  # when (monotonic)
+        self.nodes = 0  # the cluster's node count, which sizes HISTORY (0: not known)
         self._subscriptions: set[Subscription[Any]] = set()
         self._follow: asyncio.Task[None] | None = None  # the token file's (see connect)
 
@@ -194,13 +198,18 @@ class Bus:
         configs = list(
             configs
             if configs is not None
-            else streams.stream_configs(self.cluster, replicas=self.replicas)
+            else streams.stream_configs(self.cluster, replicas=self.replicas, nodes=self.nodes)
         )
         for config in configs:
             try:
                 await self.js.add_stream(config)
             except nats.js.errors.BadRequestError:
                 await self._update(config)  # exists with another config
+            except nats.js.errors.APIError as exc:
+                if exc.err_code != storage.INSUFFICIENT_STORAGE or not config.max_bytes:
+                    raise
+                raise storage.too_small(config.name or "", config.max_bytes,
+                                        streams.HISTORY_SIZING) from exc  # fmt: skip
         for config in configs:
             if config.sources and config.name:
                 await self._sources_active(config.name, within=sources_timeout)
@@ -271,12 +280,30 @@ class Bus:
         msg_id: str | None = None,
         ttl: str | None = None,
     ) -> int:
-        return await publishing.publish(self.js, subject, event, msg_id=msg_id, ttl=ttl)
+        try:
+            seq = await publishing.publish(self.js, subject, event, msg_id=msg_id, ttl=ttl)
+        except Exception as exc:
+            self._note_refusal([exc])
+            raise
+        self.write_refused = ""
+        return seq
 
     async def publish_many(
         self, items: Sequence[tuple[str, msgspec.Struct, str | None] | publishing.Outgoing]
     ) -> None:
-        await publishing.publish_many(self.js, items)
+        try:
+            await publishing.publish_many(self.js, items)
+        except publishing.PublishError as exc:
+            self._note_refusal([error for _, error in exc.failed])
+            raise
+        self.write_refused = ""
+
+    def _note_refusal(self, errors: Sequence[BaseException]) -> None:
+        """Remember a write refused for want of space (readiness: ``storage.problem``)."""
+        full = [e for e in errors if storage.refused_for_space(e)]
+        if full:
+            self.write_refused = str(full[0]) or repr(full[0])
+            self.write_refused_at = time.monotonic()
 
     def consume(
         self,
@@ -309,11 +336,12 @@ class Bus:
         self._subscriptions.discard(sub)
 
     async def snapshot(
-        self, filter_subject: str, type_: Any, *, stream: str | None = None
+        self, filter_subject: str, type_: Any, *, stream: str | None = None, recover: bool = True
     ) -> list[Any]:
-        """The latest decoded event of every subject under ``filter_subject``."""
+        """The latest decoded event of every subject under ``filter_subject`` (``recover``:
+        on K8S, a poison one's last good revision from HISTORY; else it is left out)."""
         return await snapshotting.snapshot(
-            self.nc, self.js, filter_subject, type_=type_, stream=stream
+            self.nc, self.js, filter_subject, type_=type_, stream=stream, recover=recover
         )
 
     async def close(self) -> None:

@@ -10,7 +10,7 @@
 | TELEMETRY | ``baton.<c>.telemetry.>`` | node agents' reports, Xids and heartbeats, 1 day |
 | DEADLETTER | ``baton.<c>.deadletter.>`` | poison messages with the reason, 14 days |
 | HISTORY | sources K8S, ACTIONS, EVENTS, RUNNER, TELEMETRY | all, in order: what every service
-  reads live (one consumer each) and what replay and audit read; 1 day / 10 GiB |
+  reads live (one consumer each) and what replay and audit read; 1 day / ``history_bytes`` |
 
 HISTORY takes TELEMETRY without heartbeats: 7,500 nodes beating every 10 s would be
 ~65 M messages a day, more than HISTORY's 10 GiB, and would push out everything else.
@@ -70,15 +70,35 @@ EVENT_DOMAINS: Final = (
 BANDWIDTH_EVENTS: Final = ("allocation", "capacity")
 
 
+# HISTORY's max_bytes (the one reservation in the store: the other streams are bounded
+# by age) grows with the cluster: what 10 GiB gave 7,500 nodes, per node, at least
+# 256 MiB, at most 10 GiB; 10 GiB when the node count is not known.
+HISTORY_MAX_BYTES: Final = 10 * 1024**3
+HISTORY_MIN_BYTES: Final = 256 * 1024**2
+HISTORY_PER_NODE: Final = HISTORY_MAX_BYTES // 7500  # ~1.4 MiB
+HISTORY_SIZING: Final = "HISTORY: ~1.4 MiB per node (BATON_CLUSTER_NODES), 256 MiB to 10 GiB"
+
+
+def history_bytes(nodes: int) -> int:
+    """HISTORY's max_bytes for a cluster of ``nodes`` nodes (0: not known, the most)."""
+    if nodes <= 0:
+        return HISTORY_MAX_BYTES
+    return max(HISTORY_MIN_BYTES, min(HISTORY_MAX_BYTES, nodes * HISTORY_PER_NODE))
+
+
 def stream_configs(
     cluster: str,
     *,
     history_max_age: float = DAY,
-    history_max_bytes: int = 10 * 1024**3,
+    history_max_bytes: int | None = None,
+    nodes: int = 0,
     replicas: int = 1,
 ) -> list[StreamConfig]:
     """The configs ``Bus.ensure_streams`` declares, sources last. ``replicas``: copies of
-    each stream in a NATS cluster (3 in ``deploy/``, so a NATS pod's loss loses nothing)."""
+    each stream in a NATS cluster (3 in ``deploy/``, so a NATS pod's loss loses nothing).
+    HISTORY holds ``history_max_bytes``, else ``history_bytes(nodes)``."""
+    if history_max_bytes is None:
+        history_max_bytes = history_bytes(nodes)
 
     def name(what: str) -> str:
         return subjects.stream_name(cluster, what)

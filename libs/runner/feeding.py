@@ -30,8 +30,9 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from baton.libs.bus import Bus
 from baton.libs.bus.deadletter import publish_dead_letter
 from baton.libs.bus.pulling import ConsumerGone, Puller
+from baton.libs.bus.snapshotting import last_good
 from baton.libs.bus.streams import HISTORY, K8S, TELEMETRY
-from baton.libs.runner.ordering import Follow, origin
+from baton.libs.runner.ordering import Follow, is_k8s, origin
 from baton.libs.runner.spec import Spec
 from baton.libs.runtime.stopping import checkpoint, retry
 from baton.proto import subjects
@@ -85,6 +86,7 @@ class BusFeed:
         self._live_behind = 0  # live messages pending when the consumer was made
         self._last = 0  # the last HISTORY sequence taken (where a new consumer resumes)
         self._gone = ""  # the consumer went away while a batch was being taken: reopen
+        self._history_cut = 0  # HISTORY's last sequence when the snapshot began
 
     async def start(self) -> Cut:
         """Snapshot, then open the live consumer right after the HISTORY message that was
@@ -92,6 +94,7 @@ class BusFeed:
         cluster, js = self.bus.cluster, self.bus.js
         history = subjects.stream_name(cluster, HISTORY)
         history_seq = int((await js.stream_info(history)).state.last_seq)
+        self._history_cut = history_seq
         k8s_seq = await self._snapshot(K8S, self.spec.bootstrap_patterns(cluster, subjects.K8S))
         telemetry_seq = await self._snapshot(
             TELEMETRY, self.spec.bootstrap_patterns(cluster, subjects.TELEMETRY)
@@ -153,7 +156,7 @@ class BusFeed:
                 left -= 1
                 seq = int(raw.metadata.sequence.stream)
                 high = max(high, seq)
-                item = await self._decode(raw, seq=seq)
+                item = await self._decode(raw, seq=seq) or await self._last_good(raw.subject)
                 if item is not None:
                     self._backlog.append(item)
         finally:
@@ -207,6 +210,23 @@ class BusFeed:
             )  # fmt: skip
             return None
         return Item(event=event, subject=raw.subject, seq=seq, raw=raw)
+
+    async def _last_good(self, subject: str) -> Item | None:
+        """The object's last revision that decodes, from HISTORY up to the cut (K8S keeps
+        only the poison that replaced it); None for other streams or when none is left."""
+        if not is_k8s(subject):
+            return None
+        history = subjects.stream_name(self.bus.cluster, HISTORY)
+        found = await last_good(self.bus.nc, self.bus.js, stream=history, subject=subject,
+                                type_=self._type, upto=self._history_cut)  # fmt: skip
+        if found is None:
+            log.warning("poison in the snapshot, no good revision in history", subject=subject)
+            return None
+        event, raw = found
+        seq = origin(raw.headers)[1]
+        log.warning("poison in the snapshot; its last good revision kept", subject=subject,
+                    k8s_seq=seq)  # fmt: skip
+        return Item(event=event, subject=subject, seq=seq, raw=raw)
 
     async def close(self) -> None:
         if self._puller is not None:

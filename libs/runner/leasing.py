@@ -8,8 +8,16 @@ leader's epoch is always above every older leader's.
 - The holder renews every ``ttl/3`` with a compare-and-set on the revision it last
   wrote; a renewal that fails (someone else took it, or NATS is away past the TTL)
   loses the lease at once.
-- A standby reads the key every ``ttl/6``; once the last renewal is older than
-  ``ttl``, it takes the key with a compare-and-set, so two standbys cannot both win.
+- A standby reads the key every ``ttl/6``; once the key's revision (the server's
+  count) has not moved for ``ttl``, measured on the standby's own monotonic clock,
+  it takes the key with a compare-and-set, so two standbys cannot both win.
+
+No wall clock is compared with another machine's: a replica whose clock runs ahead
+cannot take a fresh lease (it saw it move), and a holder whose clock runs ahead
+cannot make its lease outlive its renewals. ``renewed_at`` in the value is the
+holder's wall clock, for people only. A standby that starts beside a key whose holder
+already died waits one TTL from its first read (it cannot know how long the key stood
+still before it looked).
 
 A lease alone is not enough (a paused leader that wakes up still believes it leads),
 so every action a leader publishes carries its epoch and the actuator refuses actions
@@ -42,7 +50,7 @@ class Held(msgspec.Struct, kw_only=True):
     """The lease key's value."""
 
     holder: str
-    renewed_at: float
+    renewed_at: float  # the holder's wall clock: for people, never compared
     ttl: float
     epoch: int = 0  # the revision the holder acquired at (0 until its first renewal)
 
@@ -72,13 +80,17 @@ class Lease:
         *,
         ttl: float = 3.0,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.bus, self.key, self.ttl, self.clock = bus, key, ttl, clock
+        self.monotonic = monotonic  # what every expiry is measured on
         self.holder = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
         self.epoch = 0
         self.leader = False
         self.changed = asyncio.Event()  # set on every gain or loss
         self._revision = 0
+        self._renewed = 0.0  # monotonic time the last successful write was sent
+        self._seen = (0, 0.0)  # a standby's view: the key's revision, since when (monotonic)
 
     async def run(self) -> None:
         kv = await leases_bucket(self.bus)
@@ -107,7 +119,6 @@ class Lease:
             log.warning("lease release failed; it expires", key=self.key, error=repr(exc))
 
     async def _try(self, kv: KeyValue) -> None:
-        now = self.clock()
         try:
             entry = await kv.get(self.key)
         except nats.js.errors.KeyNotFoundError:
@@ -115,10 +126,11 @@ class Lease:
         except nats.errors.Error as exc:
             log.warning("lease read failed", key=self.key, error=repr(exc))
             return
+        now = self.monotonic()
         value = _read(entry.value if entry is not None else None)
-        if value is not None and now - value.renewed_at < value.ttl:
-            return  # held, and fresh
-        mine = msgspec.json.encode(Held(holder=self.holder, renewed_at=now, ttl=self.ttl))
+        if entry is not None and value is not None and self._fresh(entry.revision or 0, value, now):
+            return  # held, and renewed within a TTL as this replica measures it
+        mine = msgspec.json.encode(Held(holder=self.holder, renewed_at=self.clock(), ttl=self.ttl))
         try:
             if entry is None or entry.value is None or entry.operation in ("DEL", "PURGE"):
                 revision = await kv.create(self.key, mine)
@@ -130,21 +142,31 @@ class Lease:
             log.warning("lease take failed", key=self.key, error=repr(exc))
             return
         self._revision, self.epoch, self.leader = revision, revision, True
+        self._renewed = now
         log.info("lease acquired", key=self.key, epoch=self.epoch, holder=self.holder,
                  previous=value.holder if value else "")  # fmt: skip
         self.changed.set()
         await self._renew(kv)  # write the epoch into the value for readers (the actuator)
 
+    def _fresh(self, revision: int, value: Held, now: float) -> bool:
+        """Whether the holder renewed within its TTL: the revision moved since this
+        replica last looked, or it looked first less than a TTL ago."""
+        if revision != self._seen[0]:
+            self._seen = (revision, now)
+        return now - self._seen[1] < value.ttl
+
     async def _renew(self, kv: KeyValue) -> None:
         held = Held(holder=self.holder, renewed_at=self.clock(), ttl=self.ttl, epoch=self.epoch)
+        sent = self.monotonic()
         try:
             self._revision = await kv.update(
                 self.key, msgspec.json.encode(held), last=self._revision
             )
+            self._renewed = sent  # a standby's TTL starts after this write: never before
         except nats.js.errors.KeyWrongLastSequenceError:
             self._lose("taken by another holder")
         except nats.errors.Error as exc:
-            if self.clock() - held.renewed_at >= self.ttl:
+            if self.monotonic() - self._renewed >= self.ttl:
                 self._lose(f"could not renew within its TTL: {exc!r}")
             else:
                 log.warning("lease renewal failed, retrying", key=self.key, error=repr(exc))

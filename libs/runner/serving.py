@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from baton.libs.bus import Bus
+from baton.libs.bus import Bus, storage
 from baton.libs.runner import access
 from baton.libs.runner.leasing import Lease
 from baton.libs.runner.running import Runner
@@ -35,7 +35,7 @@ async def serve(
     bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name=spec.name,
                             ca_file=settings.nats_ca_file,
                             seed_file=settings.nats_nkey_seed_file)  # fmt: skip
-    bus.replicas = settings.stream_replicas
+    bus.replicas, bus.nodes = settings.stream_replicas, settings.cluster_nodes
     try:
         await prepare_streams(bus, spec, authenticated=bool(settings.nats_nkey_seed_file))
         if make is not None:
@@ -45,8 +45,11 @@ async def serve(
                             stop_grace=settings.stop_grace_s)  # fmt: skip
         if runner.lease is None:  # every service is a singleton: one leader, fenced
             runner.lease = Lease(bus, spec.name, ttl=settings.lease_ttl_s)
-        # Not ready while NATS is away: nothing it decides can be published or read.
-        ready = lambda: runner.ready and bus.nc.is_connected  # noqa: E731
+        # Not ready while NATS is away or JetStream stores nothing (a full store, or
+        # JetStream disabled after one): nothing it decides can be published or read.
+        store = storage.Watch(bus)
+        watching = asyncio.create_task(store.run(), name=f"{spec.name}-store")
+        ready = lambda: runner.ready and bus.nc.is_connected and not store.problem  # noqa: E731
         ops = await serve_ops(settings.ops_port, ready=ready, service=spec.name)
         try:
             async with asyncio.TaskGroup() as group:
@@ -54,6 +57,8 @@ async def serve(
                 if beside is not None:
                     group.create_task(beside(runner), name=f"{spec.name}-beside")
         finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
             await ops.close()
     finally:
         await bus.close()

@@ -38,6 +38,7 @@ class Base(msgspec.Struct, frozen=True, kw_only=True):
     stop_grace_s: float = 10.0  # on SIGTERM: time to store the outputs in hand, then exit
     lease_ttl_s: float = 3.0  # a standby replica takes over this long after the leader's death
     stream_replicas: int = 1  # copies of each stream in a NATS cluster (3 in deploy/)
+    cluster_nodes: int = 0  # nodes in the cluster: sizes HISTORY (0: not known, 10 GiB)
 
     def __post_init__(self) -> None:
         if not 0 <= self.ops_port <= 65535:
@@ -46,6 +47,8 @@ class Base(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("stop_grace_s must be positive")
         if self.lease_ttl_s <= 0:
             raise ValueError("lease_ttl_s must be positive")
+        if self.cluster_nodes < 0:
+            raise ValueError(f"cluster_nodes {self.cluster_nodes}: expected 0 or more")
         if self.stream_replicas not in (1, 3, 5):
             raise ValueError(f"stream_replicas {self.stream_replicas}: expected 1, 3 or 5")
         if self.nats_nkey_seed_file:  # a bad seed stops start-up, not the first connect

@@ -48,8 +48,11 @@ class Settings(Base, frozen=True, kw_only=True):
             raise ValueError("BATON_BRIDGE_PAGE_SIZE must be at least 1")
         if self.watch_timeout_s < 1:
             raise ValueError("BATON_BRIDGE_WATCH_TIMEOUT_S must be at least 1")
-        if self.max_node_gpus < 1:
-            raise ValueError("BATON_BRIDGE_MAX_NODE_GPUS must be at least 1")
+        if not 1 <= self.max_node_gpus <= MAX_NODE_GPUS:
+            raise ValueError(
+                f"BATON_BRIDGE_MAX_NODE_GPUS must be 1..{MAX_NODE_GPUS}: every consumer "
+                f"refuses a node of more GPUs (proto.bounds)"
+            )
         if self.batch < 1:
             raise ValueError("BATON_BRIDGE_BATCH must be at least 1")
         if not re.fullmatch(r"[0-9]+[smhd]?", self.tombstone_ttl):
@@ -69,7 +72,7 @@ SPEC = Spec(
     policy=lambda s: core.Policy(
         cluster=s.cluster,
         tombstone_ttl=s.tombstone_ttl,
-        bounds=Bounds(max_node_gpus=s.max_node_gpus),
+        bounds=Bounds(max_node_gpus=s.max_node_gpus, setting="BATON_BRIDGE_MAX_NODE_GPUS"),
     ),
     policy_type=core.Policy,
     initial=core.initial,

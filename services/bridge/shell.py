@@ -58,8 +58,10 @@ class WatchFeed:
         return synced and self._queue.empty() and not self._rest
 
     async def start(self) -> Cut | None:
+        # What K8S holds as it is: an object whose latest message is poison counts as
+        # missing, so the first list publishes it again and K8S holds it once more.
         held: list[k8s.K8sEvent] = await self.bus.snapshot(
-            subjects.wildcard(self.bus.cluster, subjects.K8S, ">"), k8s.K8sEvent
+            subjects.wildcard(self.bus.cluster, subjects.K8S, ">"), k8s.K8sEvent, recover=False
         )
         log.info("k8s stream state read", subjects=len(held))
         self.reflectors = [

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
+BACKOFF_MAX_S = 30.0  # the longest wait before a crashed child starts again
+CLEAN_RUN_S = 60.0  # a child that ran this long before it died starts the back-off afresh
 # Looked up before any fork: the child only calls it (no loading, no allocation there).
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
 
@@ -55,10 +57,12 @@ class Child:
     log: Path
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
-    restarts: int = 0
+    restarts: int = 0  # restarts in a row, each after a run shorter than CLEAN_RUN_S
     next_start: float = 0.0  # monotonic time before which a crashed child is not restarted
+    started_at: float = 0.0  # monotonic time of the last start
 
     def start(self) -> None:
+        self.started_at = time.monotonic()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
@@ -68,15 +72,20 @@ class Child:
 
     def revive(self, now: float) -> bool:
         """Restart a child that died, as a kubelet would: with a back-off that doubles
-        (1 s, 2 s, ... 30 s). True when it was started again now."""
+        (1 s, 2 s, ... 30 s) and starts again at 1 s once a run lasted CLEAN_RUN_S (a
+        crash a day must not cost the 30 s that five crashes in a row earned). True when
+        it was started again now."""
         if self.alive or now < self.next_start:
             return False
         if self.next_start == 0.0:  # just noticed: wait the back-off first
-            self.next_start = now + min(2.0**self.restarts, 30.0)
+            if now - self.started_at >= CLEAN_RUN_S:
+                self.restarts = 0
+            self.next_start = now + min(2.0**self.restarts, BACKOFF_MAX_S)
             return False
         self.restarts += 1
         self.next_start = 0.0
         self.start()
+        self.started_at = now
         return True
 
     @property

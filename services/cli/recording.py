@@ -9,7 +9,9 @@ A line is either an envelope, as ``baton replay --record`` writes it::
 ``Nats-Stream-Source`` header; ``hseq``: its HISTORY sequence, the order every service
 read it in), or a bare payload, as ``baton tail --since all --json``
 prints it (``{"type": "k8s.pod.v1", ...}``). Blank lines are skipped. Payload types
-the replayed service does not read are skipped too; anything else that does not
+the replayed service does not read are skipped too, as are Kubernetes object events
+out of bounds (``proto.bounds``: the live runner dead-lettered them, so its snapshot
+fed the object's last good revision, as replay's does); anything else that does not
 decode is an error naming the line.
 """
 
@@ -32,6 +34,8 @@ from baton.libs.bus.connection import env_auth_options
 from baton.libs.bus.streams import HISTORY
 from baton.libs.runner.ordering import origin
 from baton.proto import subjects
+from baton.proto.bounds import impossible
+from baton.proto.k8s import ObjectEvent
 
 
 class RecordingError(ValueError):
@@ -104,6 +108,8 @@ def parse(
             if tag not in tags:
                 continue  # another service's event
             raise RecordingError(f"{name}:{number}: bad {tag} event: {exc}") from exc
+        if isinstance(event, ObjectEvent) and impossible(event):  # type: ignore[arg-type]
+            continue  # never fed live either
         yield Record(line=number, subject=subject, stream=stream, seq=seq, event=event, hseq=hseq)
 
 

@@ -25,6 +25,7 @@ from baton.services.cli.processes import (
     port_open,
     wait_until,
 )
+from baton.services.cli.store import store_problem
 
 SERVICES = ("bridge", "actuator", "admission", "gang", "reporter", "bandwidth", "health", "agent")
 # --autoscale: the two capacity services, and on simcluster pools that may grow to twice
@@ -53,6 +54,8 @@ class Stack:
     webhook: tuple[int, Path] | None = None  # admission's port and TLS dir, when we register it
     prometheus: str = ""  # its URL, with --prometheus
     users: dict[str, str] = field(default_factory=dict)  # NATS user -> its nkey seed file
+    store: Path | None = None  # the JetStream store of the nats-server we started
+    nats_monitor: int = 0  # its monitoring port (/healthz)
 
     @property
     def nats_seed_file(self) -> str:
@@ -88,6 +91,7 @@ def start_all(args: argparse.Namespace, stack: Stack) -> None:
     stack.nats_url = args.nats or start_nats(args, stack)
     stack.kubeconfig = args.kubeconfig or start_sim(args, stack)
     env = {
+        **({"BATON_CLUSTER_NODES": str(cluster_nodes(args))} if stack.sim else {}),
         "BATON_NATS_URL": stack.nats_url,
         **({"BATON_NATS_NKEY_SEED_FILE": stack.nats_seed_file} if stack.nats_seed_file else {}),
         "BATON_CLUSTER": args.cluster,
@@ -146,10 +150,20 @@ def start_all(args: argparse.Namespace, stack: Stack) -> None:
         stack.children.append(child)
 
 
+def cluster_nodes(args: argparse.Namespace) -> int:
+    """The simulated cluster's most nodes (its pools grow to 2x with --autoscale)."""
+    return int(args.nodes) * (2 if getattr(args, "autoscale", False) else 1)
+
+
 def start_nats(args: argparse.Namespace, stack: Stack) -> str:
     port = free_port()
     store = args.store or stack.run_dir / "jetstream"
+    nodes = cluster_nodes(args) if args.kubeconfig is None else 0
+    if problem := store_problem(store, nodes=nodes):
+        raise SystemExit(f"baton up: {problem}")
+    stack.store, stack.nats_monitor = store, free_port()
     argv = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
+    argv += ["-m", str(stack.nats_monitor)]  # /healthz: is every stream writable
     url = f"nats://127.0.0.1:{port}"
     if not getattr(args, "no_auth", False):
         config, stack.users = write_nats_auth(args.cluster, stack.run_dir)

@@ -31,6 +31,7 @@ from baton.services.cli.monitoring import NoPrometheus
 from baton.services.cli.processes import Child
 from baton.services.cli.screen import Screen
 from baton.services.cli.stack import SERVICES, Stack, start_all, write_endpoints
+from baton.services.cli.store import Disabled
 from baton.services.cli.teams import TeamRow
 from baton.services.cli.view import ServiceHealth, Summary, View, summarize, teams_now, text
 
@@ -121,6 +122,7 @@ async def watch(args: argparse.Namespace, stack: Stack) -> int:
         **auth_options(seed_file=stack.nats_seed_file),
     )
     shown = Shown()
+    disabled = Disabled(stack.store) if stack.store is not None else None  # ours to restart
     try:
         await wait_for_streams(nc, cluster=args.cluster, until=loop.time() + 120)
         await follow(nc, view, cluster=args.cluster)
@@ -129,6 +131,10 @@ async def watch(args: argparse.Namespace, stack: Stack) -> int:
             with Screen() if tty else contextlib.nullcontext() as screen:
                 while not stop.is_set() and not shown.over(args.duration):
                     await shown.refresh(view, stack, http, screen=screen)
+                    if disabled is not None and await disabled.check(
+                        http, monitor=stack.nats_monitor, now=time.monotonic()
+                    ):
+                        restart_nats(stack, view)
                     if not supervise(stack, view):
                         shown.summary = None
                         break
@@ -201,6 +207,15 @@ def supervise(stack: Stack, view: View) -> bool:
         if child.revive(now):
             view.note(f"{time.strftime('%H:%M:%S')} {child.name} restarted ({child.restarts})")
     return True
+
+
+def restart_nats(stack: Stack, view: View) -> None:
+    """Stop nats-server, whose streams stopped writing while its store has room again:
+    the supervisor starts it on the same store."""
+    nats_child = next(c for c in stack.children if c.name == "nats")
+    view.note(f"{time.strftime('%H:%M:%S')} nats: /healthz failing (its store was full?) "
+              "and the store has room again; restarting it")  # fmt: skip
+    nats_child.stop()
 
 
 def start_installing(

@@ -9,7 +9,11 @@ run itself as admin. For ``duration`` seconds:
   started again a second later (as Kubernetes would);
 - once, NATS is SIGKILLed and restarted on the same store;
 - once, the gang service's leader is paused (SIGSTOP) past its lease and resumed:
-  it wakes up believing it leads, and must not act.
+  it wakes up believing it leads, and must not act;
+- once, a node's state claiming 1,000 GPUs is published on its subject with the
+  run's (admin's) rights: every consumer must refuse it and keep the node's last good
+  state, replicas restarted afterwards too (the over-allocation check counts pods the
+  kubelet failed for want of room).
 
 Then the trace ends, Baton settles, and the run checks, from the API and the streams:
 no gang partly bound; no node over-allocated; every action answered (lost: 0), none
@@ -40,7 +44,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 from baton.libs.bus import Bus
 from baton.libs.runner.leasing import Held, leases_bucket
-from baton.proto import keys, subjects
+from baton.proto import k8s, keys, subjects
 from baton.proto.actions import ActionResult, AnyAction
 from baton.proto.deadletter import DeadLetter
 from baton.services.cli.processes import Child, baton, free_port, nats_server_binary, port_open
@@ -232,6 +236,7 @@ async def _rampage(stack: Stack, bus: Bus, rng: random.Random, report: Report) -
     plan = stack.plan
     began = time.monotonic()
     nats_at, pause_at = plan.duration / 3, 2 * plan.duration / 3
+    forge_at = plan.duration / 6
     next_kill = plan.every
     pending: list[tuple[float, Child]] = []  # (restart at, child)
     while (now := time.monotonic() - began) < plan.duration:
@@ -256,6 +261,9 @@ async def _rampage(stack: Stack, bus: Bus, rng: random.Random, report: Report) -
         if pause_at and now >= pause_at:
             pause_at = 0
             await _pause_leader(stack, bus, report, now)
+        if forge_at and now >= forge_at:
+            forge_at = 0
+            await _forge_node(bus, report, now)
         await asyncio.sleep(0.1)
     for _, child in pending:
         child.start()
@@ -296,6 +304,20 @@ async def _restart_nats(stack: Stack, report: Report, now: float) -> None:
     report.events.append(
         f"{now:6.1f} s: NATS killed, back after {2 + time.monotonic() - began:.1f} s"
     )
+
+
+async def _forge_node(bus: Bus, report: Report, now: float) -> None:
+    """A node's state beyond what it can hold, on its real subject (as anyone with the
+    bridge's rights could publish it)."""
+    nodes = await bus.snapshot(subjects.wildcard(C, subjects.K8S, "node", ">"), k8s.NodeEvent)
+    real = next((e for e in nodes if e.op == "upsert"), None)
+    if real is None:
+        report.events.append(f"{now:6.1f} s: no node to forge")
+        return
+    node = msgspec.structs.replace(real.node, allocatable={**real.node.allocatable, keys.GPU: 1000})
+    forged = k8s.NodeEvent(op="upsert", at=real.at, node=node)
+    await bus.publish(subjects.subject(C, subjects.K8S, "node", node.name), forged)
+    report.events.append(f"{now:6.1f} s: forged node {node.name} with 1000 GPUs on its subject")
 
 
 async def _pause_leader(stack: Stack, bus: Bus, report: Report, now: float) -> None:
@@ -402,16 +424,26 @@ def _gpus(obj: Any) -> int:
 
 
 def _overallocated(pods: list[Any], nodes: list[Any]) -> tuple[bool, str]:
+    """Nodes whose bound, unfinished pods want more GPUs than they have, and pods bound
+    where they did not fit: the kubelet failed those (``OutOf<resource>``), so they are
+    no longer counted on the node, but each was an over-allocation all the same."""
     used: Counter[str] = Counter()
+    refused = []
     for pod in pods:
         if pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed"):
             used[pod.spec.node_name] += _gpus(pod)
+        if pod.status.phase == "Failed" and (pod.status.reason or "").startswith("OutOf"):
+            refused.append(f"{pod.metadata.namespace}/{pod.metadata.name} on "
+                           f"{pod.spec.node_name} ({pod.status.reason})")  # fmt: skip
     over = []
     for node in nodes:
         have = int((node.status.allocatable or {}).get(keys.GPU, 0))
         if used[node.metadata.name] > have:
             over.append(f"{node.metadata.name} {used[node.metadata.name]}/{have}")
-    return not over, f"{len(over)} of {len(nodes)} nodes: {over[:5]}"
+    return not over and not refused, (
+        f"{len(over)} of {len(nodes)} nodes: {over[:5]}; "
+        f"{len(refused)} pods refused by the kubelet: {refused[:5]}"
+    )
 
 
 def _all_placed(pods: list[Any]) -> tuple[bool, str]:

@@ -9,12 +9,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 from prometheus_client import REGISTRY
 
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner
-from baton.libs.runner.leasing import Fences, Lease
+from baton.libs.runner.leasing import Fences, Held, Lease, leases_bucket
 from baton.libs.runtime.settings import Base
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
@@ -223,3 +224,57 @@ async def test_fences_read_every_leader_epoch_from_the_bucket() -> None:
                 task.cancel()
             await asyncio.gather(holding, following, return_exceptions=True)
             await bus.close()
+
+
+async def test_a_wall_clock_ahead_neither_steals_a_lease_nor_delays_a_takeover() -> None:
+    """A replica whose clock runs 8 TTLs ahead: it stands by while the leader renews,
+    and once it leads and dies, the next standby takes over within the TTL (plus its
+    reads). With renewal times compared, it took the lease at once, and its death kept
+    the lease 8 TTLs past its last renewal."""
+    async with running_nats() as url:
+        bus = await Bus.connect(url, cluster=C, name="test")
+        await bus.ensure_streams()
+        honest = Lease(bus, "gang", ttl=TTL)
+        ahead = Lease(bus, "gang", ttl=TTL, clock=lambda: time.time() + 8 * TTL)
+        later = Lease(bus, "gang", ttl=TTL)
+        tasks = [asyncio.create_task(honest.run())]
+        try:
+            await until(lambda: honest.leader, within=10, what="the honest leader")
+            tasks.append(asyncio.create_task(ahead.run()))
+            await _renewals(bus, "gang", by=honest.holder, count=3 * 3,
+                            what="the leader renewing for 3 TTLs beside the skewed")  # fmt: skip
+            assert honest.leader and not ahead.leader
+            tasks[0].cancel()  # the honest leader stops renewing, without giving the lease up
+            await until(lambda: ahead.leader, within=10, what="the skewed standby takes over")
+            tasks.append(asyncio.create_task(later.run()))
+            await _renewals(
+                bus, "gang", by=ahead.holder, count=1, what="the skewed leader renewing"
+            )
+            tasks[1].cancel()  # the skewed leader dies
+            await until(lambda: later.leader, within=3 * TTL,
+                        what="a takeover within the TTL after the skewed leader died")  # fmt: skip
+            assert later.epoch > ahead.epoch > honest.epoch
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await bus.close()
+
+
+async def _renewals(bus: Bus, key: str, *, by: str, count: int, what: str) -> None:
+    """Wait until ``by`` has written the lease ``key`` ``count`` times from now."""
+    watcher = await (await leases_bucket(bus)).watch(key, include_history=False)
+    seen = -1  # the first entry is the key's current value
+    try:
+        async with asyncio.timeout(10):
+            async for entry in watcher:
+                held = (
+                    msgspec.json.decode(entry.value, type=Held) if entry and entry.value else None
+                )
+                seen += held is not None and held.holder == by
+                if seen >= count:
+                    return
+    except TimeoutError:
+        raise AssertionError(f"{what}: {seen} of {count} renewals in 10 s") from None
+    finally:
+        await watcher.stop()  # type: ignore[no-untyped-call]

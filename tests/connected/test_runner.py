@@ -153,6 +153,34 @@ async def test_undecodable_input_is_dead_lettered_and_never_reaches_the_core(bus
     assert runner.state.seen == ["w-3"]
 
 
+async def test_poison_on_an_object_is_refused_and_its_last_good_state_kept(bus: Bus) -> None:
+    """A pod claiming 1,000 GPUs (published with the bridge's rights, past the bridge's
+    bounds) and bytes that decode as nothing, each on a real pod's subject: the running
+    core keeps what it knew, and so does a restarted one, although K8S now holds only
+    the poison for those subjects."""
+    await bus.publish(*pod_event("w-0", "gpu-0"))
+    await bus.publish(*pod_event("w-1", "gpu-1"))
+    subject = pod_event("w-0")[0]
+    huge = Pod(namespace="team-a", name="w-0", uid="uid-w-0", node_name="gpu-9",
+               requests={"nvidia.com/gpu": 1000})  # fmt: skip
+    async with running(bus) as runner:
+        await until(lambda: runner.ready, what="caught up")
+        await bus.publish(subject, PodEvent(op="upsert", at=501.0, pod=huge))
+        await bus.js.publish(pod_event("w-1")[0], b"\xff{")
+        await bus.publish(*pod_event("w-2", "gpu-2"))
+        await until(lambda: "w-2" in runner.state.nodes, what="the good input after them")
+        assert runner.state.nodes == {"w-0": "gpu-0", "w-1": "gpu-1", "w-2": "gpu-2"}
+    letters = await every(bus, subjects.wildcard(CLUSTER, subjects.DEADLETTER, ">"), DeadLetter)
+    assert any("out of bounds: pod team-a/w-0 requests 1000 nvidia.com/gpu" in letter.reason
+               for letter in letters), [letter.reason for letter in letters]  # fmt: skip
+    async with running(bus) as restarted:
+        await until(lambda: restarted.ready, what="the restarted core caught up")
+        assert restarted.state.nodes == {"w-0": "gpu-0", "w-1": "gpu-1", "w-2": "gpu-2"}
+    pods = await bus.snapshot(subjects.wildcard(CLUSTER, subjects.K8S, "pod", ">"), PodEvent)
+    assert sorted((e.pod.name, e.pod.node_name) for e in pods) == [
+        ("w-0", "gpu-0"), ("w-1", "gpu-1"), ("w-2", "gpu-2")]  # fmt: skip
+
+
 async def test_the_core_sees_history_order_across_inputs_and_ticks(bus: Bus) -> None:
     """Ticks go through the bus: a tick lands between the inputs it followed, live."""
     spec = Spec(

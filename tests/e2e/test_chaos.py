@@ -19,5 +19,6 @@ async def test_baton_keeps_its_promises_while_its_pieces_die() -> None:
     assert len(report.kills) >= 8, text
     assert any("NATS killed" in e for e in report.events), text
     assert any("paused gang leader" in e for e in report.events), text
+    assert any("forged node" in e for e in report.events), text
     assert report.counts["actions"] > 0, text
     assert report.checks["NATS refused no service (auth on)"][0], text

@@ -69,5 +69,5 @@ def test_real_objects_pass(event: k8s.K8sEvent) -> None:
 def test_a_deletion_always_passes_and_the_bound_is_a_setting() -> None:
     gone = msgspec.structs.replace(node(1000), op="delete")
     assert isinstance(step(gone)[0], core.Publish)
-    big = core.Policy(cluster="c1", bounds=Bounds(max_node_gpus=2000))
-    assert isinstance(step(node(1000), big)[0], core.Publish)
+    small = core.Policy(cluster="c1", bounds=Bounds(max_node_gpus=4))
+    assert isinstance(step(node(8), small)[0], core.Rejected)

@@ -1,4 +1,6 @@
 import datetime as dt
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -7,6 +9,7 @@ from baton.proto.health import Control, StateChanged, Withheld
 from baton.proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, Taint
 from baton.services.cli import tail
 from baton.services.cli.main import COMMANDS, main
+from baton.services.cli.processes import CLEAN_RUN_S, Child
 from baton.services.cli.view import ServiceHealth, View, gang_states, gpu_usage, summarize, text
 
 pytestmark = pytest.mark.unit
@@ -190,3 +193,30 @@ def test_render_shows_quarantined_draining_and_withheld_nodes() -> None:
             "  withheld 1  not ready 0  cordoned 0  PAUSED") in shown  # fmt: skip
     view.record(StateChanged(node="n5", at=3.0, state="healthy", previous="withheld", reason="ok"))
     assert "withheld 0" in text(summarize(view, [], title="baton up", teams=None))
+
+
+def _crashing_child(tmp_path: Path) -> Child:
+    return Child("crashes", [sys.executable, "-c", "pass"], tmp_path / "crashes.log")
+
+
+def _crash_and_revive(child: Child, *, ran: float) -> float:
+    """The child dies ``ran`` seconds after it started; the back-off it waits, then it is
+    started again (revive sees the death, then the back-off's end)."""
+    assert child.process is not None
+    child.process.wait()
+    died = child.started_at + ran
+    assert not child.revive(died)
+    waited = child.next_start - died
+    assert child.revive(child.next_start)
+    return waited
+
+
+def test_up_restart_back_off_doubles_and_resets_after_a_clean_run(tmp_path: Path) -> None:
+    child = _crashing_child(tmp_path)
+    child.start()
+    quick = [_crash_and_revive(child, ran=0.5) for _ in range(6)]
+    assert quick == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
+    # a clean run of CLEAN_RUN_S forgets the crashes before it
+    assert _crash_and_revive(child, ran=CLEAN_RUN_S) == 1.0
+    assert _crash_and_revive(child, ran=0.5) == 2.0
+    child.process.wait()  # type: ignore[union-attr]

@@ -57,3 +57,29 @@ def test_tolerations_follow_kubernetes_matching(
     toleration: Toleration, taint: Taint, expected: bool
 ) -> None:
     assert toleration.tolerates(taint) is expected
+
+
+def _node(gpus: int, **labels: str) -> NodeEvent:
+    node = Node(name="gpu-1", uid="u", labels=labels, allocatable={"nvidia.com/gpu": gpus})
+    return NodeEvent(op="upsert", at=1.0, node=node)
+
+
+@pytest.mark.parametrize(
+    ("event", "says"),
+    [
+        (_node(1000), "node gpu-1 claims 1000 nvidia.com/gpu allocatable; at most 64 per node"),
+        (_node(16, **{"node.kubernetes.io/instance-type": "p5.48xlarge"}),
+         "node gpu-1 claims 16 nvidia.com/gpu allocatable; its instance type p5.48xlarge has 8"),
+        (PodEvent(op="upsert", at=1.0, pod=Pod(namespace="a", name="p", uid="u",
+                                               requests={"nvidia.com/gpu": -1})),
+         "pod a/p has a negative requests nvidia.com/gpu: -1"),
+    ],
+)  # fmt: skip
+def test_every_consumer_refuses_an_object_beyond_its_bounds(event: K8sEvent, says: str) -> None:
+    """Whoever published it: the bridge's bounds again, on the consumer's side."""
+    with pytest.raises(codec.Unbelievable, match=f"out of bounds: {says}"):
+        codec.decode(codec.encode(event), K8sEvent)
+    gone = NodeEvent(op="delete", at=1.0, node=Node(name="n", uid="u", allocatable={"x": -1}))
+    assert codec.decode(codec.encode(gone), K8sEvent) == gone  # a tombstone always passes
+    real = _node(8, **{"node.kubernetes.io/instance-type": "p5.48xlarge"})
+    assert codec.decode(codec.encode(real), K8sEvent) == real

@@ -312,3 +312,12 @@ def test_preflight_pods_go_where_pod_security_admits_them() -> None:
     where = env["BATON_HEALTH_PREFLIGHT_NAMESPACE"]
     namespace = of("Namespace")[where]
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+
+
+def test_nats_is_restarted_while_a_stream_cannot_write() -> None:
+    """A write error on a full disk leaves the stream broken until the server restarts
+    (nats-server 2.15: publishes time out after space returns; ``/healthz`` says 503,
+    ``?js-enabled-only=true`` 200). The liveness probe is the whole ``/healthz``, so the
+    kubelet restarts it and it comes back by itself once space returns."""
+    (container,) = of("StatefulSet")["nats"]["spec"]["template"]["spec"]["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"

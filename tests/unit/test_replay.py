@@ -323,3 +323,20 @@ def test_outputs_are_compared_stream_by_stream() -> None:
     within = [rec(c, "LIMITS", 1), rec(b, "LIMITS", 2), rec(a, "EVENTS", 3)]
     found = replay.first_divergence("decision", within, replayed, stream_of=streams.get)
     assert found is not None and found.recorded is not None and found.recorded.event == c
+
+
+def test_an_object_out_of_bounds_is_never_fed_and_its_last_good_revision_is() -> None:
+    """n1 claims 1,000 GPUs after its good state, before a start: the live runner
+    dead-lettered it and fed n1's last good revision from HISTORY; so does replay."""
+    n1, _ = (e for e in objects() if isinstance(e, NodeEvent))
+    h = History()
+    h.k8s_event(n1)
+    forged = msgspec.structs.replace(n1.node, allocatable={"nvidia.com/gpu": 1000})
+    h.k8s_event(NodeEvent(op="upsert", at=150.0, node=forged))
+    h.add("baton.c1.runner.started.gang", Started(service="gang", at=1.0, k8s_seq=2,
+          history_seq=2), stream="BATON_C1_RUNNER")  # fmt: skip
+    records = list(recording.parse(
+        (msgspec.json.encode(line) for line in h.lines), types=GANG.types, tags=GANG.tags
+    ))  # fmt: skip
+    (segment,) = GANG.segments(records)
+    assert [(r.subject, r.event.at) for r in segment.feed] == [("baton.c1.k8s.node.n1", 100.0)]
