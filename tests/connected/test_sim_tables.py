@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import subprocess
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,6 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from baton.libs.testing.kubectl import kubectl as run_kubectl_out
+from baton.libs.testing.kubectl import needs_kubectl
 from baton.libs.testing.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
@@ -21,7 +21,6 @@ TABLE = (
     "application/json;as=Table;v=v1;g=meta.k8s.io,"
     "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
 )
-KUBECTL = "/usr/bin/kubectl"
 
 
 @pytest.fixture
@@ -104,16 +103,7 @@ async def test_watch_events_are_one_row_tables(sim: Sim) -> None:
 
 
 async def kubectl(sim: Sim, *args: str) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        f"--kubeconfig={sim.kubeconfig}",
-        *args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+    return await run_kubectl_out(sim.kubeconfig, *args)
 
 
 def columns(output: str) -> list[dict[str, str]]:
@@ -121,9 +111,6 @@ def columns(output: str) -> list[dict[str, str]]:
     head, *lines = output.strip().splitlines()
     keys = re.split(r"\s{2,}", head.strip())
     return [dict(zip(keys, re.split(r"\s{2,}", line.strip()), strict=True)) for line in lines]
-
-
-needs_kubectl = pytest.mark.skipif(not os.path.exists(KUBECTL), reason="no /usr/bin/kubectl")
 
 
 @needs_kubectl
