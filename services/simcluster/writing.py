@@ -14,9 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import structlog
 from aiohttp import web
 
-from baton.services.simcluster import objects, patching
+from baton.services.simcluster import objects, patching, validation
 from baton.services.simcluster.calls import (
     Call,
     dry_run_of,
@@ -29,6 +30,7 @@ from baton.services.simcluster.objects import ApiError
 from baton.services.simcluster.reading import predicate, scale_of, served
 
 _decode = msgspec.json.Decoder().decode
+log = structlog.get_logger("simcluster.api")
 _PATCHES = {
     "application/merge-patch+json": patching.merge_patch,
     "application/strategic-merge-patch+json": patching.strategic_merge_patch,
@@ -64,6 +66,20 @@ async def _object_body(call: Call) -> dict[str, Any]:
             f"the name of the object ({meta['name']}) does not "
             f"match the name on the URL ({call.name})",
         )
+    return _decoded(call, body)
+
+
+WARNINGS = web.RequestKey("warnings", list[str])  # answered as Warning headers
+
+
+def _decoded(call: Call, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` checked against its kind's schema under the request's ``fieldValidation``
+    (the server's default: Warn); warnings go on the request for the answer's headers."""
+    mode = call.query("fieldValidation") or "Warn"
+    body, warnings = validation.decode(call.res, body, mode=mode)
+    if warnings:
+        call.request[WARNINGS] = warnings
+        log.info("unknown fields dropped", resource=call.res.plural, fields=warnings)
     return body
 
 
@@ -139,6 +155,7 @@ async def patch(call: Call) -> web.StreamResponse:
     patched = apply(_decode(msgspec.json.encode(current)), body)
     if not isinstance(patched.get("metadata"), dict):
         raise ApiError(422, "Invalid", "metadata: Required value")
+    patched = _decoded(call, patched)
     if call.sub == "status":
         rv = patched["metadata"].get("resourceVersion")
         patched, status = _decode(msgspec.json.encode(current)), patched.get("status")
