@@ -30,7 +30,6 @@ import msgspec
 import nats
 from nats.js.api import DeliverPolicy
 
-from baton.libs.bus.connection import env_auth_options
 from baton.libs.bus.streams import HISTORY, K8S
 from baton.libs.view import GangView, gang_key, quorum
 from baton.proto import subjects
@@ -39,6 +38,7 @@ from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued, GangR
 from baton.proto.autoscaler import ScaledUp, ScaleRefused, ScaleReverted
 from baton.proto.k8s import Pod, PodEvent, PodGroup, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
+from baton.services.cli.connecting import NoBus, connect
 from baton.services.reporter import telling
 
 Story = (
@@ -237,9 +237,10 @@ def _clock(at: float) -> str:
 
 async def gather(url: str, *, cluster: str, namespace: str, name: str) -> Facts:
     """The object's gang now (K8S) and every message about its namespace in HISTORY."""
-    nc = await nats.connect(
-        url, name="baton-why", max_reconnect_attempts=0, connect_timeout=2, **env_auth_options()
-    )
+    try:
+        nc = await connect(url, name="baton-why")
+    except NoBus as exc:
+        raise WhyError(str(exc)) from None
     try:
         js = nc.jetstream()
         current = await _read(js, subjects.stream_name(cluster, K8S),
