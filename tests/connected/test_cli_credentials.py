@@ -57,6 +57,7 @@ async def test_without_credentials_one_line_names_the_setting(
     assert code not in (None, 0), err
     assert len(err.strip().splitlines()) == 1, err
     assert SEED_SETTING in err and "Traceback" not in err
+    assert "refused the connection" in err, err
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
