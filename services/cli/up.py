@@ -144,10 +144,12 @@ async def watch(args: argparse.Namespace, stack: Stack) -> int:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as http:
             installing = start_installing(stack, http, say=say)
             with Screen() if tty else contextlib.nullcontext() as screen:
-                while not stop.is_set() and not shown.over(args.duration):
+                while True:  # one status at least, however short --duration is
                     await shown.refresh(view, stack, http, screen=screen)
                     if not supervise(stack, view):
                         shown.summary = None
+                        break
+                    if stop.is_set() or shown.over(args.duration):
                         break
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), timeout=1.0)

@@ -87,6 +87,20 @@ async def test_baton_up_removes_its_run_directory_unless_store_is_given(tmp_path
                 assert not run_dir.exists() and f"removed {run_dir}" in output
 
 
+async def test_a_duration_shorter_than_start_up_still_ends_with_a_status(tmp_path: Path) -> None:
+    """--duration 0: the first status is the last; no simcluster of its own to blame."""
+    async with running_nats() as url, running_sim(nodes=2) as sim:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "baton.services.cli", "up", "--kubeconfig", str(sim.kubeconfig),
+            "--nats", url, "--services", "bridge", "--duration", "0",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
+    output = out.decode()
+    assert process.returncode == 0, output[-3000:]
+    assert "Traceback" not in output and "services  bridge:" in output, output[-3000:]
+
+
 async def test_a_recorded_baton_up_run_replays_identically_for_gang_and_admission(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
