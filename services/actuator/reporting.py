@@ -184,7 +184,9 @@ async def record_event(s: Session, action: RecordEvent, write: EventWrite | None
     events, namespace = s.api.events, action.regarding.namespace or "default"
     if write.count > 1:
         patch = {
-            "series": {"count": write.count, "lastObservedTime": stamp(write.last, micro=True)}
+            "series": {"count": write.count, "lastObservedTime": stamp(write.last, micro=True)},
+            "deprecatedCount": write.count,  # kubectl's count and LAST SEEN
+            "deprecatedLastTimestamp": stamp(write.last),
         }
         try:
             await s.call("patch", events.patch_namespaced_event, write.name, namespace, patch,
@@ -221,6 +223,12 @@ def event_body(action: RecordEvent, write: EventWrite) -> Obj:
         "note": action.note[:NOTE_LIMIT],
         "type": action.event_type,
         "regarding": regarding,
+        # the core/v1 fields kubectl get events prints and sorts by (lastTimestamp, count,
+        # source), as kube-scheduler's events carry them
+        "deprecatedFirstTimestamp": stamp(write.first),
+        "deprecatedLastTimestamp": stamp(write.last),
+        "deprecatedCount": write.count,
+        "deprecatedSource": {"component": action.controller},
     }
     if write.count > 1:
         body["series"] = {"count": write.count, "lastObservedTime": stamp(write.last, micro=True)}

@@ -8,6 +8,7 @@ own code. This is the composition root: the one place that names every service.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 
@@ -89,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return resolve(name)(rest) or 0
+    except BrokenPipeError:  # | head: the reader has what it wanted; end quietly
+        # Python flushes stdout again at exit: point it at /dev/null, no second error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except SettingsError as exc:  # e.g. a tool's BATON_NATS_NKEY_SEED_FILE that holds no seed
         print(f"baton {name}: {exc}", file=sys.stderr)
         return 2

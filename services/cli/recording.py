@@ -17,7 +17,6 @@ decode is an error naming the line.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
@@ -30,12 +29,12 @@ import nats
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
-from baton.libs.bus.connection import env_auth_options
 from baton.libs.bus.streams import HISTORY
 from baton.libs.runner.ordering import origin
 from baton.proto import subjects
 from baton.proto.bounds import impossible
 from baton.proto.k8s import ObjectEvent
+from baton.services.cli.connecting import NoBus, connect
 
 
 class RecordingError(ValueError):
@@ -185,25 +184,10 @@ async def record(url: str, *, cluster: str, out: IO[bytes], idle: float = 2.0) -
 
 
 async def _connect(url: str) -> Client:
-    async def quiet(exc: Exception) -> None:
-        pass
-
     try:
-        return await asyncio.wait_for(
-            nats.connect(
-                url,
-                name="baton-replay-record",
-                error_cb=quiet,
-                max_reconnect_attempts=0,
-                connect_timeout=2,
-                **env_auth_options(),
-            ),
-            timeout=5,
-        )
-    except (TimeoutError, OSError, nats.errors.Error) as exc:
-        raise RecordingError(
-            f"cannot reach NATS at {url} ({str(exc) or type(exc).__name__})"
-        ) from exc
+        return await connect(url, name="baton-replay-record")
+    except NoBus as exc:
+        raise RecordingError(str(exc)) from None
 
 
 class _Line(msgspec.Struct, kw_only=True, omit_defaults=True):

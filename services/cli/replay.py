@@ -3,7 +3,8 @@
     baton replay --record run.jsonl                    # copy HISTORY from the bus into a file
     baton replay --from run.jsonl                      # every decision the gang core makes
     baton replay --from run.jsonl --gang team-a/job7   # one gang's story: why did it wait?
-    baton replay --from run.jsonl --compare            # exit 1 at the first decision that differs
+    baton replay --from run.jsonl --compare            # the verdict, then the first difference
+                                                       # (exit 1); no listing of decisions
 
 Cores are pure and time comes in with each event (``at``), so the same inputs give
 the same decisions. Every input reached the live core through one consumer on
@@ -154,8 +155,9 @@ def compare(service: Service, segments: Sequence[Segment], run: Run) -> tuple[li
         checked = f"{len(decisions)} decisions (no actions recorded: dry run?)"
         lines.append("note: the recording has no actions of this service; compared decisions only")
     if found is None:
-        return [*lines, f"compare: identical ({checked})"], True
-    return [*lines, *explain(service, found, run)], False
+        return [f"compare: identical ({checked})", *lines], True
+    first, *rest = explain(service, found, run)
+    return [first, *lines, *rest], False
 
 
 def explain(service: Service, found: Divergence, run: Run) -> list[str]:
@@ -359,15 +361,16 @@ def _replay(args: argparse.Namespace) -> int:
     policy, policy_from = what_if(service, settings=args.settings)
     if segments and segments[0].start is None and policy is None:  # nothing recorded
         policy, policy_from = service.policy_from(None), "defaults (the recording holds no start)"
-    print(f"policy: {policy_from}")
     result = replay(service, segments, policy=policy)
-    if not args.quiet:
-        print_run(service, result, gang=args.gang, out=print)
     lines, same = compare(service, segments, result) if args.compare else ([], True)
-    if gap := rec.missing(records):
-        lines.insert(0, gap)
-    lines += [f"warning: {error}" for error in result.errors]
-    for line in lines:
+    for line in lines:  # the verdict first, then what differs
         print(line)
+    print(f"policy: {policy_from}")
+    if not args.quiet and not args.compare:  # --compare shows the differences only
+        print_run(service, result, gang=args.gang, out=print)
+    if gap := rec.missing(records):
+        print(gap)
+    for error in result.errors:
+        print(f"warning: {error}")
     print(summary(result, read_s=read_s, lines=records[-1].line if records else 0))
     return 0 if same else 1

@@ -16,10 +16,7 @@ import os
 import sys
 import time
 
-import nats
-import nats.errors
-
-from baton.libs.bus.connection import env_auth_options
+from baton.services.cli.connecting import NoBus, connect
 from baton.services.cli.following import NoBaton, load
 from baton.services.cli.view import ServiceHealth, View, summarize, teams_now, text
 
@@ -44,11 +41,9 @@ def services(view: View) -> list[ServiceHealth]:
 
 async def status(args: argparse.Namespace) -> str:
     try:
-        nc = await nats.connect(args.nats, name="baton-status", connect_timeout=5,
-                                max_reconnect_attempts=0, allow_reconnect=False,
-                                **env_auth_options())  # fmt: skip
-    except (OSError, nats.errors.Error) as exc:
-        raise NoBaton(f"cannot reach NATS at {args.nats}: {exc!r}") from exc
+        nc = await connect(args.nats, name="baton-status")
+    except NoBus as exc:
+        raise NoBaton(str(exc)) from None
     try:
         view = View()
         await load(nc, view, cluster=args.cluster)

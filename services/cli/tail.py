@@ -8,7 +8,9 @@ message of every subject, i.e. current state). A subject that no one stream hold
 
 Each line starts with the event's own time (its ``at``; for a message without one,
 the time JetStream stored it, or when it arrived). ``--count N`` stops after N
-events, history included. A closed pipe (``| head``) ends the tail quietly.
+events, history included. A closed pipe (``| head``) ends the tail quietly. A bus it
+cannot read (no credentials, a lost connection) ends it with one line on stderr and
+exit status 1.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from nats.errors import NotJSMessageError
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from baton.libs.bus import streams
-from baton.libs.bus.connection import env_auth_options
 from baton.proto import subjects
+from baton.services.cli.connecting import NoBus, connect, refusal
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -178,7 +180,21 @@ async def tail(args: argparse.Namespace, printer: Printer) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, printer.done.set)
-    nc = await nats.connect(args.nats, name="baton-tail", **env_auth_options())
+    problems: list[str] = []
+
+    def stop(problem: str) -> None:
+        problems.append(problem)
+        printer.done.set()
+
+    def lost() -> None:
+        if not printer.done.is_set():  # not our own close
+            stop(f"lost NATS at {args.nats}")
+
+    try:
+        nc = await connect(args.nats, name="baton-tail", on_error=stop, on_closed=lost)
+    except NoBus as exc:
+        print(f"baton tail: {exc}", file=sys.stderr)
+        return 1
     try:
         if args.since:
             js = nc.jetstream()
@@ -192,8 +208,13 @@ async def tail(args: argparse.Namespace, printer: Printer) -> int:
     except nats.js.errors.NotFoundError:
         print(f"baton tail: no stream holds {subject!r} (is Baton running?)", file=sys.stderr)
         return 1
+    except (nats.errors.Error, TimeoutError) as exc:  # e.g. JetStream refused to this user
+        problems.append(refusal(args.nats, exc))
     finally:
         await nc.close()
+    if problems and not printer.closed:
+        print(f"baton tail: {problems[0]}", file=sys.stderr)
+        return 1
     return 0
 
 

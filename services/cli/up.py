@@ -4,7 +4,8 @@ Starts nats-server (JetStream, temporary store unless --store), simcluster (unle
 --kubeconfig), every Baton service and, with --prometheus, Prometheus, as separate
 processes; shows a live status (full screen on a terminal, plain lines every few
 seconds otherwise) and stops everything in reverse order on Ctrl-C (or after
---duration seconds).
+--duration seconds). Its run directory (store, seeds, logs) is removed then, unless
+--store was given or the run failed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shutil
 import signal
 import sys
 import tempfile
@@ -86,6 +88,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def run(argv: list[str]) -> int:
     args = parse_args(argv)
     stack = Stack(run_dir=Path(tempfile.mkdtemp(prefix="baton-up-")))
+    code = 1
     try:
         start_all(args, stack)
         if args.endpoints_file:
@@ -94,16 +97,30 @@ def run(argv: list[str]) -> int:
               f"logs in {stack.logs}", flush=True)  # fmt: skip
         if stack.prometheus:
             print(f"baton up: Prometheus {stack.prometheus}", flush=True)
-        return asyncio.run(watch(args, stack))
+        code = asyncio.run(watch(args, stack))
+        return code
     except NoPrometheus as exc:
         print(f"baton up: {exc}", file=sys.stderr)
-        return 2
+        code = 2
+        return code
     except KeyboardInterrupt:
-        return 0
+        code = 0
+        return code
     finally:
         for child in reversed(stack.children):
             child.stop()
-        print("baton up: stopped", flush=True)
+        print(f"baton up: stopped; {tidy(stack.run_dir, store=args.store, code=code)}",
+              flush=True)  # fmt: skip
+
+
+def tidy(run_dir: Path, *, store: Path | None, code: int) -> str:
+    """Remove the run directory (JetStream store, seeds, logs) after a clean run; keep
+    it with --store (a store worth keeping) or after a failure (its logs say why)."""
+    if store is not None or code != 0:
+        why = "--store" if store is not None else f"exit status {code}"
+        return f"kept {run_dir} (logs, seeds; {why})"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return f"removed {run_dir}"
 
 
 async def watch(args: argparse.Namespace, stack: Stack) -> int:
@@ -129,7 +146,7 @@ async def watch(args: argparse.Namespace, stack: Stack) -> int:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as http:
             installing = start_installing(stack, http, say=say)
             with Screen() if tty else contextlib.nullcontext() as screen:
-                while not stop.is_set() and not shown.over(args.duration):
+                while True:  # one status at least, however short --duration is
                     await shown.refresh(view, stack, http, screen=screen)
                     if disabled is not None and await disabled.check(
                         http, monitor=stack.nats_monitor, now=time.monotonic()
@@ -137,6 +154,8 @@ async def watch(args: argparse.Namespace, stack: Stack) -> int:
                         restart_nats(stack, view)
                     if not supervise(stack, view):
                         shown.summary = None
+                        break
+                    if stop.is_set() or shown.over(args.duration):
                         break
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), timeout=1.0)

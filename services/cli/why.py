@@ -30,7 +30,6 @@ import msgspec
 import nats
 from nats.js.api import DeliverPolicy
 
-from baton.libs.bus.connection import env_auth_options
 from baton.libs.bus.streams import HISTORY, K8S
 from baton.libs.view import GangView, gang_key, quorum
 from baton.proto import subjects
@@ -39,6 +38,7 @@ from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued, GangR
 from baton.proto.autoscaler import ScaledUp, ScaleRefused, ScaleReverted
 from baton.proto.k8s import Pod, PodEvent, PodGroup, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
+from baton.services.cli.connecting import NoBus, connect
 from baton.services.reporter import telling
 
 Story = (
@@ -55,6 +55,7 @@ SOURCES = {
     "jobset": "JobSet",
 }
 SHOWN = 12  # story lines shown (the latest)
+READ_S = 30.0  # how long reading one stream may take before why says it could not
 
 
 class WhyError(Exception):
@@ -103,8 +104,15 @@ def explain(facts: Facts) -> list[str]:
     if message:
         lines.append(f"waits for: {message}")
         lines.append(f"unblocks it: {unblock(message, need=need, pods=counts, verdict=verdict)}")
-    else:
+    elif counts.scheduled >= max(need, 1):
         lines.append("waits for nothing: " + ("it runs" if counts.running else "it is placed"))
+    elif not facts.pods:
+        lines.append("waits for: its member pods (none is on the bus)")
+    else:
+        lines.append(
+            f"waits for: placement ({counts.scheduled} of {need or '?'} members bound; no "
+            "verdict on the bus yet)"
+        )
     return lines
 
 
@@ -238,9 +246,10 @@ def _clock(at: float) -> str:
 
 async def gather(url: str, *, cluster: str, namespace: str, name: str) -> Facts:
     """The object's gang now (K8S) and every message about its namespace in HISTORY."""
-    nc = await nats.connect(
-        url, name="baton-why", max_reconnect_attempts=0, connect_timeout=2, **env_auth_options()
-    )
+    try:
+        nc = await connect(url, name="baton-why")
+    except NoBus as exc:
+        raise WhyError(str(exc)) from None
     try:
         js = nc.jetstream()
         current = await _read(js, subjects.stream_name(cluster, K8S),
@@ -277,9 +286,12 @@ def _about(event: Any, key: str) -> bool:
     return getattr(event, "gang", None) == key
 
 
-async def _read(js: Any, stream: str, subject: str, *, last: bool = False) -> list[Any]:
+async def _read(
+    js: Any, stream: str, subject: str, *, last: bool = False, within: float = READ_S
+) -> list[Any]:
     """Every message (or the last per subject) on ``subject`` in ``stream``, decoded; what
-    is not part of a gang's story is skipped."""
+    is not part of a gang's story is skipped. All of them or :class:`WhyError`: an
+    explanation of part of the state would be a guess."""
     try:
         info = await js.stream_info(stream)
     except nats.js.errors.NotFoundError as exc:
@@ -289,12 +301,22 @@ async def _read(js: Any, stream: str, subject: str, *, last: bool = False) -> li
     policy = DeliverPolicy.LAST_PER_SUBJECT if last else DeliverPolicy.ALL
     sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, deliver_policy=policy)
     found: list[Any] = []
+    read = 0
     try:
+        consumer = await sub.consumer_info()
+        if consumer.num_pending + consumer.delivered.consumer_seq == 0:
+            return []  # nothing on the subject
+        deadline = asyncio.get_running_loop().time() + within
         while True:
+            left = deadline - asyncio.get_running_loop().time()
             try:
-                msg = await sub.next_msg(timeout=1.0)
+                msg = await sub.next_msg(timeout=max(left, 0.001))
             except nats.errors.TimeoutError:
-                return found
+                raise WhyError(
+                    f"could not read the gang's state: {read} messages of {subject} read "
+                    f"from {stream} in {within:g} s, more were pending; try again"
+                ) from None
+            read += 1
             with contextlib.suppress(msgspec.DecodeError):  # another kind of message
                 found.append(_story.decode(msg.data))
             if msg.metadata.num_pending == 0:

@@ -178,8 +178,9 @@ class _Out:
             case GangRestarted():
                 gang.placed, gang.verdict = "", None
         row = row_for(event)
-        for ref in self.about(gang):
-            self.event(row, ref, row.note(event))
+        if not (isinstance(event, GangPlaced) and gang.group is None):  # its pods have
+            for ref in self.about(gang):  # their Scheduled already: one per pod
+                self.event(row, ref, row.note(event))
         self.report(gang.key)
 
     def node(self, node: Node, *, deleted: bool) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from aiohttp import web
@@ -19,11 +19,21 @@ if TYPE_CHECKING:
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
-# An admission hook: (operation "CREATE"|"UPDATE", resource, new object, old object or
-# None) -> the object to store (possibly mutated); raise ApiError to reject.
-Admission = Callable[
-    [str, Resource, dict[str, Any], dict[str, Any] | None], Awaitable[dict[str, Any]]
-]
+
+class Admission(Protocol):
+    """An admission hook: (operation "CREATE"|"UPDATE", resource, new object, old object
+    or None) -> the object to store (possibly mutated); raise ApiError to reject.
+    ``dry_run``: the request will not be stored (a hook with side effects refuses it)."""
+
+    def __call__(
+        self,
+        operation: str,
+        res: Resource,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        *,
+        dry_run: bool = False,
+    ) -> Awaitable[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,11 @@ class Call:
         """The client asked for a meta.k8s.io Table (kubectl get) rather than objects."""
         return self.sub is None and tables.wants_table(self.request.headers.get("Accept", ""))
 
+    @property
+    def dry_run(self) -> bool:
+        """``?dryRun=All``: the write is checked and answered but nothing is stored."""
+        return dry_run_of(self.request.query.getall("dryRun", []))
+
     def query(self, key: str, default: str = "") -> str:
         return self.request.query.get(key, default)
 
@@ -74,6 +89,22 @@ class Call:
         if not raw:
             raise ApiError(400, "BadRequest", "request body is empty")
         return _decode(raw)
+
+
+def dry_run_of(values: Any) -> bool:
+    """Whether a ``dryRun`` list (query or DeleteOptions) asks for a dry run; only
+    ``All`` is a valid value, as upstream (422 naming the value otherwise)."""
+    if values is None or values == []:
+        return False
+    listed = [values] if isinstance(values, str) else values
+    bad = [v for v in listed if v != "All"]
+    if bad or not isinstance(listed, list):
+        raise ApiError(
+            422,
+            "Invalid",
+            f'dryRun: Unsupported value: "{bad[0] if bad else listed}": supported values: "All"',
+        )
+    return True
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

@@ -16,11 +16,14 @@ from baton.services.simcluster.store import Store
 DISRUPTION_TARGET = "DisruptionTarget"
 
 
-def evict(store: Store, namespace: str | None, name: str, *, grace: int | None) -> None:
+def evict(
+    store: Store, namespace: str | None, name: str, *, grace: int | None, dry_run: bool = False
+) -> None:
+    """``dry_run``: answered as if done, nothing changed (``dryRun=All``)."""
     pod = store.get("pods", namespace, name)
-    if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+    if not dry_run and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
         store.mutate("pods", namespace, name, disrupted)
-    store.delete("pods", namespace, name, grace_seconds=grace)
+    store.delete("pods", namespace, name, grace_seconds=grace, dry_run=dry_run)
 
 
 def disrupted(pod: dict[str, Any]) -> None:

@@ -4,12 +4,15 @@ kubectl reads them before ``create``/``apply``: it checks that each kind's PATCH
 operation takes the ``fieldValidation`` parameter and then leaves validation to the
 server, and it looks a kind's schema up by its ``x-kubernetes-group-version-kind``.
 The documents are built from the resources table: every kind gets its paths (list,
-create, get, replace, patch, delete, subresources) and a schema with ``apiVersion``,
-``kind``, ``metadata`` and open ``spec``/``status`` (unknown fields are kept, as the
-server keeps them). Kinds compiled into the real API server advertise strategic merge
-patch in v2; v3 leaves it out, so ``kubectl apply`` computes strategic patches from its
-compiled-in types rather than from these open schemas. ``/openapi/v2`` is JSON only: a
-client that accepts only protobuf (kubectl) gets 406 and does without it.
+create, get, replace, patch, delete, subresources) and the structural schema the server
+validates it against (:mod:`schemas`, so ``kubectl explain`` works); a kind without one
+gets ``apiVersion``, ``kind``, ``metadata`` and open ``spec``/``status``. Kinds compiled
+into the real API server advertise strategic merge patch in v2; v3 leaves it out, so
+``kubectl apply`` computes strategic patches from its compiled-in types (merge keys)
+rather than from these schemas. ``/openapi/v2`` is JSON only: a
+client that accepts only protobuf (kubectl, validating a kind the v3 documents do not
+have) gets an empty protobuf document: kubectl finds no schema there, skips its own
+validation and answers ``no matches for kind`` from discovery, as against a real cluster.
 
 Pure: the resources table in, JSON-ready dicts out; built once per process.
 """
@@ -22,6 +25,7 @@ import json
 from typing import Any
 
 from baton.services.simcluster.resources import RESOURCES, Resource
+from baton.services.simcluster.schemas import schema_of
 
 Obj = dict[str, Any]
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
@@ -62,6 +66,14 @@ def _ref(name: str, *, v3: bool) -> Obj:
 
 
 def _kind_schema(r: Resource, *, v3: bool) -> Obj:
+    metadata = {"allOf": [_ref(OBJECT_META, v3=v3)]} if v3 else _ref(OBJECT_META, v3=v3)
+    known = schema_of(r.group, r.kind)
+    if known is not None:  # what simcluster validates against (schemas.py)
+        return {
+            **known,
+            "properties": {**known["properties"], "metadata": metadata},
+            "x-kubernetes-group-version-kind": [_gvk(r.group, r.version, r.kind)],
+        }
     props: Obj = {
         "apiVersion": {"type": "string", "description": "APIVersion of this object."},
         "kind": {"type": "string", "description": "Kind of this object."},
@@ -292,3 +304,29 @@ def v2_document() -> bytes:
         "definitions": _schemas(list(RESOURCES), v3=False),
     }
     return json.dumps(doc, sort_keys=True).encode()
+
+
+V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+
+
+@functools.cache
+def v2_protobuf() -> bytes:
+    """``/openapi/v2`` for a client that accepts only protobuf: a gnostic ``Document``
+    with ``swagger``, ``info`` and no paths or definitions (simcluster does not encode
+    schemas as protobuf; its JSON documents carry them)."""
+    info = _field(1, _INFO["title"].encode()) + _field(2, _INFO["version"].encode())
+    return _field(1, b"2.0") + _field(2, info) + _field(8, b"")
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)

@@ -18,7 +18,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from baton.services.simcluster import openapi, reading, tokens, webhooks, writing
+from baton.services.simcluster import openapi, reading, tokens, unmodelled, webhooks, writing
 from baton.services.simcluster.calls import Admission, Call, Settings, json_response, raw_response
 from baton.services.simcluster.metrics import ApiMetrics
 from baton.services.simcluster.objects import ApiError
@@ -95,6 +95,8 @@ class ApiServer:
             response = json_response(err.status(), err.code)
         except msgspec.DecodeError as err:
             response = json_response(ApiError(400, "BadRequest", str(err)).status(), 400)
+        for warning in request.get(writing.WARNINGS, ()):
+            response.headers.add("Warning", f'299 - "{_quoted(warning)}"')
         label = request.get(METRIC)
         if label is not None:
             verb, res, sub = label
@@ -112,6 +114,8 @@ class ApiServer:
             return special
         if tokens.handles(path):
             return json_response(await tokens.route(self.tokens, request, path), 201)
+        if unmodelled.handles(path):
+            return json_response(*await unmodelled.answer(request, path))
         call = parse(path, request, self)
         request[METRIC] = (call.verb, call.res.plural, call.sub or "")
         handler = _handler(request.method, call)
@@ -134,9 +138,15 @@ class ApiServer:
         return None if body is None else json_response(body)
 
 
+def _quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def _openapi(path: str, accept: str) -> web.StreamResponse:
     if path == "/openapi/v2" and "json" not in accept and "*/*" not in accept and accept:
-        raise ApiError(406, "NotAcceptable", f"only application/json is served, not {accept}")
+        if "protobuf" not in accept:
+            raise ApiError(406, "NotAcceptable", f"only application/json is served, not {accept}")
+        return web.Response(body=openapi.v2_protobuf(), content_type=openapi.V2_PROTOBUF)
     if path == "/openapi/v2":
         doc: bytes | None = openapi.v2_document()
     elif path == "/openapi/v3":

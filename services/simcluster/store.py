@@ -128,7 +128,7 @@ class Store:
 
     # writes
 
-    def create(self, res: str, obj: dict[str, Any]) -> dict[str, Any]:
+    def create(self, res: str, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         r = resource(res)
         meta = dict(obj.get("metadata") or {})
         ns = (meta.get("namespace") or "default") if r.namespaced else ""
@@ -164,6 +164,10 @@ class Store:
             objects.resolve_priority(new, find=self._priority_class, default=self._default_class())
         objects.apply_defaults(res, new)
         objects.validate(res, new)
+        if dry_run:
+            dry: dict[str, Any] = _decode(_encode(new))
+            dry["metadata"].pop("resourceVersion", None)  # as upstream: never stored, no version
+            return dry
         self._sorted.pop(res, None)
         return self._write(res, ns, name, _decode(_encode(new)), "ADDED", None)
 
@@ -176,7 +180,7 @@ class Store:
         defaults = [pc for pc, _ in classes if pc.get("globalDefault")]
         return min(defaults, key=lambda pc: pc.get("value", 0), default=None)
 
-    def replace(self, res: str, obj: dict[str, Any]) -> dict[str, Any]:
+    def replace(self, res: str, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         """Store ``obj`` in place of the current one; 409 if its resourceVersion is stale."""
         meta = obj.get("metadata") or {}
         ns = meta.get("namespace") or "" if resource(res).namespaced else ""
@@ -191,18 +195,26 @@ class Store:
                 "your changes to the latest version and try again",
                 details={"name": meta["name"], "kind": res},
             )
-        return self._update(res, old, _decode(_encode(obj)))
+        return self._update(res, old, _decode(_encode(obj)), dry_run=dry_run)
 
     def mutate(
-        self, res: str, namespace: str | None, name: str, fn: Callable[[dict[str, Any]], None]
+        self,
+        res: str,
+        namespace: str | None,
+        name: str,
+        fn: Callable[[dict[str, Any]], None],
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """Apply ``fn`` to a private copy of the object and store the result."""
         old_obj, old_raw = self._entry(res, namespace, name)
         new = _decode(old_raw)
         fn(new)
-        return self._update(res, old_obj, new)
+        return self._update(res, old_obj, new, dry_run=dry_run)
 
-    def _update(self, res: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    def _update(
+        self, res: str, old: dict[str, Any], new: dict[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
         om, nm = old["metadata"], new.setdefault("metadata", {})
         for key in ("name", "namespace", "uid", "creationTimestamp"):
             if key in om:
@@ -213,12 +225,24 @@ class Store:
         nm["generation"] = om.get("generation", 1) + (new.get("spec") != old.get("spec"))
         if "deletionTimestamp" in om:
             nm.setdefault("deletionTimestamp", om["deletionTimestamp"])
+        if dry_run:  # the object as it would be stored, at the version it replaces
+            nm["resourceVersion"] = om["resourceVersion"]
+            return new
         return self._write(res, om.get("namespace", ""), om["name"], new, "MODIFIED", old)
 
     def delete(
-        self, res: str, namespace: str | None, name: str, *, grace_seconds: int | None = None
+        self,
+        res: str,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_seconds: int | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
-        """Delete now, or, for a bound running pod, start graceful termination."""
+        """Delete now, or, for a bound running pod, start graceful termination.
+
+        ``dry_run``: the answer the delete would give; nothing changes.
+        """
         obj = self.get(res, namespace, name)
         if res == "pods" and grace_seconds != 0 and _graceful(obj):
             grace = (
@@ -237,7 +261,10 @@ class Store:
                 lambda o: o["metadata"].update(
                     deletionTimestamp=deadline, deletionGracePeriodSeconds=grace
                 ),
+                dry_run=dry_run,
             )
+        if dry_run:
+            return obj
         if res == "namespaces":
             for other, by_ns in list(self._objs.items()):
                 for member in list(by_ns.get(name, {})):

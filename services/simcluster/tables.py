@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from baton.services.simcluster.conversions import EVENTS_V1
+
 Obj = dict[str, Any]
 Column = dict[str, Any]
 CellsOf = Callable[[Obj, float], list[Any]]
@@ -298,7 +300,52 @@ def machinedeployment_cells(md: Obj, now: float) -> list[Any]:
     ]
 
 
+# --- events (upstream's printEvent) ------------------------------------------------
+
+EVENT_COLUMNS = (
+    _col("Last Seen", "Time since the event was last seen (and how often, over how long)."),
+    _col("Type", "Normal or Warning."),
+    _col("Reason", "Why the event was reported."),
+    _col("Object", "The object the event is about."),
+    _col("Subobject", "Part of the object (fieldPath).", wide=True),
+    _col("Source", "Who reported it.", wide=True),
+    _col("Message", "A human-readable description."),
+    _col("First Seen", "Time since the event was first seen.", wide=True),
+    _col("Count", "How often it was seen.", type_="integer", wide=True),
+    _col("Name", _NAME_DOC, wide=True),
+)
+
+
+def event_cells(event: Obj, now: float) -> list[Any]:
+    """A core/v1 Event's row; first and last seen fall back to ``eventTime`` and a
+    series' ``lastObservedTime``, as upstream's printer does."""
+    if "regarding" in event or event.get("apiVersion") == "events.k8s.io/v1":
+        event = EVENTS_V1.into(event)  # the events.k8s.io view: print the core fields
+    involved = event.get("involvedObject") or {}
+    series = event.get("series") or {}
+    first = event.get("firstTimestamp") or event.get("eventTime")
+    last = series.get("lastObservedTime") or event.get("lastTimestamp") or event.get("eventTime")
+    count = series.get("count") or event.get("count") or 1
+    seen = age(last, now) if count <= 1 else f"{age(last, now)} (x{count} over {age(first, now)})"
+    source = event.get("source") or {}
+    reporter = source.get("component") or event.get("reportingComponent") or ""
+    host = source.get("host") or event.get("reportingInstance") or ""
+    return [
+        seen,
+        event.get("type", ""),
+        event.get("reason", ""),
+        f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}",
+        involved.get("fieldPath", ""),
+        f"{reporter}, {host}" if host else reporter,
+        str(event.get("message", "")).strip(),
+        age(first, now),
+        count,
+        _meta(event).get("name", ""),
+    ]
+
+
 PRINTERS: dict[str, tuple[Sequence[Column], CellsOf]] = {
+    "events": (EVENT_COLUMNS, event_cells),
     "pods": (POD_COLUMNS, pod_cells),
     "nodes": (NODE_COLUMNS, node_cells),
     "podgroups": (PODGROUP_COLUMNS, podgroup_cells),

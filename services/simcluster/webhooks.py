@@ -9,7 +9,9 @@ POSTs an ``AdmissionReview`` v1 to ``clientConfig.url`` over HTTPS, trusting onl
 JSON patches are applied in turn; validating webhooks then see the mutated object.
 A denial becomes the API server's error (``admission webhook "x" denied the
 request: ...``); a webhook that cannot be reached fails the create only when its
-``failurePolicy`` is ``Fail`` (the default, as in Kubernetes).
+``failurePolicy`` is ``Fail`` (the default, as in Kubernetes). A dry-run create
+is reviewed with ``dryRun: true``; a webhook whose ``sideEffects`` is not ``None`` or
+``NoneOnDryRun`` refuses it (400), as upstream.
 
 Services configured with ``clientConfig.service`` are skipped: simcluster has no
 cluster network to reach them.
@@ -47,14 +49,20 @@ class WebhookCaller:
         self._contexts: dict[str, ssl.SSLContext] = {}
 
     async def __call__(
-        self, operation: str, res: Resource, obj: dict[str, Any], old: dict[str, Any] | None
+        self,
+        operation: str,
+        res: Resource,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         if operation != "CREATE" or res.plural in (MUTATING, VALIDATING):
             return obj
         for hook in self._hooks(MUTATING, operation, res, obj):
-            obj = await self._call(hook, operation, res, obj, mutate=True)
+            obj = await self._call(hook, operation, res, obj, mutate=True, dry_run=dry_run)
         for hook in self._hooks(VALIDATING, operation, res, obj):
-            await self._call(hook, operation, res, obj, mutate=False)
+            await self._call(hook, operation, res, obj, mutate=False, dry_run=dry_run)
         return obj
 
     async def close(self, *_: Any) -> None:
@@ -98,14 +106,19 @@ class WebhookCaller:
         obj: dict[str, Any],
         *,
         mutate: bool,
+        dry_run: bool,
     ) -> dict[str, Any]:
         name = hook.get("name", "")
+        if dry_run and hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
+            raise ApiError(
+                400, "BadRequest", f'admission webhook "{name}" does not support dry run'
+            )
         client = hook.get("clientConfig") or {}
         url = client.get("url")
         if not url:
             log.info("webhook without clientConfig.url skipped", webhook=name)
             return obj
-        review = _review(operation, res, obj)
+        review = _review(operation, res, obj, dry_run=dry_run)
         timeout = float(hook.get("timeoutSeconds") or 10)
         try:
             answer = await self._post(url, review, ca=client.get("caBundle", ""), seconds=timeout)
@@ -166,7 +179,7 @@ class WebhookCaller:
         return context
 
 
-def _review(operation: str, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+def _review(operation: str, res: Resource, obj: dict[str, Any], *, dry_run: bool) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     return {
         "apiVersion": "admission.k8s.io/v1",
@@ -180,7 +193,7 @@ def _review(operation: str, res: Resource, obj: dict[str, Any]) -> dict[str, Any
             "operation": operation,
             "userInfo": {"username": "simcluster"},
             "object": obj,
-            "dryRun": False,
+            "dryRun": dry_run,
         },
     }
 

@@ -4,7 +4,9 @@ As the API server: the main resource ignores ``status`` when the resource has a 
 subresource and ``/status`` changes only status; a ``metadata.resourceVersion`` in the
 body is a precondition (409 Conflict when stale); admission hooks see each create and
 update before it is stored. Strategic merge patch is refused (415) for custom
-resources, as for CRDs upstream.
+resources, as for CRDs upstream. ``dryRun=All`` (query, or DeleteOptions/an
+Eviction's ``deleteOptions``) runs every step, admission included, and answers as the
+write would, but stores nothing: no new resourceVersion, no watch event.
 """
 
 from __future__ import annotations
@@ -12,15 +14,23 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import structlog
 from aiohttp import web
 
-from baton.services.simcluster import evictions, objects, patching
-from baton.services.simcluster.calls import Call, json_response, raw_response, success
+from baton.services.simcluster import evictions, objects, patching, validation
+from baton.services.simcluster.calls import (
+    Call,
+    dry_run_of,
+    json_response,
+    raw_response,
+    success,
+)
 from baton.services.simcluster.clock import timestamp
 from baton.services.simcluster.objects import ApiError
 from baton.services.simcluster.reading import predicate, scale_of, served
 
 _decode = msgspec.json.Decoder().decode
+log = structlog.get_logger("simcluster.api")
 _PATCHES = {
     "application/merge-patch+json": patching.merge_patch,
     "application/strategic-merge-patch+json": patching.strategic_merge_patch,
@@ -56,6 +66,20 @@ async def _object_body(call: Call) -> dict[str, Any]:
             f"the name of the object ({meta['name']}) does not "
             f"match the name on the URL ({call.name})",
         )
+    return _decoded(call, body)
+
+
+WARNINGS = web.RequestKey("warnings", list[str])  # answered as Warning headers
+
+
+def _decoded(call: Call, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` checked against its kind's schema under the request's ``fieldValidation``
+    (the server's default: Warn); warnings go on the request for the answer's headers."""
+    mode = call.query("fieldValidation") or "Warn"
+    body, warnings = validation.decode(call.res, body, mode=mode)
+    if warnings:
+        call.request[WARNINGS] = warnings
+        log.info("unknown fields dropped", resource=call.res.plural, fields=warnings)
     return body
 
 
@@ -63,7 +87,7 @@ async def _admit(
     call: Call, operation: str, obj: dict[str, Any], old: dict[str, Any] | None
 ) -> dict[str, Any]:
     for hook in call.server.admission:
-        obj = await hook(operation, call.res, obj, old)
+        obj = await hook(operation, call.res, obj, old, dry_run=call.dry_run)
     return obj
 
 
@@ -73,10 +97,11 @@ def _stored(call: Call, obj: dict[str, Any]) -> dict[str, Any]:
     return obj if conversion is None else conversion.into(obj)
 
 
-def _answer(call: Call, name: str, status: int = 200) -> web.Response:
-    store = call.server.store
-    if call.res.conversion is not None:
-        return json_response(served(call, store.get(call.res.key, call.namespace, name)), status)
+def _answer(call: Call, obj: dict[str, Any], status: int = 200) -> web.Response:
+    """The object a write stored (or, in a dry run, would have stored) as served."""
+    store, name = call.server.store, obj["metadata"]["name"]
+    if call.dry_run or call.res.conversion is not None:
+        return json_response(served(call, obj), status)
     return raw_response(store.get_raw(call.res.key, call.namespace, name), status)
 
 
@@ -89,8 +114,8 @@ async def create(call: Call) -> web.StreamResponse:
     if call.res.plural == "pods":
         objects.default_requests(body)  # defaulting comes before admission, as upstream
     body = await _admit(call, "CREATE", body, None)
-    obj = call.server.store.create(call.res.key, _stored(call, body))
-    return _answer(call, obj["metadata"]["name"], 201)
+    obj = call.server.store.create(call.res.key, _stored(call, body), dry_run=call.dry_run)
+    return _answer(call, obj, 201)
 
 
 async def update(call: Call) -> web.StreamResponse:
@@ -130,6 +155,7 @@ async def patch(call: Call) -> web.StreamResponse:
     patched = apply(_decode(msgspec.json.encode(current)), body)
     if not isinstance(patched.get("metadata"), dict):
         raise ApiError(422, "Invalid", "metadata: Required value")
+    patched = _decoded(call, patched)
     if call.sub == "status":
         rv = patched["metadata"].get("resourceVersion")
         patched, status = _decode(msgspec.json.encode(current)), patched.get("status")
@@ -150,8 +176,8 @@ async def _store(call: Call, new: dict[str, Any], old: dict[str, Any]) -> web.St
         new["metadata"].pop("namespace", None)
     if new.get("status") is None:
         new.pop("status", None)
-    stored = call.server.store.replace(call.res.key, _stored(call, new))
-    return _answer(call, stored["metadata"]["name"])
+    stored = call.server.store.replace(call.res.key, _stored(call, new), dry_run=call.dry_run)
+    return _answer(call, stored)
 
 
 def _set_replicas(call: Call, scale: dict[str, Any]) -> web.StreamResponse:
@@ -175,7 +201,11 @@ def _set_replicas(call: Call, scale: dict[str, Any]) -> web.StreamResponse:
             "latest version and try again",
         )
     obj = store.mutate(
-        plural, call.namespace, name, lambda o: o.setdefault("spec", {}).update(replicas=replicas)
+        plural,
+        call.namespace,
+        name,
+        lambda o: o.setdefault("spec", {}).update(replicas=replicas),
+        dry_run=call.dry_run,
     )
     return json_response(scale_of(obj))
 
@@ -188,6 +218,7 @@ async def _delete_options(call: Call) -> dict[str, Any]:
     grace = call.int_query("gracePeriodSeconds")
     if grace is not None:
         opts["gracePeriodSeconds"] = grace
+    opts["dryRun"] = call.dry_run or dry_run_of(opts.get("dryRun"))  # query or body
     return opts
 
 
@@ -203,7 +234,13 @@ async def delete(call: Call) -> web.StreamResponse:
                 f"Precondition failed: {key} in precondition: "
                 f"{have}, {key} in object meta: {meta.get(key)}",
             )
-    gone = store.delete(plural, call.namespace, name, grace_seconds=opts.get("gracePeriodSeconds"))
+    gone = store.delete(
+        plural,
+        call.namespace,
+        name,
+        grace_seconds=opts.get("gracePeriodSeconds"),
+        dry_run=opts["dryRun"],
+    )
     return json_response(served(call, gone))
 
 
@@ -217,6 +254,7 @@ async def delete_collection(call: Call) -> web.StreamResponse:
             obj["metadata"].get("namespace"),
             obj["metadata"]["name"],
             grace_seconds=opts.get("gracePeriodSeconds"),
+            dry_run=opts["dryRun"],
         )
         for obj in items
     ]
@@ -238,8 +276,10 @@ async def act(call: Call) -> web.StreamResponse:
     name = call.name or (body.get("metadata") or {}).get("name") or ""
     if call.sub == "binding":
         return bind(call, name, body)
-    grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
-    evictions.evict(call.server.store, call.namespace, name, grace=grace)
+    options = body.get("deleteOptions") or {}
+    dry = call.dry_run or dry_run_of(options.get("dryRun"))
+    grace = options.get("gracePeriodSeconds")
+    evictions.evict(call.server.store, call.namespace, name, grace=grace, dry_run=dry)
     return success(201)
 
 
@@ -265,7 +305,7 @@ def bind(call: Call, name: str, binding: dict[str, Any]) -> web.StreamResponse:
         if notes:
             obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), **notes}
 
-    store.mutate("pods", call.namespace, name, assign)
+    store.mutate("pods", call.namespace, name, assign, dry_run=call.dry_run)
     return success(201)
 
 

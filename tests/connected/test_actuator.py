@@ -389,7 +389,7 @@ async def test_api_errors_are_retried_reread_or_reported(env: Env) -> None:
     script = {env.nodes[0]: [(500, "InternalError"), (409, "Conflict")]}
     seen: list[str] = []
 
-    async def hook(op: str, res: Any, obj: dict[str, Any], old: Any) -> dict[str, Any]:
+    async def hook(op: str, res: Any, obj: dict[str, Any], old: Any, **_: Any) -> dict[str, Any]:
         name = obj["metadata"]["name"]
         if res.plural == "nodes" and op == "UPDATE":
             seen.append(name)

@@ -280,7 +280,7 @@ async def test_a_copy_whose_create_failed_is_created_on_the_next_attempt(env: En
     old = await env.live("w-1")
     refused: list[str] = []
 
-    async def hook(op: str, res: Any, obj: dict[str, Any], _: Any) -> dict[str, Any]:
+    async def hook(op: str, res: Any, obj: dict[str, Any], _: Any, **__: Any) -> dict[str, Any]:
         if res.plural == "pods" and op == "CREATE" and len(refused) < 2:
             refused.append(obj["metadata"]["name"])
             raise SimApiError(503, "ServiceUnavailable", "webhook not ready")

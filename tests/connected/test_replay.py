@@ -102,6 +102,8 @@ async def test_replaying_a_recorded_session_reproduces_every_gang_decision(
     out = capsys.readouterr().out
     assert code == 0, out
     assert "compare: identical" in out
+    assert replay.run(["--from", str(path)]) == 0  # the listing (--compare shows differences)
+    out = capsys.readouterr().out
     expected = (
         *("placed team-t1/job-a", "placed team-t1/job-b", "unschedulable team-t1/job-"),
         *("restarted team-t1/job-r", "-> bind-gang", "-> recreate-pod"),

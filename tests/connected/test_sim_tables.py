@@ -4,24 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import subprocess
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
+from kubernetes_asyncio import client
 
+from baton.libs.testing.kubectl import kubectl as run_kubectl_out
+from baton.libs.testing.kubectl import needs_kubectl
 from baton.libs.testing.sim import Sim, running_sim
+from baton.proto.actions import ObjectRef, RecordEvent
+from baton.services.actuator.eventing import EventWrite
+from baton.services.actuator.reporting import event_body
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 TABLE = (
     "application/json;as=Table;v=v1;g=meta.k8s.io,"
     "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
 )
-KUBECTL = "/usr/bin/kubectl"
 
 
 @pytest.fixture
@@ -104,16 +107,7 @@ async def test_watch_events_are_one_row_tables(sim: Sim) -> None:
 
 
 async def kubectl(sim: Sim, *args: str) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        f"--kubeconfig={sim.kubeconfig}",
-        *args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+    return await run_kubectl_out(sim.kubeconfig, *args)
 
 
 def columns(output: str) -> list[dict[str, str]]:
@@ -121,9 +115,6 @@ def columns(output: str) -> list[dict[str, str]]:
     head, *lines = output.strip().splitlines()
     keys = re.split(r"\s{2,}", head.strip())
     return [dict(zip(keys, re.split(r"\s{2,}", line.strip()), strict=True)) for line in lines]
-
-
-needs_kubectl = pytest.mark.skipif(not os.path.exists(KUBECTL), reason="no /usr/bin/kubectl")
 
 
 @needs_kubectl
@@ -152,3 +143,24 @@ async def test_kubectl_get_nodes_shows_ready_and_cordoned(sim: Sim) -> None:
     md = columns(await kubectl(sim, "get", "machinedeployments", "-A"))
     # a NotReady node's machine is not a ready replica (Cluster API's Machine NodeHealthy)
     assert [(r["NAME"], r["REPLICAS"], r["READY"]) for r in md] == [("gpu", "3", "2")]
+
+
+@needs_kubectl
+async def test_kubectl_get_events_shows_and_sorts_baton_s_events(sim: Sim) -> None:
+    api = await sim.api_client()
+    try:
+        for name, first, last, count in (("late", 100.0, 900.0, 3), ("early", 50.0, 60.0, 1)):
+            ref = ObjectRef(kind="Pod", name=name, namespace="default", uid=name)
+            action = RecordEvent(
+                id=f"e-{name}", by="reporter", at=first, priority="status",
+                reason="Scheduled", regarding=ref, note=f"assigned {name}",
+            )  # fmt: skip
+            body = event_body(action, EventWrite(name=name, count=count, first=first, last=last))
+            await client.EventsV1Api(api).create_namespaced_event("default", body)
+    finally:
+        await api.close()
+    out = await kubectl(sim, "get", "events", "--sort-by=.lastTimestamp")
+    rows = columns(out)
+    assert list(rows[0]) == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert [r["OBJECT"] for r in rows] == ["pod/early", "pod/late"]
+    assert "(x3 over" in rows[1]["LAST SEEN"] and rows[1]["MESSAGE"] == "assigned late"

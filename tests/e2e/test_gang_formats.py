@@ -184,6 +184,10 @@ async def test_every_format_is_placed_whole_and_told_as_kubectl_describe_shows(
         for ns in FORMATS:
             await until(lambda ns=ns: assigned(ns), within=30,  # type: ignore[misc]
                         what=f"Scheduled events on the {ns} pods")  # fmt: skip
+        for p in pods(sim, "kueue"):  # one per pod, as kube-scheduler writes (no group object)
+            name = p["metadata"]["name"]
+            told = [e for e in events(sim, "kueue", name) if e["reason"] == "Scheduled"]
+            assert len(told) == 1, told
 
         # a gang that cannot fit: told on its PodGroup, its pods' conditions, Events
         await create_gang(api, custom, "big", 9, gpus=8)

@@ -19,7 +19,8 @@ def test_baton_up_runs_the_synthetic_workload_to_completion(tmp_path: Path) -> N
     endpoints = tmp_path / "endpoints.env"
     result = subprocess.run(
         [sys.executable, "-m", "baton.services.cli", "up", "--nodes", "16", "--workload",
-         "synthetic", "--duration", "40", "--endpoints-file", str(endpoints)],
+         "synthetic", "--duration", "40", "--endpoints-file", str(endpoints),
+         "--store", str(tmp_path / "jetstream")],  # keeps the run directory: its logs
         capture_output=True, text=True, timeout=170, check=False,
     )  # fmt: skip
     output = result.stdout + result.stderr
@@ -64,6 +65,40 @@ async def test_baton_up_runs_against_an_existing_cluster_and_nats(tmp_path: Path
     assert re.search(r"nodes\s+8 \(8 ready", last), last
     assert "services  bridge:ok  gang:ok  actuator:ok" in last  # none of its own nats/sim
     assert "webhook" not in output  # a real cluster's webhooks are the admin's to install
+
+
+async def test_baton_up_removes_its_run_directory_unless_store_is_given(tmp_path: Path) -> None:
+    async with running_nats() as url, running_sim(nodes=2) as sim:
+        for extra in ([], ["--store", str(tmp_path / "js")]):
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "baton.services.cli", "up", "--kubeconfig",
+                str(sim.kubeconfig), "--nats", url, "--services", "bridge", "--duration", "8",
+                *extra, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            )  # fmt: skip
+            out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
+            output = out.decode()
+            assert process.returncode == 0, output[-3000:]
+            logs = re.search(r"logs in (\S+)", output)
+            assert logs is not None, output[-3000:]
+            run_dir = Path(logs[1]).parent
+            if extra:
+                assert run_dir.is_dir() and f"kept {run_dir}" in output
+            else:
+                assert not run_dir.exists() and f"removed {run_dir}" in output
+
+
+async def test_a_duration_shorter_than_start_up_still_ends_with_a_status(tmp_path: Path) -> None:
+    """--duration 0: the first status is the last; no simcluster of its own to blame."""
+    async with running_nats() as url, running_sim(nodes=2) as sim:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "baton.services.cli", "up", "--kubeconfig", str(sim.kubeconfig),
+            "--nats", url, "--services", "bridge", "--duration", "0",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
+    output = out.decode()
+    assert process.returncode == 0, output[-3000:]
+    assert "Traceback" not in output and "services  bridge:" in output, output[-3000:]
 
 
 async def test_a_recorded_baton_up_run_replays_identically_for_gang_and_admission(

@@ -18,7 +18,8 @@ from baton.proto.actions import (
 from baton.proto.k8s import Taint
 from baton.services.actuator import core
 from baton.services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle, WakeAt
-from baton.services.actuator.eventing import EventLimits
+from baton.services.actuator.eventing import EventLimits, EventWrite
+from baton.services.actuator.reporting import event_body
 
 pytestmark = pytest.mark.unit
 
@@ -127,3 +128,14 @@ def test_a_redelivered_older_status_is_stale_behind_a_newer_one() -> None:
     (report,) = of(out, Report)
     assert (report.result.action_id, report.result.outcome) == ("s1", "stale")
     assert of(out, Apply) == []
+
+
+def test_an_event_carries_what_kubectl_get_events_prints_and_sorts_by() -> None:
+    written = EventWrite(name="p0.abc", count=3, first=0.0, last=120.0)
+    body = event_body(event("e1"), written)
+    assert body["deprecatedFirstTimestamp"] == "1970-01-01T00:00:00Z"
+    assert body["deprecatedLastTimestamp"] == "1970-01-01T00:02:00Z"
+    assert body["deprecatedCount"] == 3
+    assert body["deprecatedSource"] == {"component": "baton.io/gang"}
+    assert body["reportingController"] == "baton.io/gang"
+    assert body["eventTime"] == "1970-01-01T00:00:00.000000Z"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -340,3 +343,29 @@ def test_an_object_out_of_bounds_is_never_fed_and_its_last_good_revision_is() ->
     ))  # fmt: skip
     (segment,) = GANG.segments(records)
     assert [(r.subject, r.event.at) for r in segment.feed] == [("baton.c1.k8s.node.n1", 100.0)]
+
+
+def test_compare_prints_the_verdict_first_and_the_differences_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = write(tmp_path / "good.jsonl", with_decisions(session()))
+    assert replay.run(["--from", str(good), "--compare"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "compare: identical (2 decisions and 1 actions)"
+    assert not any("placed default/job7" in line for line in out)  # no listing
+
+
+def test_a_pipe_closed_early_ends_quietly(tmp_path: Path) -> None:
+    """`baton replay ... | head`: the reader is gone before the first line is written."""
+    path = write(tmp_path / "s.jsonl", session())
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "baton.services.cli", "replay", "--from", str(path)],
+            stdout=write_end, stderr=subprocess.PIPE, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stderr == b""

@@ -251,3 +251,15 @@ def test_a_finished_gang_whose_objects_are_gone_is_forgotten() -> None:
     for p in done:
         core.step(state, PodEvent(op="delete", at=3.0, pod=p), 3.0)
     assert state.view.gangs == {}
+
+
+def test_each_pod_of_a_gang_without_a_group_object_gets_one_scheduled_event() -> None:
+    state = core.initial()
+    ref = GangRef(name="job", source="kueue", min_member=2)
+    step(state, *(pod(f"w-{i}", namespace=NS, gpus=8, ref=ref) for i in range(2)))
+    bindings = tuple(Binding(namespace=NS, pod=f"w-{i}", uid=f"u{i}", node=f"n{i}")
+                     for i in range(2))  # fmt: skip
+    placed = GangPlaced(gang=f"{NS}/job", at=2.0, action_id="bind-1", bindings=bindings)
+    out = step(state, placed, at=2.0)
+    scheduled = [e.regarding.name for e in of(out, RecordEvent) if e.reason == "Scheduled"]
+    assert sorted(scheduled) == ["w-0", "w-1"]

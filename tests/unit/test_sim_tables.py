@@ -202,3 +202,34 @@ def test_table_object_kinds_by_include_object() -> None:
     assert "spec" not in obj
     assert tables.row("pods", p, now=T0, include="Object")["object"] is p
     assert "object" not in tables.row("pods", p, now=T0, include="None")
+
+
+def test_event_rows_as_kubectl_get_events_prints_them() -> None:
+    now = datetime(2026, 1, 1, 0, 10, tzinfo=UTC).timestamp()
+    core_event = {
+        "metadata": {"name": "p.1"},
+        "involvedObject": {"kind": "Pod", "name": "p"},
+        "reason": "Scheduled",
+        "message": "Successfully assigned ml/p to n1",
+        "type": "Normal",
+        "reportingComponent": "baton.io/gang",
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:05:00Z",
+        "count": 4,
+    }
+    names = [c["name"] for c in tables.columns("events") if c["priority"] == 0]
+    assert names == ["Last Seen", "Type", "Reason", "Object", "Message"]
+    cells = tables.row("events", core_event, now=now)["cells"]
+    assert cells[:4] == ["5m (x4 over 10m)", "Normal", "Scheduled", "pod/p"]
+    assert cells[5:] == ["baton.io/gang", "Successfully assigned ml/p to n1", "10m", 4, "p.1"]
+    v1 = {  # the events.k8s.io view of a new event: eventTime only
+        "apiVersion": "events.k8s.io/v1",
+        "metadata": {"name": "p.2"},
+        "regarding": {"kind": "Pod", "name": "p"},
+        "note": "placed",
+        "reason": "Scheduled",
+        "type": "Normal",
+        "eventTime": "2026-01-01T00:08:00.000000Z",
+    }
+    assert tables.row("events", v1, now=now)["cells"][:4] == ["2m", "Normal", "Scheduled", "pod/p"]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
+import nats.errors
 import pytest
 
 from baton.libs.testing.builders import pod, pod_group
@@ -161,3 +165,57 @@ def test_a_running_gang_s_waiting_members_say_what_they_wait_for() -> None:
         "need 1 more node with 8 nvidia.com/gpu"
     )
     assert lines[-1] == "unblocks it: 1 more node with 8 nvidia.com/gpu"
+
+
+def test_a_gang_with_no_member_bound_is_never_called_placed() -> None:
+    group = pod_group("job", namespace="ml", min_member=16)
+    members = [pod(f"job-{i}", namespace="ml", group="job", gpus=8) for i in range(16)]
+    history = [PodGroupEvent(op="upsert", at=1.0, pod_group=group)]
+    unread = why.explain(why.Facts(key="ml/job", group=group, pods=[], history=history))
+    assert unread[-1] == "waits for: its member pods (none is on the bus)"
+    pending = why.explain(why.Facts(key="ml/job", group=group, pods=members, history=history))
+    assert pending[-1] == (
+        "waits for: placement (0 of 16 members bound; no verdict on the bus yet)"
+    )
+
+
+class _Meta:
+    def __init__(self, pending: int) -> None:
+        self.num_pending = pending
+
+
+class _Msg:
+    def __init__(self, pending: int) -> None:
+        self.data = b"{}"
+        self.metadata = _Meta(pending)
+
+
+class _StalledSub:
+    """A subscription that delivers 2 of 5 messages and then nothing."""
+
+    def __init__(self) -> None:
+        self.left = [_Msg(4), _Msg(3)]
+
+    async def consumer_info(self) -> Any:
+        return SimpleNamespace(num_pending=5, delivered=SimpleNamespace(consumer_seq=0))
+
+    async def next_msg(self, **_: float) -> _Msg:
+        if not self.left:
+            raise nats.errors.TimeoutError
+        return self.left.pop(0)
+
+    async def unsubscribe(self) -> None:
+        pass
+
+
+class _Js:
+    async def stream_info(self, stream: str) -> Any:
+        return SimpleNamespace(state=SimpleNamespace(messages=5))
+
+    async def subscribe(self, subject: str, **_: Any) -> _StalledSub:
+        return _StalledSub()
+
+
+async def test_a_read_that_stalls_is_an_error_not_a_partial_answer() -> None:
+    with pytest.raises(why.WhyError, match="could not read the gang's state: 2 messages"):
+        await why._read(_Js(), "BATON_c1_K8S", "baton.c1.k8s.*.ml.>", within=0.01)
