@@ -192,9 +192,22 @@ def run() -> tuple[Progress, list[Sample]]:
     samples: list[Sample] = []
     with tempfile.TemporaryDirectory(prefix="bench-whole-") as tmp:
         endpoints = Path(tmp) / "up.env"
-        argv = [sys.executable, "-m", "baton.services.cli", "up", "--nodes", str(NODES),
-                "--workload", WORKLOAD, "--duration", str(SECONDS),
-                "--endpoints-file", str(endpoints)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "baton.services.cli",
+            "up",
+            "--nodes",
+            str(NODES),
+            "--workload",
+            WORKLOAD,
+            "--duration",
+            str(SECONDS),
+            "--endpoints-file",
+            str(endpoints),
+            "--store",
+            str(Path(tmp) / "store"),
+        ]  # --store: baton up keeps its run directory (the logs) for the lease count
         started = time.monotonic()
         up = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert up.stdout is not None
