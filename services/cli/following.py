@@ -22,7 +22,7 @@ from nats.js.api import DeliverPolicy
 from baton.libs.bus import streams
 from baton.libs.bus.snapshotting import snapshot
 from baton.proto import subjects
-from baton.proto.actions import ACTION_SUBJECTS, RecordEvent
+from baton.proto.actions import ACTION_SUBJECTS, ActionResult, CreatePod, RecordEvent
 from baton.proto.admission import AnyAdmissionEvent, TeamsLoaded
 from baton.proto.bandwidth import Allocation, allocation_subject
 from baton.proto.codec import Undecodable, decode
@@ -40,6 +40,7 @@ DECIDING = {subjects.PLACEMENT, subjects.ADMISSION, subjects.HEALTH, subjects.BA
 # off the screen between two refreshes).
 NOTABLE = {"failed", "rolled-back", "dropped"}
 EVENT = ACTION_SUBJECTS[RecordEvent][0]  # results of Kubernetes Events: <c>.result.event.>
+CREATE = ACTION_SUBJECTS[CreatePod][0]  # pods Baton creates (preflight checks, balloons)
 SIZED = (streams.K8S, streams.ACTIONS, streams.EVENTS, streams.HISTORY, streams.DEADLETTER)
 ACTUATOR_CONSUMER = "actuator"  # the actuator's durable consumer on ACTIONS
 Recorded = Started | AnyAdmissionEvent | TeamsLoaded | Allocation
@@ -74,6 +75,7 @@ async def load(nc: NATS, view: View, *, cluster: str, objects: bool = True) -> N
         said += await snapshot(
             nc, js, egress, type_=Allocation, stream=stream(cluster, streams.EVENTS)
         )
+        said += await _creates(nc, cluster=cluster)
         for kind in ("state", "withheld", "control"):  # each node's last word, the switch
             health = subjects.wildcard(cluster, subjects.HEALTH, kind, ">")
             if kind == "control":
@@ -89,6 +91,21 @@ async def load(nc: NATS, view: View, *, cluster: str, objects: bool = True) -> N
         if worth_a_line(subject, data):
             view.note(describe(subject, data))
     await _facts(nc, view, cluster=cluster)
+
+
+async def _creates(nc: NATS, *, cluster: str) -> list[CreatePod | ActionResult]:
+    """The last ask for each pod Baton creates, and what came of it: a preflight pod the
+    API server refuses leaves its node validating, which ``baton status`` says."""
+    js = nc.jetstream()
+    asks = subjects.wildcard(cluster, subjects.ACTION, CREATE, ">")
+    said: list[CreatePod | ActionResult] = await snapshot(
+        nc, js, asks, type_=CreatePod, stream=stream(cluster, streams.ACTIONS)
+    )
+    results = subjects.wildcard(cluster, subjects.RESULT, CREATE, ">")
+    said += await snapshot(
+        nc, js, results, type_=ActionResult, stream=stream(cluster, streams.EVENTS)
+    )
+    return said
 
 
 async def _facts(nc: NATS, view: View, *, cluster: str) -> None:
@@ -170,6 +187,11 @@ async def follow(nc: NATS, view: View, *, cluster: str) -> None:
         elif domain == subjects.HEALTH:
             with contextlib.suppress(Undecodable):
                 view.record(decode(msg.data, Health))
+        elif domain in (subjects.ACTION, subjects.RESULT) and msg.subject.split(".")[3] == CREATE:
+            with contextlib.suppress(Undecodable):
+                view.record(
+                    decode(msg.data, CreatePod if domain == subjects.ACTION else ActionResult)
+                )
         if worth_a_line(msg.subject, msg.data):
             view.note(describe(msg.subject, msg.data), decision=domain in DECIDING)
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from baton.proto import keys
+from baton.proto.actions import ActionResult, CreatePod
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased, TeamsLoaded
 from baton.proto.bandwidth import Allocation
 from baton.proto.health import Control, StateChanged, Withheld
@@ -37,6 +38,7 @@ from baton.services.cli.teams import TeamRow, team_rows
 
 TERMINAL = {"Succeeded", "Failed"}
 RECENT = 12  # decisions kept on screen
+CREATE_POD = str(CreatePod.__struct_config__.tag)  # an ActionResult's action_type
 T = TypeVar("T")
 
 
@@ -75,6 +77,8 @@ class View:
     paused: bool = False  # health's pause switch
     egress: Allocation | None = None  # the bandwidth service's last round
     said: list[str] | None = None  # plain output: decisions not printed yet (None: a screen)
+    preflight_asks: dict[str, str] = field(default_factory=dict)  # node -> its last ask's id
+    refused: dict[str, str] = field(default_factory=dict)  # create-pod id -> the API's error
 
     def apply(self, event: K8sEvent) -> None:
         match event:
@@ -111,6 +115,13 @@ class View:
                 (self.withheld.add if state == "withheld" else self.withheld.discard)(node)
             case Control(paused=paused):
                 self.paused = paused
+            case CreatePod(pod=pod) if pod.labels.get(keys.PREFLIGHT) == "true":
+                self.preflight_asks[pod.node_name] = event.id
+            case ActionResult(action_id=action_id) if event.action_type == CREATE_POD:
+                if event.outcome == "failed":
+                    self.refused[action_id] = event.error
+                else:
+                    self.refused.pop(action_id, None)
 
     def note(self, line: str, *, decision: bool = False) -> None:
         self.recent.append(line)
@@ -249,6 +260,14 @@ def health_nodes(view: View) -> dict[str, list[str]]:
     return found
 
 
+def preflight_refused(view: View) -> dict[str, str]:
+    """Validating nodes whose last preflight pod the API server refused to create, and
+    its error (health asks again, backing off; the node stays out of service until then)."""
+    validating = health_nodes(view)["validating"]
+    return {name: view.refused[ask] for name in validating
+            if (ask := view.preflight_asks.get(name)) in view.refused}  # fmt: skip
+
+
 def health_lines(view: View) -> tuple[str, ...]:
     """Nodes out of service, and why: the health service's states as its marks show them
     (with the first names), the verdicts its rails hold back, not Ready, cordoned."""
@@ -257,6 +276,11 @@ def health_lines(view: View) -> tuple[str, ...]:
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         parts.append(f"{state} {len(names)}" + (f" ({shown})" if names else ""))
     parts.append(f"withheld {len(view.withheld)}")
+    if refused := preflight_refused(view):
+        names = sorted(refused)
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        why = Counter(refused.values()).most_common(1)[0][0]
+        parts.append(f"preflight pod refused {len(names)} ({shown}): {why}")
     parts.append(f"not ready {sum(1 for n in view.nodes.values() if not n.ready)}")
     parts.append(f"cordoned {sum(1 for n in view.nodes.values() if n.unschedulable)}")
     return ("  ".join(parts) + ("  PAUSED" if view.paused else ""),)

@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from baton.proto import keys
+from baton.proto.actions import ActionResult, CreatePod, PodTemplate
 from baton.proto.admission import GangAdmitted, GangQueued, TeamsLoaded
 from baton.proto.k8s import (
     GPU,
@@ -156,3 +157,45 @@ def test_the_full_screen_keeps_the_newest_decisions_in_a_short_terminal() -> Non
     screen = out.getvalue().splitlines()[:40]  # what the live screen shows
     assert any(f"team-a/job-{RECENT - 1}" in line for line in screen), "\n".join(screen)
     assert all(any(name in line for line in screen) for name in SERVICES)
+
+
+def preflight_ask(node_name: str, *, at: float) -> CreatePod:
+    pod = PodTemplate(namespace="baton-system", name=f"preflight-{node_name}-{int(at):08d}",
+                      labels={keys.PREFLIGHT: "true"}, node_name=node_name)  # fmt: skip
+    return CreatePod(id=f"preflight-{node_name}-{at}", by="health", at=at, pod=pod)
+
+
+def create_result(ask: CreatePod, outcome: Any, error: str = "") -> ActionResult:
+    return ActionResult(action_id=ask.id, action_type="action.create-pod.v1", by="actuator",
+                        at=ask.at + 0.5, outcome=outcome, error=error)  # fmt: skip
+
+
+def test_status_names_the_nodes_whose_preflight_pod_was_refused_and_why() -> None:
+    view = world()
+    preflight = (Taint(key=keys.PREFLIGHT, effect="NoSchedule"),)
+    for name in ("n0", "n1", "n2"):
+        view.apply(node(name, "pn", taints=preflight))
+    refused = 'admission webhook "pods.baton.io" denied the request: no team owns baton-system'
+    n0, n1 = preflight_ask("n0", at=5.0), preflight_ask("n1", at=5.0)
+    for event in (
+        n0,
+        create_result(n0, "failed", refused),
+        n1,
+        create_result(n1, "failed", refused),
+    ):
+        view.record(event)
+    n1_again = preflight_ask("n1", at=9.0)  # asked again, and this time it was created
+    view.record(n1_again)
+    view.record(create_result(n1_again, "applied"))
+    view.record(preflight_ask("n2", at=9.0))  # no answer yet: nothing to say
+    shown = text(summarize(view, [], title="baton status", teams=None))
+    assert "validating 3 (n0, n1, n2)" in shown
+    assert f"preflight pod refused 1 (n0): {refused}" in shown
+
+
+def test_no_refusal_is_shown_for_a_node_that_passed_its_preflight() -> None:
+    view = world()
+    ask = preflight_ask("a0", at=5.0)  # a0 shows no preflight taint: it passed since
+    view.record(ask)
+    view.record(create_result(ask, "failed", 'namespaces "baton-system" not found'))
+    assert "refused" not in text(summarize(view, [], title="baton status", teams=None))
