@@ -40,7 +40,8 @@ async def test_status_names_a_node_whose_preflight_pod_the_api_server_refused() 
             ask = CreatePod(id="preflight-1", by="health", at=2.0, pod=pod)
             await bus.publish(action_subject(C, ask), ask)
             answer = ActionResult(action_id=ask.id, action_type="action.create-pod.v1",
-                                  by="actuator", at=3.0, outcome="failed", error=REFUSED)  # fmt: skip
+                                  by="actuator", at=3.0, outcome="failed",
+                                  error=REFUSED)  # fmt: skip
             await bus.publish(result_subject(action_subject(C, ask)), answer)
         finally:
             await bus.close()
