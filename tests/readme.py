@@ -74,6 +74,7 @@ RUN: Final = {
     "baton replay --from run.jsonl --gang team-a/job-s3": "by-hand",
     "baton replay --from run.jsonl --compare": "by-hand",
     "docker build -f deploy/Dockerfile -t ghcr.io/baton-project/baton:0.1.0 .": "ci:deploy",
+    "kubectl apply -f deploy/crds/": "ci:deploy",
     "kubectl apply -k deploy/overlays/cert-manager": "ci:deploy",
 }
 

@@ -321,3 +321,30 @@ def test_nats_is_restarted_while_a_stream_cannot_write() -> None:
     kubelet restarts it and it comes back by itself once space returns."""
     (container,) = of("StatefulSet")["nats"]["spec"]["template"]["spec"]["containers"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_nats_is_as_critical_as_the_services_that_cannot_run_without_it() -> None:
+    """Every Baton workload outlives user pods under node pressure; NATS too, or the
+    control plane stays up with no bus (agents are node-critical, as kubelet's peers)."""
+    priorities = {name: w["spec"]["template"]["spec"].get("priorityClassName")
+                  for name, w in workloads().items()}  # fmt: skip
+    assert priorities.pop("baton-agent", None) == "system-node-critical"
+    assert priorities["nats"] == "system-cluster-critical"
+    assert set(priorities.values()) == {"system-cluster-critical"}, priorities
+
+
+CRDS = "kubectl apply -f deploy/crds/"
+
+
+def test_the_readme_and_docs_deploy_apply_the_crds_before_the_manifests() -> None:
+    """The base does not hold the PodGroup CRD (a cluster with scheduler-plugins has one):
+    each deploy guide applies deploy/crds/ first, and that path holds only CRDs."""
+    for doc in (ROOT / "README.md", ROOT / "docs" / "deploy.md"):
+        text = doc.read_text()
+        assert CRDS in text, f"{doc.name} never applies deploy/crds/"
+        first = text.index(CRDS)
+        applies = [m.start() for m in re.finditer(r"kubectl apply -k deploy/", text)]
+        assert applies and all(first < at for at in applies), f"{doc.name}: CRDs come first"
+    for path in (ROOT / "deploy" / "crds").iterdir():
+        kinds = {d["kind"] for d in yaml.safe_load_all(path.read_text()) if d}
+        assert kinds == {"CustomResourceDefinition"}, path.name
