@@ -1,8 +1,10 @@
 """Who may publish and read what on NATS, derived from each service's ``Spec``.
 
-One NATS user per service (its replicas share it), one per node agent and one for
-the operator (``admin``: the ``baton`` tools), each an nkey (``libs.runtime.nkey``):
-the server's configuration holds only public keys, each client its own seed.
+One NATS user per service (its replicas share it), one per node agent, one for
+the operator (``admin``: the ``baton`` tools) and a read-only one for looking
+(``inspect``: ``baton status``, ``tail``, ``why``, the ``nats`` CLI), each an nkey
+(``libs.runtime.nkey``): the server's configuration holds only public keys, each
+client its own seed.
 ``server_config`` renders them as a nats-server configuration (its format accepts
 JSON); ``baton nats-config`` writes it and ``baton up`` runs NATS with it.
 
@@ -47,6 +49,7 @@ from baton.proto.actions import ACTION_SUBJECTS
 
 ACTUATOR = "actuator"
 ADMIN = "admin"
+INSPECT = "inspect"  # read only: the cluster's subjects and streams, nothing published
 AGENT_FLEET = "agent-fleet"  # the one process that plays every simulated node's agent
 DONE = "done"  # the actuator's KV bucket of actions applied (services.actuator.shell.DONE)
 # The one user that creates and updates every stream and bucket: changing a stream is
@@ -305,6 +308,35 @@ ADMIN_PERMISSIONS = Permissions(
 )
 
 
+def inspect_permissions(cluster: str) -> Permissions:
+    """Looking without touching: every subject of the cluster (core subscriptions), and
+    every stream and bucket read through ephemeral consumers (ordered, pulled, no acks)
+    and gets. Nothing of Baton's subjects, no KV put, no ack (an ack could settle an
+    action for the actuator), and none of the actuator's own consumer but its info; never
+    the auth callout's subject (agents' tokens)."""
+    actions = subjects.stream_name(cluster, streams.ACTIONS)
+    durable = ACTUATOR  # services.actuator.shell.DURABLE: the one durable consumer
+    reads = [*all_streams(cluster), kv_stream(cluster, DONE)]
+    publish = [*_EVERYONE]
+    for stream in reads:
+        publish += [g for g in stream_grants(stream) if not g.startswith("$JS.ACK.")]
+    deny = [
+        *_NO_DELETES,
+        *_NO_UPDATES,
+        f"$JS.API.CONSUMER.CREATE.{actions}.{durable}",
+        f"$JS.API.CONSUMER.CREATE.{actions}.{durable}.>",
+        f"$JS.API.CONSUMER.DELETE.{actions}.{durable}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{actions}.{durable}",
+        AUTH_REQUESTS,
+    ]
+    return Permissions(
+        publish=tuple(publish),
+        subscribe=(subjects.wildcard(cluster, ">"),),
+        deny_publish=tuple(deny),
+        deny_subscribe=(AUTH_REQUESTS,),
+    )
+
+
 def users(
     specs: Iterable[Spec[Any]],
     cluster: str,
@@ -314,11 +346,14 @@ def users(
     seeds: Mapping[str, str] | None = None,
     callout: bool = False,
 ) -> list[User]:
-    """The users of one cluster: admin, one per service, one per node (and the fleet's);
+    """The users of one cluster: admin, inspect, one per service, one per node (and the fleet's);
     ``callout``: the auth callout's user too (agents then need no user of their own).
     ``seeds`` keeps known users' nkeys; the others get new random ones."""
     known = dict(seeds or {})
-    wanted: list[tuple[str, Permissions]] = [(ADMIN, ADMIN_PERMISSIONS)]
+    wanted: list[tuple[str, Permissions]] = [
+        (ADMIN, ADMIN_PERMISSIONS),
+        (INSPECT, inspect_permissions(cluster)),
+    ]
     wanted += [(spec.name, service_permissions(spec, cluster)) for spec in specs]
     wanted += [(agent_user_name(node), agent_permissions(cluster, node)) for node in nodes]
     if fleet:

@@ -14,7 +14,10 @@ reused when present (adding a node changes no other user's key):
 - ``DIR/agents/<user>``: each node agent's (the ``baton-nats-agents`` Secret; an agent
   reads its own with ``BATON_AGENT_NATS_CREDENTIALS_DIR``);
 - ``DIR/admin``: the operator's, for ``baton status``, ``tail`` and ``why``
-  (``BATON_NATS_NKEY_SEED_FILE=DIR/admin``).
+  (``BATON_NATS_NKEY_SEED_FILE=DIR/admin``);
+- ``DIR/inspect``: read only, for the same tools and the ``nats`` CLI: it reads every
+  subject and stream of the cluster and may publish nothing of Baton's
+  (``access.inspect_permissions``; ``baton health pause`` needs admin).
 
 ``--callout`` (with ``--credentials``): node agents connect with their pod's
 ServiceAccount token, let in by the auth callout (``baton callout``, docs/security.md):
@@ -72,7 +75,7 @@ def specs(names: Sequence[str] = RUNNERS) -> list[Spec[Any]]:
 
 def seed_path(folder: Path, user: str) -> Path:
     """Where ``--credentials`` keeps ``user``'s seed (see the module doc)."""
-    if user == access.ADMIN:
+    if user in (access.ADMIN, access.INSPECT):
         return folder / user
     return folder / ("agents" if user.startswith("agent-") else "services") / user
 
@@ -80,7 +83,7 @@ def seed_path(folder: Path, user: str) -> Path:
 def read_seeds(folder: Path) -> dict[str, str]:
     """The seeds kept in ``folder`` by user name; ``ValueError`` naming a file that
     holds no seed."""
-    files = [folder / access.ADMIN]
+    files = [folder / access.ADMIN, folder / access.INSPECT]
     for sub in ("services", "agents"):
         if (folder / sub).is_dir():
             files += [p for p in (folder / sub).iterdir() if p.is_file()]

@@ -76,6 +76,8 @@ class Stack:
         found = [("NATS", self.nats_url), ("KUBECONFIG", str(self.kubeconfig))]
         if self.nats_seed_file:
             found.append(("NATS nkey (admin)", self.nats_seed_file))
+        if inspect := self.users.get(access.INSPECT, ""):
+            found.append(("NATS nkey (read-only)", inspect))
         if self.sim:
             found.append(("simcluster", f"http://{self.sim} (/metrics: API server metrics)"))
         if self.prometheus:
@@ -202,11 +204,25 @@ def start_sim(args: argparse.Namespace, stack: Stack) -> Path:
     return kubeconfig
 
 
+def _inspect_lines(stack: Stack) -> list[str]:
+    """The read-only user's seed, beside the admin's: it reads what status, tail and why
+    read and publishes nothing of Baton's."""
+    seed = stack.users.get(access.INSPECT, "")
+    if not seed:
+        return []
+    return [
+        "# read only (status, tail, why, the nats CLI): "
+        "BATON_NATS_NKEY_SEED_FILE=$BATON_NATS_INSPECT_SEED_FILE",
+        f"BATON_NATS_INSPECT_SEED_FILE={seed}",
+    ]
+
+
 def write_endpoints(path: Path, stack: Stack, *, cluster: str) -> None:
     """``KEY=VALUE`` lines a shell can source (``set -a; . PATH; set +a``)."""
     lines = [
         f"BATON_NATS_URL={stack.nats_url}",
         *([f"BATON_NATS_NKEY_SEED_FILE={stack.nats_seed_file}"] if stack.nats_seed_file else []),
+        *_inspect_lines(stack),
         f"KUBECONFIG={stack.kubeconfig}",
         f"BATON_CLUSTER={cluster}",
         "BATON_UP_OPS_PORTS=" + ",".join(f"{n}:{p}" for n, p in stack.ops.items()),

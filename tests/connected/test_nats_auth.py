@@ -452,3 +452,68 @@ async def test_the_operators_live_tail_reads_actions_from_their_stream(tmp_path:
             await admission.close()
             await admin.close()
     assert "Traceback" not in err.decode(), err.decode()
+
+
+async def _baton(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
+    import sys
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "baton.services.cli", *argv, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_the_inspect_user_reads_the_bus_and_publishes_nothing(tmp_path: Path) -> None:
+    """`inspect`'s seed: `baton tail` and `baton status` read the actions stream and the
+    cluster's state without a violation; its publish to an action subject, a KV put, an
+    ack, a purge, the actuator's consumer and the callout's subject are refused, and the
+    actions stream holds only what admission published."""
+    import os
+
+    from nats.js.api import ConsumerConfig
+
+    async with secured_nats(tmp_path) as nats_:
+        admin = await nats_.bus("admin", name="test")
+        await admin.ensure_streams()
+        actions = subjects.stream_name(C, "actions")
+        await admin.js.add_consumer(actions, ConsumerConfig(durable_name="actuator"))
+        admission = await nats_.bus("admission", name="admission")
+        action = taint("seen", "gpu-1", by="admission")
+        await admission.publish(action_subject(C, action), action)
+        await admission.close()
+        env = {**os.environ, "BATON_NATS_NKEY_SEED_FILE": nats_.seed("inspect")}
+        tail = await _baton("tail", "--nats", nats_.server, "--cluster", C, "action.>",
+                            "--since", "10m", "--count", "1", env=env)  # fmt: skip
+        status = await _baton("status", "--nats", nats_.server, "--cluster", C, env=env)
+        violations = Violations()
+        nc = await violations.connect(nats_.server, nats_.seed("inspect"))
+        try:
+            forged = taint("forged", "gpu-1", by="health")
+            target = action_subject(C, forged)
+            await nc.publish(target, encode(forged))
+            bucket = subjects.stream_name(C, "leases")
+            await nc.publish(f"$KV.{bucket}.gang", b"1")
+            await nc.publish(f"$JS.ACK.{actions}.actuator.1.1.1.0.0", b"+ACK")
+            await nc.publish(f"$JS.API.STREAM.PURGE.{actions}", b"")
+            await nc.publish(f"$JS.API.CONSUMER.DELETE.{actions}.actuator", b"")
+            await nc.subscribe(access.AUTH_REQUESTS)
+            await nc.flush()
+            wanted = (target, f"$KV.{bucket}.gang", f"$JS.ACK.{actions}", "STREAM.PURGE",
+                      "CONSUMER.DELETE", access.AUTH_REQUESTS)  # fmt: skip
+
+            async def all_refused() -> bool:
+                return all(violations.saw(s) for s in wanted)
+
+            await until(all_refused, within=10, what=f"violations for {wanted}")
+        finally:
+            await nc.close()
+        info = await admin.js.stream_info(actions)
+        assert info.state.messages == 1  # admission's, nothing of inspect's
+        assert (await admin.js.consumer_info(actions, "actuator")).name == "actuator"
+        await admin.close()
+    code, out, err = tail
+    assert code == 0 and ".action.taint." in out and "violation" not in err.lower(), (out, err)
+    code, out, err = status
+    assert code == 0 and "services" in out and "violation" not in err.lower(), (out, err)

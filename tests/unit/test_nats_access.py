@@ -224,3 +224,45 @@ def test_a_service_waits_for_its_lease_bucket_and_the_streams_it_reads_and_write
     assert subjects.overlap("baton.c1.*.limits.x", "baton.c1.bandwidth.>")
     assert not subjects.overlap("baton.c1.k8s.>", "baton.c1.k8s")
     assert not subjects.overlap("baton.c1.bandwidth.limits.>", "baton.c1.bandwidth.capacity")
+
+
+def test_the_inspect_user_reads_the_cluster_and_publishes_nothing_of_batons() -> None:
+    perms = access.inspect_permissions(C)
+    assert perms.subscribe == ("baton.c1.>",)  # and its inbox; not other clusters, not $SYS
+    assert access.AUTH_REQUESTS in perms.deny_subscribe
+    for subject in ("baton.c1.action.taint.gpu-1", "baton.c1.placement.placed.a.g",
+                    "$KV.BATON_C1_LEASES.gang", "$JS.ACK.BATON_C1_ACTIONS.actuator.1.1.1.0.0",
+                    "$JS.API.STREAM.PURGE.BATON_C1_ACTIONS", "$JS.API.STREAM.CREATE.X",
+                    "$JS.API.CONSUMER.DELETE.BATON_C1_ACTIONS.actuator",
+                    "$JS.API.CONSUMER.MSG.NEXT.BATON_C1_ACTIONS.actuator",
+                    "$JS.API.CONSUMER.DURABLE.CREATE.BATON_C1_ACTIONS.actuator"):  # fmt: skip
+        assert not allowed(perms, subject), subject
+    for subject in ("$JS.API.STREAM.INFO.BATON_C1_HISTORY", "$JS.API.CONSUMER.CREATE.BATON_C1_K8S",
+                    "$JS.API.CONSUMER.INFO.BATON_C1_ACTIONS.actuator",
+                    "$JS.API.DIRECT.GET.BATON_C1_EVENTS.baton.c1.health.state.n1"):  # fmt: skip
+        assert allowed(perms, subject), subject
+    found = {u.name: u for u in access.users(specs(), C)}
+    assert found[access.INSPECT].permissions == perms
+
+
+def test_baton_nats_config_keeps_the_inspect_seed_beside_the_admins(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    creds = tmp_path / "creds"
+    assert run(["--credentials", str(creds), "--out", str(tmp_path / "nats.conf")]) == 0
+    seed = (creds / "inspect").read_text()
+    assert seed.startswith("SU") and oct((creds / "inspect").stat().st_mode & 0o777) == "0o600"
+    assert run(["--credentials", str(creds), "--out", str(tmp_path / "nats.conf")]) == 0
+    assert (creds / "inspect").read_text() == seed  # kept
+
+
+def test_baton_up_writes_the_inspect_seed_next_to_the_admins_and_names_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from baton.services.cli.stack import Stack, write_endpoints, write_nats_auth
+
+    _, seeds = write_nats_auth(C, tmp_path)
+    assert seeds[access.INSPECT] == str(tmp_path / "nkeys" / access.INSPECT)
+    stack = Stack(run_dir=tmp_path, nats_url="nats://127.0.0.1:4222", users=seeds)
+    assert ("NATS nkey (read-only)", seeds[access.INSPECT]) in stack.endpoints()
+    env = tmp_path / "up.env"
+    write_endpoints(env, stack, cluster=C)
+    lines = env.read_text().splitlines()
+    assert f"BATON_NATS_INSPECT_SEED_FILE={seeds[access.INSPECT]}" in lines
+    assert f"BATON_NATS_NKEY_SEED_FILE={seeds[access.ADMIN]}" in lines  # admin's stays
