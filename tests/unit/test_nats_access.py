@@ -243,6 +243,9 @@ def test_the_inspect_user_reads_the_cluster_and_publishes_nothing_of_batons() ->
         assert allowed(perms, subject), subject
     found = {u.name: u for u in access.users(specs(), C)}
     assert found[access.INSPECT].permissions == perms
+    from baton.services.actuator.shell import DURABLE
+
+    assert DURABLE == access.ACTUATOR  # the durable consumer inspect may not touch
 
 
 def test_baton_nats_config_keeps_the_inspect_seed_beside_the_admins(tmp_path) -> None:  # type: ignore[no-untyped-def]
