@@ -160,13 +160,19 @@ class Desk:
         written when a lease is taken carries no epoch yet: its revision is the epoch."""
         if producer not in ASKS:
             return 0
-        try:
+
+        async def read() -> KeyValue.Entry | None:
             kv = await leases_bucket(self.bus)
-            entry = await kv.get(producer)
-        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
-            return 0
-        except nats.errors.Error as exc:
-            log.warning("lease read failed", producer=producer, error=repr(exc))
+            try:
+                return await kv.get(producer)
+            except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+                return None
+
+        # A read that fails (NATS slow or away) is tried again: refusing on it would
+        # dead-let a real leader's action.
+        entry = await retry(read, what="reading a lease", max_delay=1.0,
+                            retry_on=(nats.errors.Error,))  # fmt: skip
+        if entry is None:
             return 0
         try:
             held = msgspec.json.decode(entry.value or b"", type=Held)

@@ -43,7 +43,7 @@ def judge(
         )
     kind, producer, body = tokens[3], tokens[4], kind_of(action)
     if body != kind:
-        return "refused", f"refused: a {body} action on a {kind} subject ({subject})"
+        return "refused", f"refused: the body is {body}, the subject says {kind} ({subject})"
     allowed = ASKS.get(producer)
     if allowed is None:
         return "refused", f"refused: {producer!r} is no producer of actions ({subject})"

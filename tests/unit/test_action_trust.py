@@ -66,7 +66,7 @@ def test_only_a_producer_allowed_a_kind_on_its_own_subject_gets_it_applied() -> 
 FORGED = [
     # what, subject, body changes, the reason names
     ("a create-pod body on gang's bind-gang subject", "baton.c1.action.bind-gang.gang.team-a.evil",
-     {"by": "gang"}, "a create-pod action on a bind-gang subject"),
+     {"by": "gang"}, "the body is create-pod, the subject says bind-gang"),
     ("gang's own create-pod subject", "baton.c1.action.create-pod.gang.team-a.evil",
      {"by": "gang"}, "gang may not ask for create-pod"),
     ("a producer nobody knows", "baton.c1.action.create-pod.mallory.team-a.evil",

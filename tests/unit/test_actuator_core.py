@@ -133,7 +133,7 @@ def test_duplicate_id_is_applied_once() -> None:
 
 def test_an_untrusted_action_is_failed_dead_lettered_and_its_id_left_free() -> None:
     state = core.initial(Limits(qps=0), now=0.0)
-    why = "refused: a create-pod action on a bind-gang subject (baton.c1.action...)"
+    why = "refused: the body is create-pod, the subject says bind-gang (baton.c1.action...)"
     state, out = core.step(state, Arrived(action=cordon("x"), ticket=1, untrusted=why), 0.0)
     assert applied(out) == []
     (report,) = of(out, Report)
