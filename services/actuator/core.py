@@ -32,6 +32,7 @@ from baton.proto.actions import (
     RecreatePod,
     SetPodCondition,
 )
+from baton.proto.k8s import MAX_GANG_MEMBERS
 from baton.services.actuator.coalescing import STALE, Latest
 from baton.services.actuator.eventing import EventLimits, Events, EventWrite
 from baton.services.actuator.pacing import Bucket
@@ -51,7 +52,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 0
     # Members (pods) one action may name: a bind of more is refused, not charged, so a
     # forged or runaway 10,000-member action cannot take the rate budget of every other.
-    max_members: int = 4096
+    max_members: int = MAX_GANG_MEMBERS
     events: EventLimits = EventLimits()  # Kubernetes Events: series and budgets
 
 
