@@ -340,11 +340,36 @@ def _ref_key(ref: ObjectRef) -> tuple[str, ...]:
 
 
 def action_subject(cluster: str, action: Action) -> str:
+    """``baton.<c>.action.<kind>.<producer>.<key...>``: the producer is ``action.by``,
+    and NATS lets each service publish only under its own name (docs/security.md)."""
     kind, key = ACTION_SUBJECTS[type(action)]
-    return subjects.subject(cluster, subjects.ACTION, kind, *key(action))
+    return subjects.subject(cluster, subjects.ACTION, kind, action.by, *key(action))
 
 
 def result_subject(action_subject: str) -> str:
-    """``baton.<c>.action.<kind>.<key...>`` -> ``baton.<c>.result.<kind>.<key...>``."""
-    prefix, cluster, _, rest = action_subject.split(".", 3)
-    return ".".join([prefix, cluster, subjects.RESULT, rest])
+    """``baton.<c>.action.<kind>.<producer>.<key...>`` -> ``baton.<c>.result.<kind>.<key...>``
+    (a result names the object acted on, not who asked)."""
+    prefix, cluster, _, kind, _producer, rest = action_subject.split(".", 5)
+    return ".".join([prefix, cluster, subjects.RESULT, kind, rest])
+
+
+def kind_of(action: Action) -> str:
+    """The subject token of ``action``'s type: ``bind-gang``, ``taint``, ..."""
+    return ACTION_SUBJECTS[type(action)][0]
+
+
+# -- who may ask for what -----------------------------------------------------------
+# The action kinds each producer (a Baton service, by its NATS user's name) may ask
+# for. NATS lets a service publish only ``action.<kind>.<its name>.>`` for its own
+# kinds (``libs.runner.access``, from each service's routes); the actuator applies an
+# action only when its subject, its body and this table agree (docs/security.md).
+# ``tests/unit/test_action_trust.py`` checks this table against every service's routes.
+ASKS: dict[str, frozenset[str]] = {
+    "admission": frozenset({"annotate", "evict-gang", "label", "recreate-pod", "taint"}),
+    "gang": frozenset({"bind-gang", "evict-gang", "recreate-pod"}),
+    "reporter": frozenset({"event", "group-status", "pod-condition"}),
+    "bandwidth": frozenset({"annotate"}),
+    "health": frozenset({"create-pod", "delete-pod", "evict", "mark-node"}),
+    "balloon": frozenset({"create-pod", "delete-pod"}),
+    "autoscaler": frozenset({"annotate", "mark-node", "scale"}),
+}

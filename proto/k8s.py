@@ -16,7 +16,10 @@ Resources = dict[str, int]
 GPU = "nvidia.com/gpu"
 # Bounds no real object exceeds: the bridge and the admission webhook refuse more.
 MAX_NODE_GPUS = 64  # GPUs one node (so one pod) can have; today's largest servers have 8-16
-MAX_MEMBERS = 100_000  # pods in one gang
+MAX_MEMBERS = 100_000  # pods in one gang: beyond it an object is impossible (the bridge)
+# Pods one gang may have: its bind is one all-or-nothing action, which names at most this
+# many (the actuator refuses more); the webhook refuses a larger gang and gang places none.
+MAX_GANG_MEMBERS = 4096
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 SCHEDULER_NAME = "baton"
 

@@ -16,6 +16,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner, Spec
+from baton.libs.runner.leasing import Lease
 from baton.libs.runner.serving import prepare_streams
 from baton.libs.runtime.settings import Base
 from baton.libs.runtime.stopping import stuck_tasks, where
@@ -74,7 +75,7 @@ async def running_services(
     runners: dict[str, Runner[Any]] = {
         "bridge": Runner(bridge.SPEC, bus=buses["bridge"], settings=bridge_settings, feed=watch,
                          batch=4096),
-        "gang": Runner(gang.SPEC, bus=buses["gang"],
+        "gang": Runner(gang.SPEC, bus=buses["gang"], lease=Lease(buses["gang"], "gang"),
                        settings=gang_settings or gang.Settings(cycle_interval=0.1)),
         "actuator": actuator.runner(
             buses["actuator"], actuator_settings, api=Api(client, tries=2, base=0.01),
@@ -83,10 +84,12 @@ async def running_services(
     }  # fmt: skip
     if health_settings is not None:
         runners["health"] = Runner(health.SPEC, bus=buses["health"], settings=health_settings,
-                                   dry_run=health_settings.dry_run, stop_grace=5.0)  # fmt: skip
+                                   dry_run=health_settings.dry_run, stop_grace=5.0,
+                                   lease=Lease(buses["health"], "health"))  # fmt: skip
     if reporter_settings is not None:
         runners["reporter"] = Runner(reporter.SPEC, bus=buses["reporter"],
-                                     settings=reporter_settings)  # fmt: skip
+                                     settings=reporter_settings,
+                                     lease=Lease(buses["reporter"], "reporter"))  # fmt: skip
     tasks = [asyncio.create_task(runners[n].run(), name=f"{n}-runner") for n in names]
     if health_settings is not None:
         watching = heartbeats.watch(
@@ -117,7 +120,14 @@ async def running(
     bus = await Bus.connect(url, cluster=cluster, name=spec.name, ca_file=settings.nats_ca_file,
                             seed_file=settings.nats_nkey_seed_file)  # fmt: skip
     await prepare_streams(bus, spec, authenticated=bool(settings.nats_nkey_seed_file), within=30.0)
-    runner = Runner(spec, bus=bus, settings=settings, dry_run=settings.dry_run, stop_grace=5.0)
+    runner = Runner(
+        spec,
+        bus=bus,
+        settings=settings,
+        dry_run=settings.dry_run,
+        stop_grace=5.0,
+        lease=Lease(bus, spec.name),
+    )  # its actions carry its epoch, as in serve()
     task = asyncio.create_task(runner.run(), name=f"{spec.name}-runner")
     try:
         yield runner

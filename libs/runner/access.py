@@ -117,12 +117,13 @@ class User:
 
 
 def action_subjects(spec: Spec[Any], cluster: str) -> list[str]:
-    """``baton.<c>.action.<kind>`` and ``.<kind>.>`` for every action type ``spec`` routes."""
+    """``baton.<c>.action.<kind>.<its name>.>`` for every action type ``spec`` routes: the
+    producer token is the service's own, so the actuator may believe it."""
     found: list[str] = []
     for type_ in spec.action_types():
         kind, _ = ACTION_SUBJECTS[type_]
-        base = subjects.wildcard(cluster, subjects.ACTION, kind)
-        found += [s for s in (base, f"{base}.>") if s not in found]
+        base = subjects.wildcard(cluster, subjects.ACTION, kind, spec.name, ">")
+        found += [base] if base not in found else []
     return found
 
 

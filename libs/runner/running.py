@@ -6,7 +6,9 @@ For each batch of inputs from its feed:
    (``at``), so replay decides at the same instants; a raise is our bug: the input is
    dead-lettered with the traceback's message and the loop goes on;
 2. route: every output through ``spec.routes`` (subject, msg id) or to an effect the
-   shell handles (the actuator's API calls); actions are withheld in dry run;
+   shell handles (the actuator's API calls); actions are withheld in dry run, and
+   stamped with who asks (``by``: the service's name, the NATS user whose subjects it
+   may publish on) and its lease ``epoch``, which the actuator checks;
 3. commit: publish the routed outputs until JetStream stores them (msg ids make a
    retry safe), then run effects, then settle the inputs (ack where the feed acks).
 
@@ -252,6 +254,9 @@ class Runner(Generic[S]):
                 "dry run: action withheld", type=_type_name(output), id=getattr(output, "id", "")
             )
             return
+        if route.action:  # who asks, and under which lease: the actuator checks both
+            epoch = self.lease.epoch if self.lease is not None else 0
+            output = msgspec.structs.replace(output, by=self.spec.name, epoch=epoch)
         target = route.to(self.bus.cluster, output)
         if isinstance(target, Outgoing):
             outgoing.append(target)

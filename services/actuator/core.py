@@ -32,6 +32,7 @@ from baton.proto.actions import (
     RecreatePod,
     SetPodCondition,
 )
+from baton.proto.k8s import MAX_GANG_MEMBERS
 from baton.services.actuator.coalescing import STALE, Latest
 from baton.services.actuator.eventing import EventLimits, Events, EventWrite
 from baton.services.actuator.pacing import Bucket
@@ -51,7 +52,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 0
     # Members (pods) one action may name: a bind of more is refused, not charged, so a
     # forged or runaway 10,000-member action cannot take the rate budget of every other.
-    max_members: int = 4096
+    max_members: int = MAX_GANG_MEMBERS
     events: EventLimits = EventLimits()  # Kubernetes Events: series and budgets
 
 
@@ -61,9 +62,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 class Arrived(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.arrived.v1"):
     """An action delivered from the ACTIONS stream; ``ticket`` names the delivery.
 
-    The shell looks two things up before it hands an action over: ``done``, the outcome
-    recorded for this id by an earlier run (exactly once across restarts), and
-    ``refused``, why it must not be applied (a stale epoch, or past ``expires``)."""
+    The shell looks three things up before it hands an action over: ``done``, the outcome
+    recorded for this id by an earlier run (exactly once across restarts), ``refused``,
+    why it must not be applied (a stale epoch, or past ``expires``), and ``untrusted``,
+    why it must never be (its subject, body and producer's lease disagree: ``trusting``).
+    """
 
     action: AnyAction
     ticket: int
@@ -71,6 +74,7 @@ class Arrived(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.arrived.v
     seq: int = 0  # its ACTIONS stream sequence (0: unknown): which of two came first
     done: str = ""
     refused: str = ""
+    untrusted: str = ""
 
 
 class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.finished.v1"):
@@ -102,6 +106,7 @@ class Settle(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.settle.v1"
     verdict: Literal["ack", "nak", "term"]
     delay: float = 0.0
     reason: str = ""
+    error_class: Literal["bad-input", "dependency"] = "dependency"  # of a term's dead letter
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.report.v1"):
@@ -222,6 +227,14 @@ def step(state: State, event: Event, now: float) -> tuple[State, tuple[Output, .
 
 def _admit(state: State, event: Arrived, now: float, outputs: list[Output]) -> None:
     action = event.action
+    if event.untrusted:  # failed and dead-lettered; its id is not remembered, so a forged
+        # action cannot take the id of a real one from the seen set
+        res = result(action, outcome="failed", now=now, error=event.untrusted)
+        outputs.append(Report(result=res, action=action))
+        term = Settle(tickets=(event.ticket,), verdict="term", reason=event.untrusted,
+                      error_class="bad-input")  # fmt: skip
+        outputs.append(term)
+        return
     if event.refused:
         _remember(state, action.id, outcome="stale", now=now)
         res = result(action, outcome="stale", now=now, error=event.refused)

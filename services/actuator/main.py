@@ -19,6 +19,7 @@ from baton.libs.kube import api_client
 from baton.libs.runner import Runner, Spec, serve
 from baton.libs.runtime import OPS_PORTS, load_settings, run_service
 from baton.libs.runtime.settings import Base, require
+from baton.proto.k8s import MAX_GANG_MEMBERS
 from baton.services.actuator import core, shell
 from baton.services.actuator.calling import Api
 
@@ -36,7 +37,10 @@ class Settings(Base, frozen=True, kw_only=True):
     ack_wait: float = 10.0  # held deliveries are kept alive; a lost one returns after this
     request_timeout: float = 30.0
     seed: int = 0  # for backoff jitter
-    max_members: int = 4096  # pods one action may name; more is refused with the reason
+    # Pods one action may name; more is refused with the reason. Never below the gang
+    # size the webhook admits and gang places (MAX_GANG_MEMBERS), or a gang would be
+    # admitted and placed that the actuator refuses, forever.
+    max_members: int = MAX_GANG_MEMBERS
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -48,9 +52,10 @@ class Settings(Base, frozen=True, kw_only=True):
             "MAX_ATTEMPTS": self.max_attempts >= 1,
             "ACK_WAIT": self.ack_wait > 0,
             "REQUEST_TIMEOUT": self.request_timeout > 0,
-            "MAX_MEMBERS": self.max_members >= 1,
         }
         require(PREFIX, checks)
+        placed = f"is below {MAX_GANG_MEMBERS}, the largest gang admitted and placed"
+        require(PREFIX, {"MAX_MEMBERS": self.max_members >= MAX_GANG_MEMBERS}, problem=placed)
 
     def limits(self) -> core.Limits:
         return core.Limits(

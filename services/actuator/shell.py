@@ -13,9 +13,11 @@ share the deliveries in hand:
 
 Exactly once, across restarts and takeovers: before it hands an action to the core the
 Desk looks its id up in the ``BATON_<C>_DONE`` KV bucket (written after every apply,
-before the result and the ack), and refuses an action whose producer's lease epoch
-is older than the current leader's (``libs.runner.leasing.Fences``) or whose
-``expires`` has passed: such an action is answered ``stale`` and never applied.
+before the result and the ack), and judges whom it came from (``trusting``): an
+action whose subject, body and producer disagree, or whose epoch is not its producer's
+current lease epoch (``libs.runner.leasing.Fences``, the lease bucket when in doubt),
+is failed and dead-lettered; one of an older epoch, or whose ``expires`` has passed, is
+answered ``stale``. Neither is applied.
 
 On stop, applies in flight finish their current action (within the stop grace).
 """
@@ -27,6 +29,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Literal
 
+import msgspec
 import nats.errors
 import nats.js.errors
 import structlog
@@ -35,11 +38,11 @@ from nats.js.kv import KeyValue
 
 from baton.libs.bus import Bus, Message, Outgoing, Subscription
 from baton.libs.runner import Cut, Item, Route
-from baton.libs.runner.leasing import Fences
+from baton.libs.runner.leasing import Fences, Held, leases_bucket
 from baton.libs.runtime.stopping import checkpoint, retry, where
 from baton.proto import subjects
-from baton.proto.actions import AnyAction, Outcome, action_subject, result_subject
-from baton.services.actuator import applying, core, metrics
+from baton.proto.actions import ASKS, AnyAction, Outcome, action_subject, result_subject
+from baton.services.actuator import applying, core, metrics, trusting
 from baton.services.actuator.calling import Api, ApiError
 from baton.services.actuator.eventing import EventWrite
 
@@ -122,16 +125,60 @@ class Desk:
         while True:
             msg, ticket, lookup = await looking.get()
             action = msg.event
+            verdict, why = await self._judge(msg.subject, action)
+            expired = ""
+            if verdict == "ok" and action.expires and self.clock() > action.expires:
+                ago = self.clock() - action.expires
+                expired = f"stale: expired {ago:.1f} s ago (at {action.expires})"
             event = core.Arrived(
                 action=action, ticket=ticket, delivered=msg.deliveries, seq=msg.seq,
-                done=await lookup, refused=self._refused(action),
+                done=await lookup, refused=why if verdict == "stale" else expired,
+                untrusted=why if verdict == "refused" else "",
             )  # fmt: skip
+            if verdict == "refused":
+                log.warning("action refused", subject=msg.subject, action_id=action.id, why=why)
             self.inbox.put_nowait(event)
 
-    def _refused(self, action: AnyAction) -> str:
-        if action.expires and self.clock() > action.expires:
-            return f"stale: expired {self.clock() - action.expires:.1f} s ago (at {action.expires})"
-        return self.fences.stale(action.by, action.epoch)
+    async def _judge(self, subject: str, action: AnyAction) -> tuple[trusting.Verdict, str]:
+        """``trusting.judge`` against the lease epochs followed; an epoch ahead of the one
+        known (or a producer not yet seen) is checked again against the bucket itself
+        first: a new leader's first action may arrive before its lease's watch update."""
+        cluster = self.bus.cluster
+        epochs = self.fences.epochs
+        verdict, why = trusting.judge(cluster=cluster, subject=subject, action=action,
+                                      epochs=epochs)  # fmt: skip
+        if verdict == "refused" and action.epoch > epochs.get(action.by, 0):
+            current = await self._lease_epoch(action.by)
+            if current > epochs.get(action.by, 0):
+                epochs[action.by] = current
+                verdict, why = trusting.judge(cluster=cluster, subject=subject, action=action,
+                                              epochs=epochs)  # fmt: skip
+        return verdict, why
+
+    async def _lease_epoch(self, producer: str) -> int:
+        """``producer``'s current lease epoch as the bucket has it now (0: none). The value
+        written when a lease is taken carries no epoch yet: its revision is the epoch."""
+        if producer not in ASKS:
+            return 0
+
+        async def read() -> KeyValue.Entry | None:
+            kv = await leases_bucket(self.bus)
+            try:
+                return await kv.get(producer)
+            except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+                return None
+
+        # A read that fails (NATS slow or away) is tried again: refusing on it would
+        # dead-let a real leader's action.
+        entry = await retry(read, what="reading a lease", max_delay=1.0,
+                            retry_on=(nats.errors.Error,))  # fmt: skip
+        if entry is None:
+            return 0
+        try:
+            held = msgspec.json.decode(entry.value or b"", type=Held)
+        except msgspec.DecodeError:
+            return 0
+        return held.epoch or int(entry.revision or 0)
 
     async def _done_outcome(self, action_id: str) -> str:
         """The outcome an earlier run recorded for this id ('' if none, or unreadable)."""
@@ -226,7 +273,7 @@ class Desk:
                     metrics.RETRIES.labels(reason="queue-full" if full else "retryable").inc()
                     await msg.nak(delay=out.delay)
                 else:
-                    await msg.term(out.reason, error_class="dependency")
+                    await msg.term(out.reason, error_class=out.error_class)
 
     def effects(self) -> dict[type[Any], Any]:
         return {core.Apply: self.apply, core.WakeAt: self.wake, core.Settle: self.settle}

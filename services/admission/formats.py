@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from baton.libs.kube.quantities import InvalidQuantity, canonical
+from baton.libs.kube.quantities import InvalidQuantity, canonical, parse_quantity
 from baton.proto import keys
-from baton.proto.k8s import MAX_MEMBERS, MAX_NODE_GPUS
+from baton.proto.k8s import MAX_GANG_MEMBERS, MAX_NODE_GPUS, SCHEDULER_NAME
 from baton.services.admission.core.gangs import Gang, Member
 from baton.services.admission.core.members import sized_by
 from baton.services.admission.core.state import State
-from baton.services.admission.objects import KGroupPolicy, KPod
+from baton.services.admission.objects import KGroupPolicy, KObject, KPod
 from baton.services.admission.teams import is_label_key
 
 
@@ -134,11 +134,46 @@ def gpus_problem(per_pod: int) -> str | None:
     return None
 
 
+def managed(obj: KObject) -> bool:
+    """Baton-managed: a group object, a gang member, or a pod asking for Baton's scheduler."""
+    if not isinstance(obj, KPod):
+        return True
+    return obj.spec.scheduler_name == SCHEDULER_NAME or keys.POD_GROUP in (
+        obj.metadata.labels or {}
+    )
+
+
+def containers_gpus_problem(pod: KPod) -> str | None:
+    """Each container's and init container's GPUs, as written: a whole number (the API
+    server takes extended resources only whole; rounded up here, 0.5 would become a
+    GPU asked of a node), not negative, at most a node's."""
+    spec = pod.spec
+    for field, containers in (("containers", spec.containers),
+                              ("initContainers", spec.init_containers)):  # fmt: skip
+        for i, container in enumerate(containers):
+            for part in ("requests", "limits"):
+                value = (getattr(container.resources, part) or {}).get(keys.GPU)
+                if value is None:
+                    continue
+                exact = parse_quantity(str(value))
+                where = f"{field}[{i}] ({container.name!r}) resources.{part}"
+                if exact.denominator != 1:
+                    return (
+                        f"{where} asks for {value} {keys.GPU}: GPUs are whole devices; "
+                        "ask for a whole number (1, 2, ...)"
+                    )
+                if problem := gpus_problem(int(exact)):
+                    return f"{where}: {problem}"
+    return None
+
+
 def members_problem(count: int, *, what: str) -> str | None:
-    if count > MAX_MEMBERS:
+    if count > MAX_GANG_MEMBERS:
         return (
-            f"{what} {count} is more than the {MAX_MEMBERS} members a gang may have; "
-            f"set {what} to the number of pods the job runs"
+            f"{what} {count} is more than the {MAX_GANG_MEMBERS} members a gang may have "
+            f"(Baton binds a gang in one all-or-nothing action of at most {MAX_GANG_MEMBERS} "
+            f"pods); split the job into gangs of at most {MAX_GANG_MEMBERS}, or set {what} "
+            "to the number of pods the job runs"
         )
     return None
 

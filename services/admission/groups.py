@@ -43,7 +43,21 @@ def validate(state: State, obj: Group, namespace: str) -> str | None:
     return f"{where}: {problem}" if problem else None
 
 
-def _plugins_problem(state: State, group: KPodGroup, team: str) -> str | None:
+def shape_problem(obj: Group) -> str | None:
+    """What makes a gang object one Baton cannot place, whoever's team and quota: its
+    size (at most ``MAX_GANG_MEMBERS``), timeout and topology (checked on UPDATEs too)."""
+    match obj:
+        case KPodGroup():
+            return _plugins_shape(obj)
+        case KUpstreamPodGroup():
+            return formats.upstream_problem(obj.spec, what="spec.")
+        case KWorkload():
+            found = (_template_problem(t, i) for i, t in enumerate(_templates(obj)))
+            return next(filter(None, found), None)
+    return None
+
+
+def _plugins_shape(group: KPodGroup) -> str | None:
     spec = group.spec
     if spec.min_member < 1:
         return f"spec.minMember must be at least 1, got {spec.min_member}"
@@ -53,6 +67,13 @@ def _plugins_problem(state: State, group: KPodGroup, team: str) -> str | None:
         return (
             f"spec.scheduleTimeoutSeconds must be at least 1, got {spec.schedule_timeout_seconds}"
         )
+    return None
+
+
+def _plugins_problem(state: State, group: KPodGroup, team: str) -> str | None:
+    spec = group.spec
+    if problem := _plugins_shape(group):
+        return problem
     floor = formats.min_resources(spec.min_resources).get(keys.GPU, 0)
     if problem := formats.too_big(
         state, team=team, need=floor, how="spec.minResources", fix="lower spec.minResources"

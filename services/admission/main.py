@@ -64,7 +64,7 @@ class Settings(Base, frozen=True, kw_only=True):
     tls_key: str = ""
     tls_self_signed_dir: str = ""
     tls_hosts: str = "127.0.0.1,localhost"
-    webhook_host: str = "0.0.0.0"
+    webhook_host: str = "127.0.0.1"  # deploy/: the pod IP (downward API); demo: loopback
     webhook_port: int = 8443
     not_ready: Literal["baton-closed", "closed", "open"] = "baton-closed"
     borrow_priority_class: str = ""

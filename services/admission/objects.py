@@ -51,6 +51,7 @@ class KPodSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     tolerations: list[KToleration] | None = None
     affinity: dict[str, Any] | None = None
     containers: list[KContainer] = []
+    init_containers: list[KContainer] = []
 
 
 class KPod(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,14 +59,18 @@ class KPod(msgspec.Struct, frozen=True, kw_only=True):
     spec: KPodSpec = KPodSpec()
 
     def gpus(self, resource: str) -> int:
-        total = 0
-        for c in self.spec.containers:
-            value = (c.resources.requests or {}).get(resource)
-            if value is None:
-                value = (c.resources.limits or {}).get(resource)
-            if value is not None:
-                total += canonical(resource, str(value))
-        return total
+        """The pod's effective request, as the scheduler counts it: the containers' sum,
+        or the largest init container's when that is more (they run one at a time,
+        before the containers)."""
+        app = sum(_request(c, resource) for c in self.spec.containers)
+        return max([app, *(_request(c, resource) for c in self.spec.init_containers)])
+
+
+def _request(container: KContainer, resource: str) -> int:
+    value = (container.resources.requests or {}).get(resource)
+    if value is None:
+        value = (container.resources.limits or {}).get(resource)
+    return canonical(resource, str(value)) if value is not None else 0
 
 
 class KPodGroupSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -140,6 +145,7 @@ class Request(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     name: str = ""
     operation: str = "CREATE"
     object: msgspec.Raw = msgspec.Raw(b"null")
+    old_object: msgspec.Raw = msgspec.Raw(b"null")  # an UPDATE's object before it
 
 
 class Review(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -14,18 +14,25 @@ from baton.proto import keys
 
 GROUP, VERSION = "admissionregistration.k8s.io", "v1"
 
+# The validating webhook sees UPDATEs too (a gang grown past what one bind may name, a
+# GPU request made fractional); the mutating one only CREATEs (a pod's spec is fixed).
 RULES = [
-    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+    {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["pods"],
+    },
     {
         "apiGroups": ["scheduling.x-k8s.io"],
         "apiVersions": ["v1alpha1"],
-        "operations": ["CREATE"],
+        "operations": ["CREATE", "UPDATE"],
         "resources": ["podgroups"],
     },
     {  # upstream gang scheduling (KEP-4671), whichever version is served
         "apiGroups": ["scheduling.k8s.io"],
         "apiVersions": ["v1beta1", "v1alpha2"],
-        "operations": ["CREATE"],
+        "operations": ["CREATE", "UPDATE"],
         "resources": ["podgroups", "workloads"],
     },
 ]
@@ -41,13 +48,14 @@ def configurations(
         ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "/mutate"),
         ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "/validate"),
     ):
+        operations = ["CREATE", "UPDATE"] if path == "/validate" else ["CREATE"]
         webhook = {
             "name": "pods.baton.io",
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
             "failurePolicy": failure_policy,
             "timeoutSeconds": 5,
-            "rules": RULES,
+            "rules": [{**rule, "operations": operations} for rule in RULES],
             # as deploy/base/admission.yaml: Baton's own namespaces are never sent here
             "namespaceSelector": {
                 "matchExpressions": [

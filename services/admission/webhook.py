@@ -25,8 +25,9 @@ from baton.libs.kube.quantities import InvalidQuantity
 from baton.proto import keys
 from baton.proto.admission import Kind, PodMutated, PodRejected
 from baton.proto.k8s import SCHEDULER_NAME
-from baton.services.admission import formats, groups
+from baton.services.admission import formats, groups, updates
 from baton.services.admission.core.state import State
+from baton.services.admission.formats import managed
 from baton.services.admission.objects import (
     KObject,
     KPod,
@@ -96,7 +97,15 @@ def review(
         raise BadReview("not an AdmissionReview v1: JSON nested too deeply") from None
     namespace = request.namespace or obj.metadata.namespace
     name = request.name or obj.metadata.name or obj.metadata.generate_name
-    if request.operation != "CREATE":
+    if request.operation == "UPDATE" and not mutate:
+        message = updates.problem(request, obj, decoder)
+        if message is None:
+            return _answer(request, allowed=True)
+        team = state.team_of(namespace) if state is not None else ""
+        rejected = PodRejected(at=now, kind=kind, namespace=namespace, name=name, team=team,
+                               message=f"{kind} {namespace}/{name}: {message}")  # fmt: skip
+        return Verdict(_encode(request, allowed=False, message=rejected.message), rejected)
+    if request.operation != "CREATE":  # an UPDATE is not mutated (a pod's spec is fixed)
         return _answer(request, allowed=True)
     if state is None:
         return _not_ready(request, obj, options.policy)
@@ -131,15 +140,6 @@ def review(
         message=message,
     )
     return Verdict(_encode(request, allowed=False, message=message), rejected)
-
-
-def managed(obj: KObject) -> bool:
-    """Baton-managed: a group object, a gang member, or a pod asking for Baton's scheduler."""
-    if not isinstance(obj, KPod):
-        return True
-    return obj.spec.scheduler_name == SCHEDULER_NAME or keys.POD_GROUP in (
-        obj.metadata.labels or {}
-    )
 
 
 def _not_ready(request: Request, obj: KObject, policy: Policy) -> Verdict:
@@ -269,7 +269,7 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
         return None
     if problem := formats.membership_problem(pod):
         return f"{where}: {problem}"
-    if problem := formats.gpus_problem(pod.gpus(keys.GPU)):
+    if problem := formats.containers_gpus_problem(pod) or formats.gpus_problem(pod.gpus(keys.GPU)):
         return f"{where}: {problem}"
     claim = formats.gang_of(pod)
     if claim is None and team:  # a lone Baton pod is a gang of one

@@ -8,7 +8,7 @@ ticks it every ``interval_s`` while something moved, and publishes the routes be
 |---|---|---|
 | ``NodeLimits`` | ``baton.<c>.bandwidth.limits.<node>`` | ``<node>:<generation>`` |
 | ``Allocation`` | ``baton.<c>.bandwidth.allocation`` | ``allocation:<at>`` |
-| ``Annotate`` (an action: not in dry run) | ``baton.<c>.action.annotate.<ns>.<pod>`` | its id |
+| ``Annotate`` (action; not in dry run) | ``baton.<c>.action.annotate.bandwidth.<ns>.<pod>`` | id |
 """
 
 from __future__ import annotations

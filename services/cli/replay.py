@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from baton.proto import keys
-from baton.proto.actions import ActionResult, BindGang, CreatePod, EvictGang, RecreatePod
+from baton.proto.actions import Action, ActionResult, BindGang, CreatePod, EvictGang, RecreatePod
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
 from baton.proto.runner import Tick
@@ -125,10 +125,18 @@ def first_divergence(
         for i in range(max(len(olds), len(news))):
             old = olds[i] if i < len(olds) else None
             new = news[i] if i < len(news) else None
-            if old is None or new is None or old.event != new.event:
+            if old is None or new is None or _decided(old.event) != new.event:
                 found.append(Divergence(what=what, index=i, recorded=old, replayed=new))
                 break
     return min(found, key=_when, default=None)
+
+
+def _decided(event: Any) -> Any:
+    """A recorded output as its core decided it: the runner stamps each action with its
+    lease's ``epoch`` when it routes it (the actuator's fence), which no core sets."""
+    if isinstance(event, Action) and event.epoch:
+        return msgspec.structs.replace(event, epoch=0)
+    return event
 
 
 def _when(found: Divergence) -> tuple[int, int]:

@@ -14,13 +14,19 @@ import msgspec
 from baton.libs.view import Shape, gang_key, is_preemptible
 from baton.proto import ids
 from baton.proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
-from baton.proto.k8s import GPU, NodeEvent, Pod, PodEvent, PodGroupEvent
+from baton.proto.k8s import GPU, MAX_GANG_MEMBERS, NodeEvent, Pod, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from baton.proto.runner import Tick
 from baton.services.gang import estimates, growing, ordering, preempting, restarting
 from baton.services.gang.asks import Refused, ask, required_level
 from baton.services.gang.gangs import Ask, Assumption, Cluster, Gang, Kind, delete_pod, new_cluster
-from baton.services.gang.needs import beyond_quorum, identity, shortfall, unknown_level
+from baton.services.gang.needs import (
+    beyond_quorum,
+    identity,
+    shortfall,
+    too_large,
+    unknown_level,
+)
 from baton.services.gang.topology import Plan, Search, reserve
 
 Policy = GangPolicy  # the core's knobs live in proto so the shell can record them
@@ -142,6 +148,9 @@ def cycle(state: State, now: float) -> list[Output]:
         held = _held(state, gang, reserved)
         asked = ask(cl, gang, state.kinds)
         members, required, preferred = asked.members, asked.required, asked.preferred
+        if (size := sum(map(len, members.values()))) > MAX_GANG_MEMBERS:  # the actuator's limit
+            outputs += _published(gang, too_large(gang.key, size, now))
+            continue
         if required and required not in cl.levels:  # a level the search cannot honour
             outputs += _published(gang, unknown_level(gang.key, members, required, cl.levels, now))
             continue

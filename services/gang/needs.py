@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from baton.libs.view import Shape
+from baton.proto.k8s import MAX_GANG_MEMBERS
 from baton.proto.placement import GangUnschedulable, Need
 from baton.services.gang.gangs import Cluster
 from baton.services.gang.topology import COMMON, Search
@@ -191,6 +192,22 @@ def unknown_level(
         ),
         need=Need(nodes=0),
         members=total,
+    )
+
+
+def too_large(gang: str, members: int, now: float) -> GangUnschedulable:
+    """More members than one bind may name (``MAX_GANG_MEMBERS``, the actuator's limit):
+    never placed, since the actuator would refuse the bind, every cycle."""
+    return GangUnschedulable(
+        gang=gang,
+        at=now,
+        reason=(
+            f"{members} members to place, more than the {MAX_GANG_MEMBERS} one bind may name "
+            f"(a gang is bound in one all-or-nothing action); split the job into gangs of at "
+            f"most {MAX_GANG_MEMBERS} pods"
+        ),
+        need=Need(nodes=0),
+        members=members,
     )
 
 

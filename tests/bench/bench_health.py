@@ -35,6 +35,7 @@ import aiohttp
 from nats.js.api import DeliverPolicy
 
 from baton.libs.bus import Bus, Outgoing
+from baton.libs.testing.actions import take_lease
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import codec, keys, subjects, telemetry
@@ -206,8 +207,9 @@ async def raw_taints(s: Stack, every: int, offset: int) -> tuple[float, float, f
     s.sim.store.add_listener(watch.on_change)
     taint = Taint(key="baton.io/bench", value="true", effect="NoSchedule")
     t0 = time.time()
-    actions = [SetTaint(id=f"raw-{n}", by="bench", at=t0, priority="health", node=n, taint=taint)
-               for n in names]  # fmt: skip
+    epoch = await take_lease(s.bus, "admission")  # taints: admission's to ask for
+    actions = [SetTaint(id=f"raw-{n}", by="admission", at=t0, epoch=epoch, priority="health",
+                        node=n, taint=taint) for n in names]  # fmt: skip
     await s.bus.publish_many([Outgoing(action_subject(C, a), a, a.id) for a in actions])
     await poll(lambda: len(watch.seen) >= len(names), within=60)
     return percentiles([watch.seen[n] - t0 for n in names if n in watch.seen])
@@ -227,8 +229,9 @@ async def stages(s: Stack, every: int, offset: int) -> dict[str, tuple[float, ..
         return on
 
     nc, history = s.bus.nc, subjects.stream_name(C, "history")
+    marks = f"baton.{C}.action.mark-node.health.*"
     subs = [await nc.subscribe(f"baton.{C}.telemetry.xid.*", cb=seen("xid published")),
-            await nc.subscribe(f"baton.{C}.action.mark-node.*", cb=seen("MarkNode published")),
+            await nc.subscribe(marks, cb=seen("MarkNode published")),
             await nc.subscribe(f"baton.{C}.result.mark-node.*", cb=seen("result published")),
             await s.bus.js.subscribe(f"baton.{C}.telemetry.xid.*", stream=history,
                                      cb=seen("xid in HISTORY"), ordered_consumer=True,

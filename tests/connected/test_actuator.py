@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner
+from baton.libs.testing.actions import Producers
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
 from baton.proto import subjects
@@ -28,12 +29,12 @@ from baton.proto.actions import (
     AnyAction,
     BindGang,
     Binding,
-    Cordon,
     CreatePod,
     EvictGang,
     MarkNode,
     PodTemplate,
     ScaleMachineDeployment,
+    SetLabels,
     SetTaint,
     action_subject,
 )
@@ -48,6 +49,7 @@ from tests.pipeline import stop
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 
 NS = "team-a"
+MARK: dict[str, str | None] = {"t.baton.io/marked": "true"}
 READS = {"get", "list", "watch"}
 
 
@@ -58,15 +60,16 @@ class Env:
     sim: Any
     client: ApiClient
     nodes: list[str]
+    producers: Producers
     results: dict[str, list[ActionResult]] = field(default_factory=dict)
 
     @property
     def core(self) -> CoreV1Api:
         return CoreV1Api(self.client)
 
-    async def publish(self, kind: str, action: AnyAction, *key: str, msg_id: str = "") -> None:
-        subject = subjects.subject("c1", subjects.ACTION, kind, *key)
-        await self.bus.publish(subject, action, msg_id=msg_id or action.id)
+    async def publish(self, action: AnyAction, *, msg_id: str = "") -> None:
+        """On its subject, from ``action.by`` holding its lease (``Producers``)."""
+        await self.producers.publish(action, msg_id=msg_id)
 
     async def result(self, action_id: str, *, within: float = 20.0) -> ActionResult:
         deadline = time.monotonic() + within
@@ -117,7 +120,8 @@ async def env() -> AsyncIterator[Env]:
         nodes = [f"gpu-{i}" for i in range(8)]
         for node in nodes:
             await api.create_node({"metadata": {"name": node}})
-        env = Env(bus=bus, nats_url=url, sim=sim, client=client, nodes=nodes)
+        env = Env(bus=bus, nats_url=url, sim=sim, client=client, nodes=nodes,
+                  producers=Producers(bus))  # fmt: skip
         sub = bus.consume(subjects.wildcard("c1", subjects.RESULT, ">"), type_=ActionResult)
         reader = asyncio.create_task(_collect(sub, env.results))
         try:
@@ -176,7 +180,7 @@ async def make_pods(env: Env, names: list[str], *, owned: set[str] = frozenset()
 
 def bind_gang(id_: str, pairs: list[tuple[str, str]]) -> BindGang:
     bindings = tuple(Binding(namespace=NS, pod=pod, node=node) for pod, node in pairs)
-    return BindGang(id=id_, by="test", at=time.time(), gang=f"{NS}/g", bindings=bindings)
+    return BindGang(id=id_, by="gang", at=time.time(), gang=f"{NS}/g", bindings=bindings)
 
 
 async def test_bind_gang_binds_every_member(env: Env) -> None:
@@ -184,7 +188,7 @@ async def test_bind_gang_binds_every_member(env: Env) -> None:
     pods = [f"w-{i}" for i in range(4)]
     await make_pods(env, pods)
     async with actuator(env):
-        await env.publish("bind", bind_gang("g1", list(zip(pods, nodes, strict=True))), NS, "g")
+        await env.publish(bind_gang("g1", list(zip(pods, nodes, strict=True))))
         result = await env.result("g1")
     assert result.outcome == "applied", result.error
     assert result.action_type == "action.bind-gang.v1"
@@ -197,7 +201,7 @@ async def test_gang_aimed_at_a_missing_node_binds_nothing(env: Env) -> None:
     await make_pods(env, pods)
     pairs = [*zip(pods, nodes, strict=False), ("m-3", "no-such-node")]
     async with actuator(env):
-        await env.publish("bind", bind_gang("g-missing", pairs), NS, "g")
+        await env.publish(bind_gang("g-missing", pairs))
         result = await env.result("g-missing")
     assert result.outcome == "rolled-back"
     assert "node no-such-node not found" in result.error
@@ -213,7 +217,7 @@ async def test_gang_with_a_pod_bound_elsewhere_rolls_back_every_member(env: Env)
     await env.core.create_namespaced_pod_binding("r-3", NS, taken, _preload_content=False)
     pairs = list(zip(pods, nodes[:4], strict=True))  # r-3 -> nodes[3], but it is on nodes[7]
     async with actuator(env, bind_concurrency=1):  # r-0..r-2 bind before r-3 fails
-        await env.publish("bind", bind_gang("g-taken", pairs), NS, "g")
+        await env.publish(bind_gang("g-taken", pairs))
         result = await env.result("g-taken")
     assert result.outcome == "rolled-back"
     assert "already bound" in result.error and "rolled back 3 bound members" in result.error
@@ -227,13 +231,13 @@ async def test_taint_add_and_remove_are_idempotent(env: Env) -> None:
     taint = Taint(key="baton.io/test", value="x", effect="NoSchedule")
 
     def act(id_: str, present: bool) -> SetTaint:
-        return SetTaint(id=id_, by="health", at=0.0, node=node, taint=taint, present=present,
+        return SetTaint(id=id_, by="admission", at=0.0, node=node, taint=taint, present=present,
                         priority="health")  # fmt: skip
 
     async with actuator(env):
         outcomes = []
         for id_, present in [("t1", True), ("t2", True), ("t3", False), ("t4", False)]:
-            await env.publish("taint", act(id_, present), node)
+            await env.publish(act(id_, present))
             outcomes.append((await env.result(id_)).outcome)
             read = await env.core.read_node(node)
             keys = [t.key for t in read.spec.taints or []]
@@ -247,7 +251,7 @@ async def test_annotate_a_node_sets_and_removes_only_the_keys_it_names(env: Env)
 
     def act(id_: str, value: str | None) -> Annotate:
         notes = {"baton.io/health": value}
-        return Annotate(id=id_, by="health", at=0.0, priority="health", kind="Node",
+        return Annotate(id=id_, by="autoscaler", at=0.0, priority="health", kind="Node",
                         namespace="", name=node, annotations=notes)  # fmt: skip
 
     async with actuator(env):
@@ -255,8 +259,8 @@ async def test_annotate_a_node_sets_and_removes_only_the_keys_it_names(env: Env)
         for id_, value in [("a1", '{"state":"quarantined"}'), ("a2", '{"state":"quarantined"}'),
                            ("a3", None)]:  # fmt: skip
             action = act(id_, value)
-            assert action_subject("c1", action) == f"baton.c1.action.annotate.{node}"
-            await env.publish("annotate", action, node)
+            assert action_subject("c1", action) == f"baton.c1.action.annotate.autoscaler.{node}"
+            await env.publish(action)
             outcomes.append((await env.result(id_)).outcome)
             notes = (await env.core.read_node(node)).metadata.annotations or {}
             assert notes.get("baton.io/health") == value
@@ -286,8 +290,8 @@ async def test_mark_node_changes_only_what_it_names_in_one_write(env: Env) -> No
         outcomes = []
         for id_, on, off, fix in steps:
             action = act(id_, on, off, fix)
-            assert action_subject("c1", action) == f"baton.c1.action.mark-node.{node}"
-            await env.publish("mark-node", action, node)
+            assert action_subject("c1", action) == f"baton.c1.action.mark-node.health.{node}"
+            await env.publish(action)
             outcomes.append((await env.result(id_)).outcome)
             read = await env.core.read_node(node)
             keys = {t.key for t in read.spec.taints or []}
@@ -298,7 +302,7 @@ async def test_mark_node_changes_only_what_it_names_in_one_write(env: Env) -> No
     repeat = act("m4", (), (bad, drain), None)
     repeat = msgspec.structs.replace(repeat, annotations={"baton.io/health": "note m3"})
     async with actuator(env):
-        await env.publish("mark-node", repeat, node)
+        await env.publish(repeat)
         assert (await env.result("m4")).outcome == "already"
 
 
@@ -307,12 +311,12 @@ async def test_evict_gang_evicts_and_tolerates_missing_pods(env: Env) -> None:
     await make_pods(env, ["e-0"])
     pairs = [("e-0", node)]
     async with actuator(env):
-        await env.publish("bind", bind_gang("e-bind", pairs), NS, "e")
+        await env.publish(bind_gang("e-bind", pairs))
         assert (await env.result("e-bind")).outcome == "applied"
         members = (Binding(namespace=NS, pod="e-0", node=node),
                    Binding(namespace=NS, pod="never-was", node=node))  # fmt: skip
         evict = EvictGang(id="e1", by="gang", at=0.0, gang=f"{NS}/e", pods=members)
-        await env.publish("evict-gang", evict, NS, "e")
+        await env.publish(evict)
         assert (await env.result("e1")).outcome == "applied"
     pod = await env.pod("e-0")
     assert pod is None or pod["metadata"].get("deletionTimestamp")
@@ -336,9 +340,9 @@ async def test_scale_machine_deployment(env: Env) -> None:
         )  # fmt: skip
 
     async with actuator(env):
-        await env.publish("scale", scale("s1"), md["namespace"], md["name"])
+        await env.publish(scale("s1"))
         assert (await env.result("s1")).outcome == "applied"
-        await env.publish("scale", scale("s2"), md["namespace"], md["name"])
+        await env.publish(scale("s2"))
         assert (await env.result("s2")).outcome == "already"
     after = (await custom.get_namespaced_custom_object_scale(*where))["spec"]["replicas"]
     assert after == before + 2
@@ -349,10 +353,8 @@ async def test_dry_run_makes_no_api_write(env: Env) -> None:
     await make_pods(env, ["d-0", "d-1"])
     writes = await env.writes()
     async with actuator(env, dry_run=True):
-        await env.publish(
-            "bind", bind_gang("d1", list(zip(["d-0", "d-1"], nodes, strict=True))), NS, "d"
-        )
-        await env.publish("cordon", Cordon(id="d2", by="health", at=0.0, node=nodes[0]), nodes[0])
+        await env.publish(bind_gang("d1", list(zip(["d-0", "d-1"], nodes, strict=True))))
+        await env.publish(SetLabels(id="d2", by="admission", at=0.0, node=nodes[0], labels=MARK))
         assert (await env.result("d1")).outcome == "would-do"
         assert (await env.result("d2")).outcome == "would-do"
     assert await env.writes() == writes
@@ -370,11 +372,11 @@ async def test_duplicate_action_id_is_applied_once(env: Env) -> None:
 
     already_before = already()
     async with actuator(env) as running:
-        await env.publish("bind", gang, NS, "u")
+        await env.publish(gang)
         assert (await env.result("dup")).outcome == "applied"
         writes = await env.writes()
         # Published again past JetStream's dedup (another msg id): the seen set answers.
-        await env.publish("bind", gang, NS, "u", msg_id="dup-again")
+        await env.publish(gang, msg_id="dup-again")
         deadline = time.monotonic() + 20
         while already() < already_before + 1:
             assert time.monotonic() < deadline, "the duplicate was not handled"
@@ -405,19 +407,18 @@ async def test_api_errors_are_retried_reread_or_reported(env: Env) -> None:
     try:
         async with actuator(env, max_attempts=2):
             for i, node in enumerate([env.nodes[0], env.nodes[1], "no-such-node"]):
-                await env.publish(
-                    "cordon", Cordon(id=f"c{i}", by="health", at=0.0, node=node), node
-                )
+                await env.publish(SetLabels(id=f"c{i}", by="admission", at=0.0, node=node,
+                                            labels=MARK))  # fmt: skip
             flaky, down, missing = [await env.result(f"c{i}") for i in range(3)]
             letter = await asyncio.wait_for(anext(aiter(dead)), 20)
     finally:
         await dead.close()
     assert flaky.outcome == "applied", flaky.error
     assert seen.count(env.nodes[0]) == 3  # 500, then 409, then stored
-    assert (await env.core.read_node(env.nodes[0])).spec.unschedulable
+    assert (await env.core.read_node(env.nodes[0])).metadata.labels.items() >= MARK.items()
     assert down.outcome == "failed" and down.attempts == 2
     assert "gave up after 2 attempts" in down.error and "503" in down.error
-    assert letter.event.subject == f"baton.c1.action.cordon.{env.nodes[1]}"
+    assert letter.event.subject == f"baton.c1.action.label.admission.{env.nodes[1]}"
     assert missing.outcome == "failed" and "404" in missing.error
 
 
@@ -439,12 +440,12 @@ async def test_a_pod_bound_by_name_to_a_node_without_free_gpus_is_not_created(en
         return CreatePod(id=id_, by="health", at=time.time(), priority="health", pod=pod)
 
     async with actuator(env):
-        await env.publish("create-pod", preflight("busy", node), NS, "preflight-busy")
+        await env.publish(preflight("busy", node))
         refused = await env.result("busy")
         free = env.nodes[1]
         await env.core.patch_node_status(free, {"status": {"capacity": {GPU: "8"},
                                                           "allocatable": {GPU: "8"}}})  # fmt: skip
-        await env.publish("create-pod", preflight("idle", free), NS, "preflight-idle")
+        await env.publish(preflight("idle", free))
         created = await env.result("idle")
     assert refused.outcome == "failed" and "0 GPU(s) free" in refused.error, refused
     assert await env.pod(f"preflight-{node}") is None
@@ -488,12 +489,12 @@ async def test_a_gang_placed_before_a_preflight_took_its_node_is_not_bound_there
     await _gpu_worker(env, "late-1")
     mark, create = _preflight(node)
     async with actuator(env):
-        await env.publish("mark-node", mark, node)
+        await env.publish(mark)
         assert (await env.result(mark.id)).outcome == "applied"
-        await env.publish("create-pod", create, NS, create.pod.name)
+        await env.publish(create)
         assert (await env.result(create.id)).outcome == "applied"
         gang = bind_gang("late", [("late-0", other), ("late-1", node)])
-        await env.publish("bind", gang, NS, "g")
+        await env.publish(gang)
         result = await env.result("late")
     assert result.outcome == "rolled-back", result
     assert f"node {node} carries baton.io/preflight (NoSchedule)" in result.error
@@ -520,11 +521,11 @@ async def test_a_preflight_pod_waits_for_a_bind_in_flight_on_its_node(env: Env) 
             return await real(*args, **kw)
 
         api.core.create_namespaced_pod_binding = held_bind
-        await env.publish("bind", bind_gang("busy", [("busy-0", node)]), NS, "g")
+        await env.publish(bind_gang("busy", [("busy-0", node)]))
         await asyncio.wait_for(binding.wait(), 20)  # the node was checked: no taint yet
-        await env.publish("mark-node", mark, node)
+        await env.publish(mark)
         assert (await env.result(mark.id)).outcome == "applied"
-        await env.publish("create-pod", create, NS, create.pod.name)
+        await env.publish(create)
         # Without the node's lock the pod would be created now (the GPUs still free);
         # with it, it waits: let the bind go once the pod's result came or 2 s passed.
         with contextlib.suppress(AssertionError):
@@ -545,7 +546,7 @@ async def test_an_action_applied_before_a_restart_is_answered_from_its_done_reco
     API state alone would have it applied again."""
     node = env.nodes[0]
     taint = Taint(key="baton.io/test", value="x", effect="NoSchedule")
-    burst = [SetTaint(id=f"r{i}", by="health", at=0.0, node=env.nodes[i], taint=taint,
+    burst = [SetTaint(id=f"r{i}", by="admission", at=0.0, node=env.nodes[i], taint=taint,
                       priority="health") for i in range(len(env.nodes))]  # fmt: skip
 
     def already() -> float:
@@ -553,13 +554,13 @@ async def test_an_action_applied_before_a_restart_is_answered_from_its_done_reco
         return REGISTRY.get_sample_value("baton_actuator_actions_total", labels) or 0.0
 
     async with actuator(env):
-        await env.publish("taint", burst[0], node)
+        await env.publish(burst[0])
         assert (await env.result("r0")).outcome == "applied"
     await env.core.patch_node(node, {"spec": {"taints": []}})  # someone took it off
     before = already()
     async with actuator(env):
         for action in burst:
-            await env.publish("taint", action, action.node, msg_id=f"{action.id}-again")
+            await env.publish(action, msg_id=f"{action.id}-again")
         deadline = time.monotonic() + 20
         # r0's second result has r0's result msg id: JetStream keeps the first one only
         while already() < before + 1 or any(a.id not in env.results for a in burst):

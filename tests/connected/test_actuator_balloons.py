@@ -33,7 +33,7 @@ async def test_balloons_are_deleted_then_the_gang_is_bound(env: Env) -> None:
         bind_gang("g-balloon", list(zip(pods, nodes, strict=True))), evict=tuple(held)
     )
     async with actuator(env):
-        await env.publish("bind", action, NS, "g")
+        await env.publish(action)
         result = await env.result("g-balloon")
     assert result.outcome == "applied", result.error
     assert [await env.pod(b.pod) for b in held] == [None, None]
@@ -51,7 +51,7 @@ async def test_a_balloon_that_cannot_be_deleted_fails_the_gang_with_nothing_boun
         bind_gang("g-stuck", list(zip(pods, nodes, strict=True))), evict=(held[0], wrong)
     )
     async with actuator(env):
-        await env.publish("bind", action, NS, "g")
+        await env.publish(action)
         result = await env.result("g-stuck")
     assert result.outcome == "failed" and "nothing bound" in result.error
     assert [await env.node_name(p) for p in pods] == ["", ""]

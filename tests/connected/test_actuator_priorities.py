@@ -14,6 +14,7 @@ import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
 from baton.libs.bus import Bus
+from baton.libs.testing.actions import Producers
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
 from baton.proto import subjects
@@ -34,16 +35,17 @@ BALLOONS = 20
 def balloon(i: int) -> SetLabels:
     node = NODES[i % len(NODES)]
     labels: dict[str, str | None] = {f"baton.io/balloon-{i}": "on"}
-    return SetLabels(id=f"b{i}", by="balloon", at=0.0, node=node, labels=labels, priority="balloon")
+    return SetLabels(id=f"b{i}", by="admission", at=0.0, node=node, labels=labels,
+                     priority="balloon")  # fmt: skip
 
 
 def health() -> SetTaint:
     taint = Taint(key="baton.io/unhealthy", effect="NoSchedule", value="xid-79")
-    return SetTaint(id="h1", by="health", at=0.0, node=NODES[0], taint=taint, priority="health")
+    return SetTaint(id="h1", by="admission", at=0.0, node=NODES[0], taint=taint, priority="health")
 
 
-async def publish(bus: Bus, kind: str, action: AnyAction, node: str) -> None:
-    await bus.publish(subjects.subject(C, subjects.ACTION, kind, node), action, msg_id=action.id)
+async def publish(bus: Bus, action: AnyAction) -> None:
+    await Producers(bus).publish(action)
 
 
 async def collect(sub: Any, into: list[ActionResult]) -> None:
@@ -87,8 +89,8 @@ async def test_health_action_overtakes_queued_balloon_actions() -> None:
             # The backlog first, the health action last: all wait in ACTIONS.
             for i in range(BALLOONS):
                 action = balloon(i)
-                await publish(bus, "label", action, action.node)
-            await publish(bus, "taint", health(), NODES[0])
+                await publish(bus, action)
+            await publish(bus, health())
             limits = core.Limits(qps=5, burst=2, backoff_base=0.05)
             async with running_actuator(url, Api(client, tries=2, base=0.01), limits):
                 await wait_for(results, BALLOONS + 1)

@@ -19,6 +19,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from baton.libs.bus import Bus
+from baton.libs.testing.actions import Producers
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import subjects
@@ -55,10 +56,9 @@ class Env:
     def core(self) -> CoreV1Api:
         return CoreV1Api(self.client)
 
-    async def act(self, kind: str, action: AnyAction, *key: str) -> ActionResult:
+    async def act(self, action: AnyAction) -> ActionResult:
         """Publish ``action`` as a service does and wait for its result."""
-        subject = subjects.subject("c1", subjects.ACTION, kind, *key)
-        await self.bus.publish(subject, action, msg_id=action.id)
+        await Producers(self.bus).publish(action)
         deadline = time.monotonic() + 30
         while action.id not in self.results:
             assert time.monotonic() < deadline, f"no result for {action.id}"
@@ -83,15 +83,15 @@ class Env:
         """Bind the pod through the actuator; returns its uid."""
         uid = str((await self.live(name))["metadata"]["uid"])
         binding = Binding(namespace=NS, pod=name, uid=uid, node=node)
-        bind = BindGang(id=f"bind-{uid}", by="test", at=0.0, gang=f"{NS}/{name}",
+        bind = BindGang(id=f"bind-{uid}", by="gang", at=0.0, gang=f"{NS}/{name}",
                         bindings=(binding,))  # fmt: skip
-        assert (await self.act("bind-gang", bind, NS, name)).outcome == "applied"
+        assert (await self.act(bind)).outcome == "applied"
         return uid
 
     async def recreate(self, id_: str, name: str, uid: str) -> ActionResult:
         action = RecreatePod(id=id_, by="gang", at=0.0, reason="test", gang=f"{NS}/{name}",
                              namespace=NS, pod=name, uid=uid)  # fmt: skip
-        return await self.act("recreate-pod", action, NS, name)
+        return await self.act(action)
 
 
 @pytest.fixture
@@ -218,7 +218,7 @@ async def test_an_admitted_bare_pod_comes_back_whole_unbound_and_admissible(
         name="solo",
         annotations={ADMITTED: "true"},
     )  # what admission does for a gang of one
-    assert (await env.act("annotate", mark, NS, "solo")).outcome == "applied"
+    assert (await env.act(mark)).outcome == "applied"
     await env.bind("solo", env.nodes[0])
     old = await env.live("solo")
     assert old["metadata"]["annotations"][ADMITTED] == "true"

@@ -17,10 +17,12 @@ from baton.libs.bus import Bus
 from baton.libs.runner import Runner
 from baton.libs.runner.leasing import Fences, Held, Lease, leases_bucket
 from baton.libs.runtime.settings import Base
+from baton.libs.testing.actions import take_lease
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
 from baton.proto import subjects
 from baton.proto.actions import ActionResult, AnyAction, SetLabels, action_subject
+from baton.proto.deadletter import DeadLetter
 from baton.proto.runner import Started
 from baton.services.actuator import core as actuator_core
 from baton.services.actuator import main as actuator_main
@@ -86,13 +88,14 @@ async def _all_actions(bus: Bus) -> list[Any]:
 
 
 async def test_actions_of_a_deposed_leader_or_past_their_expiry_are_answered_stale() -> None:
-    """A gang leader at epoch E is replaced (epoch E' > E); an action the old one sends
-    afterwards is refused, as is an action whose producer said it expires."""
+    """An admission leader at epoch E is replaced (epoch E' > E); an action the old one
+    sends afterwards is answered stale, as is one whose producer said it expires. One
+    claiming epoch 0 or an epoch ahead of the lease's is refused and dead-lettered."""
     async with running_nats() as url, running_sim(nodes=2) as sim:
         bus = await Bus.connect(url, cluster=C, name="test")
         await bus.ensure_streams()
-        old = Lease(bus, "gang", ttl=TTL)
-        new = Lease(bus, "gang", ttl=TTL)
+        old = Lease(bus, "admission", ttl=TTL)
+        new = Lease(bus, "admission", ttl=TTL)
         holding = asyncio.create_task(old.run())
         await until(lambda: old.leader, within=10, what="the old leader")
         holding.cancel()  # it stops renewing (paused), without giving the lease up
@@ -109,16 +112,23 @@ async def test_actions_of_a_deposed_leader_or_past_their_expiry_are_answered_sta
         running = asyncio.create_task(actuator.run())
         try:
             labels = {
-                "deposed": SetLabels(id="l-old", by="gang", at=1.0, epoch=old.epoch, node=node,
-                                     labels={"t.baton.io/old": "1"}),
-                "current": SetLabels(id="l-new", by="gang", at=1.0, epoch=new.epoch, node=node,
-                                     labels={"t.baton.io/new": "1"}),
-                "expired": SetLabels(id="l-exp", by="admission", at=1.0, expires=2.0, node=node,
-                                     labels={"t.baton.io/exp": "1"}),
+                "deposed": SetLabels(id="l-old", by="admission", at=1.0, epoch=old.epoch,
+                                     node=node, labels={"t.baton.io/old": "1"}),
+                "current": SetLabels(id="l-new", by="admission", at=1.0, epoch=new.epoch,
+                                     node=node, labels={"t.baton.io/new": "1"}),
+                "expired": SetLabels(id="l-exp", by="admission", at=1.0, expires=2.0,
+                                     epoch=new.epoch, node=node, labels={"t.baton.io/exp": "1"}),
+                "zero": SetLabels(id="l-zero", by="admission", at=1.0, node=node,
+                                  labels={"t.baton.io/zero": "1"}),
+                "future": SetLabels(id="l-future", by="admission", at=1.0, epoch=new.epoch + 1000,
+                                    node=node, labels={"t.baton.io/future": "1"}),
             }  # fmt: skip
+            dead = bus.consume(subjects.wildcard(C, subjects.DEADLETTER, ">"), type_=DeadLetter)
             for action in labels.values():
                 await bus.publish(action_subject(C, action), action, msg_id=action.id)
-            results = await _results(bus, 3)
+            results = await _results(bus, 5)
+            letters = [(await asyncio.wait_for(anext(aiter(dead)), 20)).event for _ in range(2)]
+            await dead.close()
         finally:
             await stop(running, within=10, what="actuator")
             await abus.close()
@@ -131,9 +141,23 @@ async def test_actions_of_a_deposed_leader_or_past_their_expiry_are_answered_sta
         assert outcome["l-new"][0] == "applied"
         assert outcome["l-old"][0] == "stale" and "older than its leader's" in outcome["l-old"][1]
         assert outcome["l-exp"][0] == "stale" and "expired" in outcome["l-exp"][1]
+        assert outcome["l-zero"] == ("failed", "refused: admission's action carries no lease epoch")
+        assert (
+            outcome["l-future"][0] == "failed"
+            and "is ahead of its lease's" in outcome["l-future"][1]
+        )
+        assert sorted(letter.reason for letter in letters) == sorted(
+            [outcome["l-zero"][1], outcome["l-future"][1]]
+        )
+        assert {letter.error_class for letter in letters} == {"bad-input"}
         written = sim.store.get("nodes", None, node)["metadata"]["labels"]
         assert "t.baton.io/new" in written
-        assert "t.baton.io/old" not in written and "t.baton.io/exp" not in written
+        assert not {
+            "t.baton.io/old",
+            "t.baton.io/exp",
+            "t.baton.io/zero",
+            "t.baton.io/future",
+        } & set(written)
 
 
 async def _results(bus: Bus, count: int) -> list[ActionResult]:
@@ -156,7 +180,9 @@ async def test_an_action_applied_before_a_restart_is_not_applied_again() -> None
         await bus.ensure_streams()
         client = await sim.api_client()
         node = sim.cluster.node_names()[0]
-        action = SetLabels(id="once-1", by="test", at=1.0, node=node, labels={"t.baton.io/x": "1"})
+        epoch = await take_lease(bus, "admission")
+        action = SetLabels(id="once-1", by="admission", at=1.0, epoch=epoch, node=node,
+                           labels={"t.baton.io/x": "1"})  # fmt: skip
         limits = actuator_core.Limits(qps=0, backoff_base=0.05)
         already = ("action.label.v1", "already")
         try:

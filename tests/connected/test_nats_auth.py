@@ -26,6 +26,7 @@ from baton.libs.bus import Bus
 from baton.libs.bus.connection import auth_options
 from baton.libs.runner import access
 from baton.libs.runtime.nkey import new_user_seed, public_key
+from baton.libs.testing.actions import take_lease
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import running_sim
 from baton.proto import subjects
@@ -171,6 +172,7 @@ async def test_only_a_service_allowed_to_publish_an_action_gets_it_applied(tmp_p
             # Allowed: admission taints nodes (team pools); the actuator applies it.
             admission = await nats_.bus("admission")
             allowed = taint("allowed", "gpu-1", by="admission")
+            allowed = msgspec.structs.replace(allowed, epoch=await take_lease(admin, "admission"))
             await admission.publish(action_subject(C, allowed), allowed, msg_id=allowed.id)
             await admission.close()
             results: list[ActionResult] = await collect_results(admin, want=1)

@@ -9,10 +9,11 @@ import asyncio
 import pytest
 
 from baton.libs.bus import Bus
+from baton.libs.testing.actions import Producers
 from baton.libs.testing.builders import node
 from baton.libs.testing.nats import running_nats
 from baton.proto import subjects
-from baton.proto.actions import ActionResult, SetTaint, action_subject
+from baton.proto.actions import ActionResult, SetTaint
 from baton.proto.deadletter import PAYLOAD_COPY, DeadLetter
 from baton.proto.k8s import NodeEvent, Taint
 from baton.services.actuator import main as actuator
@@ -108,7 +109,7 @@ async def test_the_actuator_dead_letters_a_huge_action_and_applies_the_next() ->
                 await bus.js.publish(subjects.subject(C, subjects.ACTION, kind, "x"), data)
             good = SetTaint(id="after-poison", by="admission", at=0.0, node="gpu-0",
                             taint=Taint(key="k", value="v", effect="NoSchedule"))  # fmt: skip
-            await bus.publish(action_subject(C, good), good, msg_id=good.id)
+            await Producers(bus).publish(good)
             found = await letters(bus, 2)
             assert sorted(letter.size for letter in found) == sorted([JUST_UNDER + 2,
                                                                        len(NOT_UTF8)])  # fmt: skip

@@ -15,6 +15,7 @@ from kubernetes_asyncio import client
 
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner, serve
+from baton.libs.runner.leasing import Lease
 from baton.libs.testing.sim import Sim
 from baton.services.actuator import main as actuator_main
 from baton.services.admission import main as admission_main
@@ -65,7 +66,8 @@ async def admitting(
     bus = await Bus.connect(url, cluster="c1", name="admission")
     try:
         await bus.ensure_streams()
-        admission = Runner(admission_main.SPEC, bus=bus, settings=settings)
+        admission = Runner(admission_main.SPEC, bus=bus, settings=settings,
+                           lease=Lease(bus, "admission"))  # fmt: skip
         bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         webhook = admission_main.beside(settings, bus, bound=bound)
         gang = gang_main.Settings(**shared, require_admission=True, cycle_interval=0.1)

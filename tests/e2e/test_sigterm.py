@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from baton.libs.bus import Bus, Outgoing
+from baton.libs.testing.actions import take_lease
 from baton.libs.testing.builders import gang, node, pod
 from baton.libs.testing.nats import running_nats
 from baton.libs.testing.sim import Sim, running_sim
@@ -202,8 +203,9 @@ async def test_actuator_stopped_with_a_backlog_exits_in_its_grace_and_answers_ev
 ) -> None:
     async with running_nats() as url, running_sim(nodes=20) as sim, bus_for(url) as bus:
         nodes = sorted(o["metadata"]["name"] for o in sim.store.list("nodes")[0])
+        epoch = await take_lease(bus, "admission")  # the producer's lease: applied
         actions = [
-            SetLabels(id=f"label-{i}", by="test", at=1.0, priority="balloon",
+            SetLabels(id=f"label-{i}", by="admission", at=1.0, epoch=epoch, priority="balloon",
                       node=nodes[i % len(nodes)], labels={f"test.baton.io/l{i}": "yes"})
             for i in range(600)
         ]  # fmt: skip

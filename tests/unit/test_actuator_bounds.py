@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from baton.proto.actions import BindGang, Binding, Cordon, EvictGang
+from baton.proto.k8s import MAX_GANG_MEMBERS
 from baton.services.actuator import core
 from baton.services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle
+from baton.services.actuator.main import Settings
 
 pytestmark = pytest.mark.unit
 
@@ -48,3 +50,9 @@ def test_the_bucket_is_charged_for_the_writes_an_action_made_beyond_its_estimate
     assert state.bucket.tokens == 9  # estimated: one write
     state, _ = core.step(state, Finished(action_id="c", outcome="applied", calls=4), 0.0)
     assert state.bucket.tokens == 6  # it made four: three more charged
+
+
+def test_the_actuator_may_not_refuse_a_gang_the_webhook_admits_and_gang_places() -> None:
+    with pytest.raises(ValueError, match="MAX_MEMBERS is below 4096"):
+        Settings(max_members=MAX_GANG_MEMBERS - 1)
+    assert Settings().limits().max_members == MAX_GANG_MEMBERS

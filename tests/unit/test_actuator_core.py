@@ -150,6 +150,20 @@ def test_duplicate_id_is_applied_once() -> None:
     assert of(out, Settle) == [Settle(tickets=(3,), verdict="ack")]
 
 
+def test_an_untrusted_action_is_failed_dead_lettered_and_its_id_left_free() -> None:
+    state = core.initial(Limits(qps=0), now=0.0)
+    why = "refused: the body is create-pod, the subject says bind-gang (baton.c1.action...)"
+    state, out = core.step(state, Arrived(action=cordon("x"), ticket=1, untrusted=why), 0.0)
+    assert applied(out) == []
+    (report,) = of(out, Report)
+    assert report.result.outcome == "failed" and report.result.error == why
+    assert of(out, Settle) == [
+        Settle(tickets=(1,), verdict="term", reason=why, error_class="bad-input")
+    ]
+    state, out = core.step(state, Arrived(action=cordon("x"), ticket=2), 1.0)  # the real one
+    assert applied(out) == ["x"]
+
+
 def test_seen_ids_are_bounded_by_count_and_age() -> None:
     state = core.initial(Limits(qps=0, seen_limit=2, seen_ttl=10.0), now=0.0)
     for i, at in enumerate([0.0, 1.0, 2.0]):

@@ -186,8 +186,9 @@ def test_a_check_pod_runs_its_command_once_on_its_node() -> None:
     assert (body["spec"]["restartPolicy"], body["spec"]["nodeName"]) == ("Never", "n1")
 
 
-def test_result_subject_mirrors_the_action_subject() -> None:
-    assert result_subject("baton.c1.action.bind.team-a.job7") == "baton.c1.result.bind.team-a.job7"
+def test_result_subject_mirrors_the_action_subject_without_its_producer() -> None:
+    subject = "baton.c1.action.bind-gang.gang.team-a.job7"
+    assert result_subject(subject) == "baton.c1.result.bind-gang.team-a.job7"
 
 
 def test_settings_name_the_bad_key() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from baton.libs.testing.builders import RACK, NodeBuilder, gang, node, pod, racks
 from baton.proto.actions import ActionResult, EvictGang, RecreatePod
-from baton.proto.k8s import Node, Toleration
+from baton.proto.k8s import MAX_GANG_MEMBERS, Node, Toleration
 from baton.proto.placement import GangRestarted
 from baton.services.gang import core
 from tests.unit.gang_helpers import apply, binds, feed, finish, gangs_bound, make, tick, verdicts
@@ -355,3 +355,17 @@ def test_a_bound_placement_is_no_longer_in_flight_and_an_idle_cluster_gets_no_ti
     tick(state, 3.0)
     assert state.inflight == {}
     assert not core.wants_tick(state, 3.5)
+
+
+def test_a_gang_larger_than_one_bind_may_name_is_never_placed_and_says_why() -> None:
+    """4,097 one-GPU pods on 520 8-GPU nodes fit, but the actuator refuses a bind of more
+    than MAX_GANG_MEMBERS: gang places none and says so (``baton why``), not "placed"."""
+    big_group, big = gang("big", MAX_GANG_MEMBERS + 1, gpus=1)
+    small_group, small = gang("small", 4, gpus=1, created_at=2)
+    state = make(flat(520), big_group, big, small_group, small)
+    out = tick(state, 1.0)
+    assert [b.gang for b in binds(out)] == ["default/small"]
+    (refused,) = verdicts(out)
+    assert refused.gang == "default/big" and refused.need.nodes == 0
+    assert f"more than the {MAX_GANG_MEMBERS} one bind may name" in refused.reason
+    assert binds(tick(state, 30.0)) == [] and verdicts(tick(state, 31.0)) == []  # said once

@@ -25,13 +25,18 @@ def by_name() -> dict[str, access.Permissions]:
     return {s.name: access.service_permissions(s, C) for s in specs()}
 
 
-def test_each_service_may_publish_only_the_actions_its_routes_send() -> None:
+def test_each_service_may_publish_only_the_actions_its_routes_send_under_its_name() -> None:
     perms = by_name()
-    taint = "baton.c1.action.taint.gpu-1"
-    bind = "baton.c1.action.bind-gang.team-a.g1"
+    taint = "baton.c1.action.taint.admission.gpu-1"
+    bind = "baton.c1.action.bind-gang.gang.team-a.g1"
     assert allowed(perms["admission"], taint)
     assert not allowed(perms["gang"], taint) and allowed(perms["gang"], bind)
     assert not any(allowed(perms[n], bind) for n in ("bridge", "actuator", "health"))
+    # a kind it may ask for, but under another producer's name: refused by the server
+    assert not allowed(perms["gang"], "baton.c1.action.bind-gang.admission.team-a.g1")
+    assert not allowed(perms["bandwidth"], "baton.c1.action.annotate.admission.team-a.p")
+    assert allowed(perms["bandwidth"], "baton.c1.action.annotate.bandwidth.team-a.p")
+    assert not allowed(perms["admission"], "baton.c1.action.taint.admission")  # no key
     assert not allowed(perms["bridge"], taint)
     assert allowed(perms["bridge"], "baton.c1.k8s.node.gpu-1")
     assert not allowed(perms["gang"], "baton.c1.k8s.node.gpu-1")  # nobody forges objects
@@ -58,7 +63,7 @@ def test_a_node_agent_publishes_only_its_nodes_telemetry() -> None:
     perms = access.agent_permissions(C, "gpu-1.rack-2")
     assert allowed(perms, "baton.c1.telemetry.heartbeat.gpu-1_rack-2")
     assert not allowed(perms, "baton.c1.telemetry.heartbeat.gpu-2")
-    assert not allowed(perms, "baton.c1.action.taint.gpu-2")
+    assert not allowed(perms, "baton.c1.action.taint.health.gpu-2")
     assert not any(p.startswith("$JS.API.>") for p in perms.publish)
     assert perms.subscribe == ("baton.c1.bandwidth.limits.gpu-1_rack-2",)
 

@@ -162,19 +162,23 @@ def test_nasty_bodies_are_a_400_or_an_answer(body: bytes) -> None:
 
 
 def ask(obj: dict[str, Any], *, kind: str = "Pod", api: tuple[str, str] = ("", "v1"),
-        mutate: bool = False) -> dict[str, Any]:  # fmt: skip
+        mutate: bool = False, old: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """CREATE ``obj``; with ``old``, an UPDATE from ``old`` to ``obj``."""
     request = {"uid": "r", "kind": {"group": api[0], "version": api[1], "kind": kind},
-               "namespace": "ml", "name": "x", "operation": "CREATE", "object": obj}  # fmt: skip
+               "namespace": "ml", "name": "x", "operation": "UPDATE" if old else "CREATE",
+               "object": obj, "oldObject": old}  # fmt: skip
     body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
     response = answer(STATE, json.dumps(body).encode(), mutate=mutate)
     assert response is not None
     return response
 
 
-def gang_pod(gpus: str, *, where: str = "limits") -> dict[str, Any]:
+def gang_pod(gpus: str, *, where: str = "limits", init: str = "") -> dict[str, Any]:
     container = {"name": "c", "resources": {where: {GPU: gpus}}}
-    return {"metadata": {"name": "w-0", "labels": {keys.POD_GROUP: "g"}},
-            "spec": {"schedulerName": "baton", "containers": [container]}}  # fmt: skip
+    spec: dict[str, Any] = {"schedulerName": "baton", "containers": [container]}
+    if init:
+        spec["initContainers"] = [{"name": "i", "resources": {"limits": {GPU: init}}}]
+    return {"metadata": {"name": "w-0", "labels": {keys.POD_GROUP: "g"}}, "spec": spec}
 
 
 @pytest.mark.parametrize(
@@ -192,6 +196,15 @@ def gang_pod(gpus: str, *, where: str = "limits") -> dict[str, Any]:
          "PodGroup", ("scheduling.k8s.io", "v1beta1"), "minCount"),
         ({"metadata": {"name": "g"}, "spec": {"minMember": 2, "minResources": {GPU: "-16"}}},
          "PodGroup", ("scheduling.x-k8s.io", "v1alpha1"), "minResources"),
+        (gang_pod("1", init="-1"), "Pod", ("", "v1"), "initContainers[0] ('i')"),
+        (gang_pod("1", init="1000000000000"), "Pod", ("", "v1"), "initContainers[0] ('i')"),
+        (gang_pod("0.5"), "Pod", ("", "v1"), "GPUs are whole devices"),
+        (gang_pod("1", init="1500m"), "Pod", ("", "v1"), "GPUs are whole devices"),
+        (gang_pod("-0.5"), "Pod", ("", "v1"), "GPUs are whole devices"),
+        ({"metadata": {"name": "g"}, "spec": {"minMember": 4097}},
+         "PodGroup", ("scheduling.x-k8s.io", "v1alpha1"), "more than the 4096 members"),
+        ({"metadata": {"name": "g"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 5000}}}},
+         "PodGroup", ("scheduling.k8s.io", "v1beta1"), "more than the 4096 members"),
     ],
 )  # fmt: skip
 def test_absurd_quantities_are_refused_with_a_message_a_user_can_act_on(
@@ -201,3 +214,26 @@ def test_absurd_quantities_are_refused_with_a_message_a_user_can_act_on(
     assert response["allowed"] is False, response
     message = response["status"]["message"]
     assert says in message, message
+
+
+def test_an_update_that_makes_a_gang_or_its_gpus_impossible_is_refused() -> None:
+    """UPDATEs are validated: a PodGroup grown past 4,096 members or a pod whose GPUs go
+    fractional is refused; an update that keeps a problem the object already had (made
+    before the webhook) or changes nothing that matters is allowed."""
+    api = ("scheduling.x-k8s.io", "v1alpha1")
+    small = {"metadata": {"name": "g"}, "spec": {"minMember": 8}}
+    big = {"metadata": {"name": "g"}, "spec": {"minMember": 5000}}
+    grown = ask(big, kind="PodGroup", api=api, old=small)
+    assert grown["allowed"] is False and "4096" in grown["status"]["message"]
+    assert ask(big, kind="PodGroup", api=api, old=big)["allowed"] is True
+    relabelled = {**small, "metadata": {"name": "g", "labels": {"x": "y"}}}
+    assert ask(relabelled, kind="PodGroup", api=api, old=small)["allowed"] is True
+    fractional = ask(gang_pod("0.5"), old=gang_pod("1"))
+    assert fractional["allowed"] is False and "whole" in fractional["status"]["message"]
+    assert ask(gang_pod("1"), old=gang_pod("1"))["allowed"] is True
+
+
+def test_an_init_container_counts_toward_the_pods_gpus() -> None:
+    """The effective request is the larger of the containers' sum and any init container's."""
+    response = ask(gang_pod("1", init="65"))
+    assert response["allowed"] is False and "65" in response["status"]["message"]
