@@ -122,12 +122,12 @@ def spread_spare(capacity: float, *, claims: list[Claim], total_want: float) -> 
     if total_want <= 0:
         flat = [0.0] * len(wants)
     elif all(cap == INF for cap in caps):
-        flat = [w * (capacity / total_want) for w in wants]
+        flat = [w / total_want * capacity for w in wants]  # a share first: no overflow
     else:  # weighted water-filling: weight and low are the want, high is the cap
         busy = [i for i, w in enumerate(wants) if w > 0]
         shares = water_fill(
             capacity,
-            weights=[wants[i] for i in busy],
+            weights=[wants[i] / total_want for i in busy],  # shares: no overflow at tiny wants
             lows=[wants[i] for i in busy],
             highs=[caps[i] for i in busy],
         )

@@ -50,6 +50,18 @@ def slack(x: float) -> float:
     return 1e-6 * max(abs(x), CAPACITY) if x < INF else 0.0
 
 
+def test_a_tiny_want_alone_gets_the_capacity_not_infinity() -> None:
+    """Found by hypothesis: capacity / 5e-324 overflowed to inf before the share was taken."""
+    team = TeamEgress(name="t0", tier="critical", weight=1.0, minimum_bps=0, namespaces=())
+    claim = allocating.Claim(team=team, uids=["0-0"], wants=[5e-324], caps=[INF])
+    shares = allocating.allocate(CAPACITY, tiers=DEFAULT_TIERS, claims=[claim])
+    assert shares.pods["t0"] == [CAPACITY]
+    capped = msgspec.structs.replace(team, name="t1")  # a cap somewhere: water-filling
+    idle = allocating.Claim(team=capped, uids=["1-0"], wants=[0.0], caps=[0.0])
+    shares = allocating.allocate(CAPACITY, tiers=DEFAULT_TIERS, claims=[claim, idle])
+    assert shares.pods["t0"] == [CAPACITY]
+
+
 @settings(max_examples=300, deadline=None)
 @given(claims())
 def test_the_sum_never_exceeds_capacity_and_is_used_when_wanted(cs: list[allocating.Claim]) -> None:
