@@ -47,8 +47,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--workload",
         default="synthetic",
-        help="none | synthetic | philly-sample | a Philly-format trace CSV (default synthetic)",
+        help="none | synthetic | llm | philly-sample | a Philly-format trace CSV "
+        "(default synthetic)",
     )
+    p.add_argument(
+        "--submit", choices=("pods", "controllers"),
+        help="the workload's jobs as PodGroups and bare pods, or as Jobs, JobSets and "
+        "MPIJobs through simcluster's controllers (default: controllers for llm, else pods)",
+    )  # fmt: skip
     p.add_argument("--speed", type=float, default=60.0, help="trace time compression (default 60)")
     p.add_argument("--cluster", default="c1", help="cluster token in subjects (default c1)")
     p.add_argument("--endpoints-file", type=Path, help="write BATON_NATS_URL and KUBECONFIG here")
@@ -79,7 +85,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--nodes must be at least 1")
     if args.replicas < 1:
         p.error("--replicas must be at least 1")
-    named = {"none", "synthetic", "philly-sample"}
+    named = {"none", "synthetic", "llm", "philly-sample"}
     if args.workload not in named and not Path(args.workload).is_file():
         p.error(f"--workload {args.workload!r}: not {', '.join(sorted(named))} or a trace file")
     return args

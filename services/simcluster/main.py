@@ -1,7 +1,8 @@
 """``baton sim``: serve a simulated GPU cluster's Kubernetes API until SIGTERM.
 
     baton sim --nodes N --listen HOST:PORT --kubeconfig PATH [--spec FILE]
-              [--trace FILE|philly-sample|synthetic --speed X] [--time-scale F]
+              [--trace FILE|philly-sample|synthetic|llm --speed X]
+              [--submit pods|controllers] [--time-scale F]
               [--fault-trace FILE]
     baton sim fault KIND TARGET... [--xid X --gpu G --detail ...]   (see fault_cli)
     baton sim heal KIND TARGET...
@@ -24,15 +25,16 @@ import msgspec
 import structlog
 
 from baton.libs.runtime import configure_logging, run_until_signalled, tune_gc
-from baton.services.simcluster import fault_cli, fault_trace, spec, trace, workload
+from baton.services.simcluster import fault_cli, fault_trace, mixes, spec, trace, workload
 from baton.services.simcluster.calls import Settings
 from baton.services.simcluster.kubeconfig import write_kubeconfig
 from baton.services.simcluster.server import ApiServer
 from baton.services.simcluster.simapi import SimApi
-from baton.services.simcluster.simulation import build
+from baton.services.simcluster.simulation import SUBMITS, build
 from baton.services.simcluster.store import Store
 
 log = structlog.get_logger("simcluster")
+NAMED_TRACES = ("", "synthetic", "llm", "philly-sample")
 
 
 class Options(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,12 +43,13 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     kubeconfig: Path | None
     advertise: str  # server URL written into the kubeconfig; "" = the listening URL
     spec: spec.ClusterSpec
-    trace: str  # "" | "synthetic" | "philly-sample" | a path
+    trace: str  # "" | "synthetic" | "llm" | "philly-sample" | a path
     speed: float
     time_scale: float
     seed: int
     history: int
     load: float = 0.9
+    submit: str = "pods"  # "pods" (PodGroups and bare pods) | "controllers"
     fault_trace: tuple[fault_trace.TraceRow, ...] = ()
 
 
@@ -70,7 +73,12 @@ def parse_args(argv: list[str]) -> Options:
     p.add_argument(
         "--advertise", default="", help="server URL for the kubeconfig (e.g. http://sim:6443)"
     )
-    p.add_argument("--trace", default="", help="synthetic | philly-sample | a Philly CSV")
+    p.add_argument("--trace", default="", help="synthetic | llm | philly-sample | a Philly CSV")
+    p.add_argument(
+        "--submit", choices=SUBMITS,
+        help="jobs as PodGroups and bare pods, or as Jobs, JobSets and MPIJobs the "
+        "controllers run (default: controllers for llm, pods otherwise)",
+    )  # fmt: skip
     p.add_argument("--speed", type=float, default=1.0, help="trace time compression")
     p.add_argument("--time-scale", type=float, default=1.0, help="speed of simulated delays")
     p.add_argument("--seed", type=int, default=1, help="seed of the synthetic workload")
@@ -92,8 +100,8 @@ def parse_args(argv: list[str]) -> Options:
         p.error("--speed and --time-scale must be > 0")
     if args.load <= 0:
         p.error(f"--load: expected > 0, got {args.load}")
-    if args.trace not in ("", "synthetic", "philly-sample") and not Path(args.trace).is_file():
-        p.error(f"--trace: not synthetic, philly-sample or a readable file: {args.trace!r}")
+    if args.trace not in NAMED_TRACES and not Path(args.trace).is_file():
+        p.error(f"--trace: not synthetic, llm, philly-sample or a readable file: {args.trace!r}")
     return Options(
         host=host,
         port=int(port),
@@ -106,6 +114,7 @@ def parse_args(argv: list[str]) -> Options:
         seed=args.seed,
         history=args.history,
         load=args.load,
+        submit=args.submit or ("controllers" if args.trace == "llm" else "pods"),
         fault_trace=_fault_trace(p, args),
     )
 
@@ -139,8 +148,10 @@ def _fault_trace(
 
 
 def jobs(opts: Options) -> Iterable[workload.Job]:
+    gpus = sum(p.count * p.gpus for p in opts.spec.pools)
+    if opts.trace == "llm":
+        return mixes.llm_jobs(seed=opts.seed, gpus=gpus or 8)
     if opts.trace == "synthetic":
-        gpus = sum(p.count * p.gpus for p in opts.spec.pools)
         return workload.synthetic_jobs(seed=opts.seed, gpus=gpus or None, load=opts.load)
     path = trace.sample_path() if opts.trace == "philly-sample" else Path(opts.trace)
     return trace.from_busy_start(trace.read(path))
@@ -160,7 +171,7 @@ async def serve(opts: Options) -> None:
         if opts.kubeconfig is not None:
             write_kubeconfig(opts.kubeconfig, opts.advertise or url)
         if opts.trace:
-            cluster.replay(jobs(opts), speed=opts.speed)
+            cluster.replay(jobs(opts), speed=opts.speed, submit=opts.submit)
         if opts.fault_trace:
             cluster.replay_faults(opts.fault_trace, speed=opts.speed)
         nodes = len(cluster.node_names())

@@ -22,6 +22,7 @@ from baton.services.simcluster import controlling, faults, quantities
 from baton.services.simcluster.calls import Admission
 from baton.services.simcluster.clock import Clock
 from baton.services.simcluster.cloud import Cloud
+from baton.services.simcluster.controlled import controlled_objects
 from baton.services.simcluster.fault_trace import TraceRow
 from baton.services.simcluster.faulting import Faults
 from baton.services.simcluster.hardware import NodeHardware
@@ -35,6 +36,8 @@ from baton.services.simcluster.spec import ClusterSpec, Delays, default_spec
 from baton.services.simcluster.store import ApiError, Store
 from baton.services.simcluster.targets import Target
 from baton.services.simcluster.workload import Job, job_objects
+
+SUBMITS = ("pods", "controllers")  # how the workload submits its jobs
 
 Nodes = str | Iterable[str] | Target  # a node, some nodes, or a Target
 
@@ -179,14 +182,21 @@ class Simulation:
 
     # workload
 
-    def replay(self, jobs: Iterable[Job], *, speed: float = 1.0) -> asyncio.Task[None]:
-        """Submit ``jobs`` at ``submit_s / speed`` (simulated seconds), in the background."""
-        task = asyncio.create_task(self._replay(jobs, speed=speed), name="simcluster-workload")
+    def replay(
+        self, jobs: Iterable[Job], *, speed: float = 1.0, submit: str = "pods"
+    ) -> asyncio.Task[None]:
+        """Submit ``jobs`` at ``submit_s / speed`` (simulated seconds), in the background:
+        as PodGroups and bare pods (``submit="pods"``) or as the Jobs, JobSets and MPIJobs
+        the controllers run (``"controllers"``, ``controlled.py``)."""
+        if submit not in SUBMITS:
+            raise ValueError(f"submit: expected one of {', '.join(SUBMITS)}, got {submit!r}")
+        replaying = self._replay(jobs, speed=speed, submit=submit)
+        task = asyncio.create_task(replaying, name="simcluster-workload")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _replay(self, jobs: Iterable[Job], *, speed: float) -> None:
+    async def _replay(self, jobs: Iterable[Job], *, speed: float, submit: str) -> None:
         gpus = max((p.gpus for p in self.spec.pools), default=8) or 8
         start = self.clock.now()
         namespaces: set[str] = set()
@@ -195,11 +205,14 @@ class Simulation:
             if job.namespace not in namespaces:
                 self._ensure_namespace(job.namespace)
                 namespaces.add(job.namespace)
-            group, pods = job_objects(job, speed=speed, gpus_per_node=gpus)
+            if submit == "controllers":
+                objects = controlled_objects(job, speed=speed, gpus_per_node=gpus)
+            else:
+                group, pods = job_objects(job, speed=speed, gpus_per_node=gpus)
+                objects = [("podgroups", group), *(("pods", pod) for pod in pods)]
             try:
-                await self._create("podgroups", group)
-                for pod in pods:
-                    await self._create("pods", pod)
+                for res, obj in objects:
+                    await self._create(res, obj)
             except ApiError as exc:
                 log.warning("job not submitted", job=job.job_id, error=str(exc))
                 continue

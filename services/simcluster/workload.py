@@ -72,13 +72,6 @@ def job_objects(job: Job, *, speed: float = 1.0, gpus_per_node: int = 8) -> tupl
 def _pod(
     job: Job, *, index: int, gpus: int, multi_node: bool, labels: dict[str, str], duration: str
 ) -> Obj:
-    requests = {
-        GPU: str(gpus),
-        "cpu": str(CPU_PER_GPU * gpus),
-        "memory": f"{MEMORY_PER_GPU_GI * gpus}Gi",
-    }
-    if multi_node:
-        requests["rdma/ib"] = str(gpus)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -88,17 +81,32 @@ def _pod(
             "labels": {**labels, POD_GROUP_LABEL: job.name},
             "annotations": {DURATION_ANNOTATION: duration},
         },
-        "spec": {
-            "schedulerName": SCHEDULER_NAME,
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": "sim.baton.io/trainer:latest",
-                    "resources": {"requests": requests, "limits": {GPU: str(gpus)}},
-                }
-            ],
-        },
+        "spec": pod_spec(gpus=gpus, multi_node=multi_node),
+    }
+
+
+def pod_spec(*, gpus: int, multi_node: bool, cpu: int = 0, memory_gi: int = 0) -> Obj:
+    """A trainer's pod spec: ``gpus`` GPUs with 20 cores and 200 GiB each (or ``cpu``
+    cores and ``memory_gi`` GiB when given: a launcher with no GPUs), the node's
+    InfiniBand NICs when it is one of several nodes, scheduled by Baton, never restarted
+    in place."""
+    requests = {
+        GPU: str(gpus),
+        "cpu": str(cpu or CPU_PER_GPU * gpus),
+        "memory": f"{memory_gi or MEMORY_PER_GPU_GI * gpus}Gi",
+    }
+    if multi_node and gpus:
+        requests["rdma/ib"] = str(gpus)
+    return {
+        "schedulerName": SCHEDULER_NAME,
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "trainer",
+                "image": "sim.baton.io/trainer:latest",
+                "resources": {"requests": requests, "limits": {GPU: str(gpus)}},
+            }
+        ],
     }
 
 

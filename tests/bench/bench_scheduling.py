@@ -52,6 +52,7 @@ from baton.proto.actions import BindGang
 from baton.proto.k8s import GPU, Node, NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.placement import GangRestarted
 from baton.services.gang import core
+from baton.services.simcluster import mixes
 from baton.services.simcluster.trace import sample_path
 
 TRACE = Path(
@@ -111,25 +112,14 @@ def philly(first: int = 48_000, count: int = 3_000) -> tuple[list[Job], str]:
 
 
 def llm_mix(seed: int = 7, hours: float = 72.0) -> list[Job]:
-    """Kalos-like: ~90% of jobs are evaluation (1-8 GPUs, median ~15 min), a few
-    fine-tuning/debug gangs (16-128 GPUs, ~2 h), and pretraining gangs of 256-1,024 GPUs
-    (~10 h) holding most of the GPU time."""
-    rng = random.Random(seed)
-    window = hours * 3600
-    jobs: list[Job] = []
-
-    def add(kind: str, count: int, sizes: tuple[int, ...], median_s: float, **kw: object) -> None:
-        for i in range(count):
-            duration = min(rng.lognormvariate(math.log(median_s), 0.8), 48 * 3600)
-            at = rng.uniform(0, window * 0.9)
-            jobs.append(Job(f"{kind}{i}", at, rng.choice(sizes), duration, **kw))  # type: ignore[arg-type]
-
-    add("eval", 2000, (1, 1, 2, 4, 8, 8), 15 * 60, preemptible=True)
-    add("tune", 160, (16, 32, 64, 128), 2 * 3600)
-    add("pretrain", 20, (256, 512, 512, 1024), 10 * 3600, priority=10)
-    teams = random.Random(seed + 1)  # its own stream: the jobs are those of before
-    jobs = [dataclasses.replace(j, team=f"team{teams.randrange(6)}") for j in jobs]
-    return sorted(jobs, key=lambda j: (j.submit, j.name))
+    """The Kalos-like mix ``baton sim --trace llm`` also runs (``simcluster.mixes``):
+    evaluation jobs preemptible, pretraining gangs priority 10."""
+    return [
+        Job(j.job_id, j.submit_s, j.gpus, j.duration_s, team=f"team{j.team}",
+            priority=10 if j.job_id.startswith("pretrain") else 0,
+            preemptible=j.job_id.startswith("eval"))
+        for j in mixes.llm_mix(seed, hours)
+    ]  # fmt: skip
 
 
 def overestimated(jobs: list[Job], seed: int = 11, most: float = 3.0) -> list[Job]:

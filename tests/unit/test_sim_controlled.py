@@ -1,0 +1,141 @@
+"""The workload through controllers: a trace's jobs as the JobSets, MPIJobs and Jobs
+users submit (``controlled.py``), and the LLM-style mix (``mixes.py``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from baton.proto import keys
+from baton.services.simcluster import mixes, validation
+from baton.services.simcluster.controlled import batch_job, controlled_objects, kind_of
+from baton.services.simcluster.resources import resource
+from baton.services.simcluster.simulation import build
+from baton.services.simcluster.store import Store
+from baton.services.simcluster.workload import DURATION_ANNOTATION, Job
+from tests.pipeline import until
+
+pytestmark = pytest.mark.unit
+Obj = dict[str, Any]
+
+
+def job(job_id: str, gpus: int, duration_s: float = 600.0) -> Job:
+    return Job(job_id=job_id, submit_s=0.0, gpus=gpus, duration_s=duration_s, team="a")
+
+
+def valid(res: str, body: Obj) -> Obj:
+    """The object as the API server would store it, refused on any unknown field."""
+    decoded, _ = validation.decode(resource(res), body, mode="Strict")
+    return decoded
+
+
+def test_a_large_job_becomes_a_jobset_read_as_one_gang() -> None:
+    big = job("big0", 256, duration_s=3600)  # 32 whole-node pods
+    assert kind_of(big) == "JobSet"
+    [(res, body)] = controlled_objects(big, speed=60)
+    assert res == "jobsets" and valid(res, body) == body
+    assert body["metadata"] == {"name": "job-big0", "namespace": "team-a",
+                                "labels": {"sim.baton.io/job": "big0",
+                                           "sim.baton.io/team": "a"}}  # fmt: skip
+    [replicated] = body["spec"]["replicatedJobs"]
+    spec = replicated["template"]["spec"]
+    assert (replicated["replicas"], spec["parallelism"], spec["completions"]) == (4, 8, 8)
+    assert spec["completionMode"] == "Indexed" and spec["backoffLimit"] == 0
+    notes = spec["template"]["metadata"]["annotations"]
+    assert notes == {keys.GANG_MEMBERS: "32", DURATION_ANNOTATION: "60.000"}
+    [container] = spec["template"]["spec"]["containers"]
+    assert container["resources"]["requests"][keys.GPU] == "8"
+    assert container["resources"]["requests"]["rdma/ib"] == "8"
+    assert spec["template"]["spec"]["schedulerName"] == "baton"
+    assert body["spec"]["failurePolicy"]["maxRestarts"] >= 1  # an eviction restarts it
+
+
+@pytest.mark.parametrize(("gpus", "jobs", "pods"), [(16, 1, 2), (24, 1, 3), (88, 11, 1),
+                                                    (1024, 16, 8), (20, 1, 3)])  # fmt: skip
+def test_a_jobset_splits_its_pods_into_equal_jobs(gpus: int, jobs: int, pods: int) -> None:
+    [(_, body)] = controlled_objects(job("big0", gpus))
+    [replicated] = body["spec"]["replicatedJobs"]
+    assert (replicated["replicas"], replicated["template"]["spec"]["parallelism"]) == (jobs, pods)
+    notes = replicated["template"]["spec"]["template"]["metadata"]["annotations"]
+    assert notes[keys.GANG_MEMBERS] == str(jobs * pods)
+
+
+def test_an_mpi_job_has_a_launcher_that_ends_it_and_whole_node_workers() -> None:
+    mpi = job("big1", 32, duration_s=120)
+    assert kind_of(mpi) == "MPIJob"
+    [(res, body)] = controlled_objects(mpi, speed=2)
+    assert res == "mpijobs" and valid(res, body) == body
+    specs = body["spec"]["mpiReplicaSpecs"]
+    launcher, worker = specs["Launcher"], specs["Worker"]
+    assert (launcher["replicas"], worker["replicas"]) == (1, 4)
+    assert launcher["template"]["metadata"]["annotations"] == {DURATION_ANNOTATION: "60.000"}
+    assert DURATION_ANNOTATION not in worker["template"]["metadata"]["annotations"]
+    assert body["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"  # workers end with it
+    [launched] = launcher["template"]["spec"]["containers"]
+    assert launched["resources"]["requests"][keys.GPU] == "0"
+
+
+def test_a_small_job_is_a_job_of_one_pod_without_a_podgroup() -> None:
+    small = job("e1", 4)
+    assert kind_of(small) == "Job"
+    [(res, body)] = controlled_objects(small)
+    assert res == "jobs" and valid(res, body) == body
+    assert (body["spec"]["parallelism"], body["spec"]["completions"]) == (1, 1)
+    assert "completionMode" not in body["spec"]  # NonIndexed
+    assert keys.POD_GROUP not in body["spec"]["template"]["metadata"]["labels"]
+
+
+def test_a_job_of_several_pods_is_indexed_and_one_gang_by_its_podgroup() -> None:
+    made = batch_job(job("two", 16), shape=[8, 8], duration="5.000")
+    assert [res for res, _ in made] == ["podgroups", "jobs"]  # the group first
+    [(_, group), (_, body)] = made
+    assert valid("podgroups", group) == group and valid("jobs", body) == body
+    assert group["metadata"]["name"] == "job-two" and group["spec"] == {"minMember": 2}
+    assert body["spec"]["completionMode"] == "Indexed" and body["spec"]["parallelism"] == 2
+    assert body["spec"]["template"]["metadata"]["labels"][keys.POD_GROUP] == "job-two"
+
+
+async def test_through_controllers_each_kind_gets_its_controller_s_objects() -> None:
+    """Replayed in the simulation: the MPI operator makes the MPIJob's PodGroup, the
+    JobSet controller its Jobs, the Job controller the small job's pod."""
+    store = Store()
+    sim = build(store, nodes=0)
+    await sim.start()
+    try:
+        sim.replay([job("big1", 16), job("big0", 16), job("e1", 1)], speed=10,
+                   submit="controllers")  # fmt: skip
+
+        def made() -> bool:
+            groups = store.list("podgroups", namespace="team-a")[0]
+            jobs = {j["metadata"]["name"] for j in store.list("jobs", namespace="team-a")[0]}
+            pods = store.list("pods", namespace="team-a")[0]
+            return bool(groups) and {"job-big0-trainers-0", "job-e1"} <= jobs and len(pods) == 6
+
+        await until(made, what="the PodGroup, the JobSet's Job, the small Job and 6 pods")
+        group = store.get("podgroups", "team-a", "job-big1")
+        assert group["spec"]["minMember"] == 3  # launcher + 2 workers
+        pods = store.list("pods", namespace="team-a")[0]
+        gangs = Counter(p["metadata"]["labels"].get(keys.POD_GROUP)
+                        or p["metadata"]["labels"].get(keys.JOBSET_NAME) for p in pods)  # fmt: skip
+        assert gangs == {"job-big1": 3, "job-big0": 2, None: 1}
+    finally:
+        await sim.stop()
+
+
+def test_replay_refuses_an_unknown_way_to_submit() -> None:
+    with pytest.raises(ValueError, match="submit: expected one of pods, controllers"):
+        build(Store(), nodes=0).replay([], submit="operators")
+
+
+def test_the_llm_mix_is_sized_to_the_cluster_with_most_gpu_time_in_large_gangs() -> None:
+    jobs = mixes.llm_jobs(seed=1, gpus=512)
+    kinds = Counter(j.job_id.rstrip("0123456789") for j in jobs)
+    assert kinds == {"eval": 500, "tune": 40, "pretrain": 5}  # a quarter of 2,048 GPUs'
+    assert max(j.gpus for j in jobs) == 512  # none larger than the cluster
+    work = sum(j.gpus * j.duration_s for j in jobs)
+    assert sum(j.gpus * j.duration_s for j in jobs if j.gpus >= 256) > 0.5 * work
+    assert mixes.llm_jobs(seed=1, gpus=512) == jobs  # seeded
+    with pytest.raises(ValueError, match="gpus must be > 0"):
+        mixes.llm_jobs(seed=1, gpus=0)
