@@ -157,6 +157,9 @@ def test_up_takes_named_workloads_and_refuses_a_missing_trace(
     from baton.services.cli.up import parse_args
 
     assert parse_args(["--workload", "philly-sample"]).workload == "philly-sample"
+    llm = parse_args(["--workload", "llm"])
+    assert (llm.workload, llm.submit) == ("llm", None)  # simcluster's default: controllers
+    assert parse_args(["--submit", "controllers"]).submit == "controllers"
     with pytest.raises(SystemExit):
         parse_args(["--workload", "/no/such/trace.csv"])
     assert "--workload '/no/such/trace.csv'" in capsys.readouterr().err

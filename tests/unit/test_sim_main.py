@@ -17,6 +17,16 @@ def test_nodes_flag_gives_one_pool() -> None:
     assert (opts.host, opts.port, opts.trace) == ("0.0.0.0", 0, "synthetic")
 
 
+def test_llm_goes_through_controllers_unless_submit_says_otherwise() -> None:
+    assert main.parse_args(["--trace", "llm"]).submit == "controllers"
+    assert main.parse_args(["--trace", "synthetic"]).submit == "pods"
+    assert main.parse_args(["--trace", "synthetic", "--submit", "controllers"]).submit == (
+        "controllers"
+    )
+    opts = main.parse_args(["--trace", "llm", "--submit", "pods", "--nodes", "32"])
+    assert opts.submit == "pods" and max(j.gpus for j in main.jobs(opts)) == 256
+
+
 def test_spec_file_wins_over_nodes(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("pools: [{name: a, count: 2}, {name: b, count: 3, gpus: 4}]\n")
@@ -31,6 +41,7 @@ def test_spec_file_wins_over_nodes(tmp_path: Path) -> None:
         (["--trace", "/no/such/file.csv"], "--trace"),
         (["--speed", "0"], "--speed"),
         (["--nodes", "-1"], "--nodes"),
+        (["--trace", "llm", "--submit", "operators"], "--submit"),
     ],
 )
 def test_bad_flags_are_named(

@@ -1,0 +1,154 @@
+"""`baton up --workload llm`: the LLM-style mix submitted as users submit it - large
+jobs as JobSets and MPIJobs, small ones as Jobs - run by simcluster's controllers and
+placed by Baton in whole gangs, some running to completion."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import config
+from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
+
+from baton.proto import keys
+from tests.e2e.test_whole import _env
+from tests.pipeline import until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+Obj = dict[str, Any]
+KINDS = {"jobsets": ("jobset.x-k8s.io", "v1alpha2"), "mpijobs": ("kubeflow.org", "v2beta1"),
+         "jobs": ("batch", "v1"), "podgroups": ("scheduling.x-k8s.io", "v1alpha1")}  # fmt: skip
+DONE = {"jobsets": "Completed", "mpijobs": "Succeeded", "jobs": "Complete"}
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Path]:
+    """``baton up --workload llm --nodes 64`` (72 trace hours in ~2.6 min); its endpoints
+    file."""
+    endpoints = tmp_path / "up.env"
+    log = (tmp_path / "up.log").open("w")
+    argv = [sys.executable, "-m", "baton.services.cli", "up", "--nodes", "64",
+            "--workload", "llm", "--speed", "1500", "--endpoints-file", str(endpoints)]  # fmt: skip
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield endpoints
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+        log.close()
+
+
+async def read(kubeconfig: str) -> dict[str, list[Obj]]:
+    """Pods, PodGroups, JobSets, MPIJobs and Jobs, as the API serves them."""
+    client = await config.new_client_from_config(config_file=kubeconfig, persist_config=False)
+    try:
+        raw = await CoreV1Api(client).list_pod_for_all_namespaces(_preload_content=False)
+        found = {"pods": json.loads(await raw.read())["items"]}
+        for plural, (group, version) in KINDS.items():
+            listed = await CustomObjectsApi(client).list_cluster_custom_object(
+                group, version, plural
+            )
+            found[plural] = listed["items"]
+    finally:
+        await client.close()
+    return found
+
+
+def gang_of(pod: Obj) -> tuple[str, int] | None:
+    """(gang, members it needs) for a member of a PodGroup (need read later) or JobSet."""
+    meta = pod["metadata"]
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    if group := labels.get(keys.POD_GROUP):
+        return f"{meta['namespace']}/{group}", 0
+    if (jobset := labels.get(keys.JOBSET_NAME)) and keys.GANG_MEMBERS in notes:
+        return f"{meta['namespace']}/{jobset}", int(notes[keys.GANG_MEMBERS])
+    return None
+
+
+def partial(now: dict[str, list[Obj]]) -> set[str]:
+    """Gangs none of whose members has ended, with some but fewer than all bound."""
+    need = {f"{g['metadata']['namespace']}/{g['metadata']['name']}": g["spec"]["minMember"]
+            for g in now["podgroups"]}  # fmt: skip
+    bound: Counter[str] = Counter()
+    ended: set[str] = set()
+    for pod in now["pods"]:
+        if (gang := gang_of(pod)) is None:
+            continue
+        key, members = gang
+        need.setdefault(key, members)
+        if pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") in (
+            "Succeeded", "Failed",
+        ):  # fmt: skip
+            ended.add(key)
+        elif pod["spec"].get("nodeName"):
+            bound[key] += 1
+    return {k for k, n in bound.items() if k not in ended and 0 < n < need.get(k, 1)}
+
+
+def done(objects: list[Obj], kind: str) -> list[str]:
+    return [o["metadata"]["name"] for o in objects
+            if any(c["type"] == DONE[kind] and c["status"] == "True"
+                   for c in (o.get("status") or {}).get("conditions") or ())]  # fmt: skip
+
+
+def key(obj: Obj) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
+def whole(now: dict[str, list[Obj]]) -> set[str]:
+    """JobSets and MPIJobs with every pod of theirs bound and running, now."""
+    size = {key(o): sum(r["replicas"] * r["template"]["spec"]["parallelism"]
+                        for r in o["spec"]["replicatedJobs"]) for o in now["jobsets"]}  # fmt: skip
+    for o in now["mpijobs"]:
+        size[key(o)] = 1 + o["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+    pods: dict[str, list[Obj]] = {}
+    for pod in now["pods"]:
+        labels = pod["metadata"].get("labels") or {}
+        if name := labels.get(keys.JOBSET_NAME) or labels.get("training.kubeflow.org/job-name"):
+            pods.setdefault(f"{pod['metadata']['namespace']}/{name}", []).append(pod)
+    return {k for k, found in pods.items() if len(found) == size.get(k)
+            and all(p["spec"].get("nodeName") and p["status"].get("phase") == "Running"
+                    for p in found)}  # fmt: skip
+
+
+async def test_the_llm_mix_runs_as_jobsets_mpijobs_and_jobs_in_whole_gangs(up: Path) -> None:
+    await until(lambda: up.exists() and "KUBECONFIG" in up.read_text(),
+                what="baton up to write its endpoints file", within=180, step=1.0)  # fmt: skip
+    kubeconfig = _env(up)["KUBECONFIG"]
+    seen: set[str] = set()  # JobSets and MPIJobs seen running whole
+    partial_before: set[str] = set()
+    broken: list[set[str]] = []
+
+    async def finished_some_of_each() -> dict[str, list[str]] | None:
+        nonlocal partial_before
+        now = await read(kubeconfig)
+        seen.update(whole(now))
+        found = partial(now)
+        if found & partial_before:  # partial in two readings a second apart: not binding
+            broken.append(found & partial_before)
+        partial_before = found
+        finished = {kind: done(now[kind], kind) for kind in DONE}
+        return finished if all(finished.values()) else None
+
+    what = "a JobSet Completed, an MPIJob Succeeded, a Job Complete"
+    finished = await until(finished_some_of_each, within=360, step=1.0, what=what)
+    assert broken == []
+    kinds = {key.split("/", 1)[1] for key in seen}
+    now = await read(kubeconfig)
+    jobsets = {o["metadata"]["name"] for o in now["jobsets"]}
+    mpijobs = {o["metadata"]["name"] for o in now["mpijobs"]}
+    assert kinds & jobsets and kinds & mpijobs, (seen, finished)  # each seen placed whole
+    owned = [j for j in now["jobs"] if not j["metadata"].get("ownerReferences")]
+    assert owned  # the small jobs, submitted as Jobs of their own
+    assert all(len(o["spec"]["replicatedJobs"]) == 1 for o in now["jobsets"])
