@@ -65,34 +65,39 @@ async def read(kubeconfig: str) -> dict[str, list[Obj]]:
     return found
 
 
-def gang_of(pod: Obj) -> tuple[str, int] | None:
-    """(gang, members it needs) for a member of a PodGroup (need read later) or JobSet."""
-    meta = pod["metadata"]
-    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-    if group := labels.get(keys.POD_GROUP):
-        return f"{meta['namespace']}/{group}", 0
-    if (jobset := labels.get(keys.JOBSET_NAME)) and keys.GANG_MEMBERS in notes:
-        return f"{meta['namespace']}/{jobset}", int(notes[keys.GANG_MEMBERS])
-    return None
+def key(obj: Obj) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
+def sizes(now: dict[str, list[Obj]]) -> dict[str, int]:
+    """Members each gang has, from what was submitted: a JobSet's pods (its Jobs x
+    parallelism), a PodGroup's minMember (an MPIJob's: workers + launcher)."""
+    out = {key(o): sum(r["replicas"] * r["template"]["spec"]["parallelism"]
+                       for r in o["spec"]["replicatedJobs"]) for o in now["jobsets"]}  # fmt: skip
+    out.update((key(g), g["spec"]["minMember"]) for g in now["podgroups"])
+    return out
+
+
+def gang_of(pod: Obj) -> str | None:
+    labels = pod["metadata"].get("labels") or {}
+    name = labels.get(keys.POD_GROUP) or labels.get(keys.JOBSET_NAME)
+    return f"{pod['metadata']['namespace']}/{name}" if name else None
 
 
 def partial(now: dict[str, list[Obj]]) -> set[str]:
     """Gangs none of whose members has ended, with some but fewer than all bound."""
-    need = {f"{g['metadata']['namespace']}/{g['metadata']['name']}": g["spec"]["minMember"]
-            for g in now["podgroups"]}  # fmt: skip
+    need = sizes(now)
     bound: Counter[str] = Counter()
     ended: set[str] = set()
     for pod in now["pods"]:
         if (gang := gang_of(pod)) is None:
             continue
-        key, members = gang
-        need.setdefault(key, members)
         if pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") in (
             "Succeeded", "Failed",
         ):  # fmt: skip
-            ended.add(key)
+            ended.add(gang)
         elif pod["spec"].get("nodeName"):
-            bound[key] += 1
+            bound[gang] += 1
     return {k for k, n in bound.items() if k not in ended and 0 < n < need.get(k, 1)}
 
 
@@ -102,22 +107,14 @@ def done(objects: list[Obj], kind: str) -> list[str]:
                    for c in (o.get("status") or {}).get("conditions") or ())]  # fmt: skip
 
 
-def key(obj: Obj) -> str:
-    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-
-
 def whole(now: dict[str, list[Obj]]) -> set[str]:
     """JobSets and MPIJobs with every pod of theirs bound and running, now."""
-    size = {key(o): sum(r["replicas"] * r["template"]["spec"]["parallelism"]
-                        for r in o["spec"]["replicatedJobs"]) for o in now["jobsets"]}  # fmt: skip
-    for o in now["mpijobs"]:
-        size[key(o)] = 1 + o["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+    need = sizes(now)
     pods: dict[str, list[Obj]] = {}
     for pod in now["pods"]:
-        labels = pod["metadata"].get("labels") or {}
-        if name := labels.get(keys.JOBSET_NAME) or labels.get("training.kubeflow.org/job-name"):
-            pods.setdefault(f"{pod['metadata']['namespace']}/{name}", []).append(pod)
-    return {k for k, found in pods.items() if len(found) == size.get(k)
+        if gang := gang_of(pod):
+            pods.setdefault(gang, []).append(pod)
+    return {k for k, found in pods.items() if len(found) == need.get(k)
             and all(p["spec"].get("nodeName") and p["status"].get("phase") == "Running"
                     for p in found)}  # fmt: skip
 
