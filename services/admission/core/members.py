@@ -118,6 +118,14 @@ def _over(state: State, gang: Gang, extra: int) -> str:
 
 def _marks(gang: Gang, now: float, *, admitted: bool, reason: str) -> Annotate:
     what = "resume" if admitted else "pause"
+    return mark(gang, now, what=what, reason=reason,
+                annotations={keys.ADMITTED: "true" if admitted else None})  # fmt: skip
+
+
+def mark(
+    gang: Gang, now: float, *, what: str, reason: str, annotations: dict[str, str | None]
+) -> Annotate:
+    """Set (or, None, remove) admission's annotations on what carries the gang's marks."""
     return Annotate(
         id=ids.make(what, gang.key, f"{now:.6f}"),
         by="admission",
@@ -128,7 +136,7 @@ def _marks(gang: Gang, now: float, *, admitted: bool, reason: str) -> Annotate:
         api=gang.api,
         namespace=gang.namespace,
         name=gang.marked,
-        annotations={keys.ADMITTED: "true" if admitted else None},
+        annotations=annotations,
     )
 
 

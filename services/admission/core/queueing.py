@@ -239,18 +239,8 @@ def release_memberless(state: State, now: float) -> list[Output]:
 
 
 def unadmit(gang: Gang, now: float, *, reason: str) -> Annotate:
-    return Annotate(
-        id=ids.make("unadmit", gang.key, f"{now:.6f}"),
-        by="admission",
-        at=now,
-        priority="admission",
-        reason=reason,
-        kind=gang.kind,
-        api=gang.api,
-        namespace=gang.namespace,
-        name=gang.marked,
-        annotations={keys.ADMITTED: None, keys.BORROWING: None},
-    )
+    return members.mark(gang, now, what="unadmit", reason=reason,
+                        annotations={keys.ADMITTED: None, keys.BORROWING: None})  # fmt: skip
 
 
 def _try(
@@ -431,19 +421,9 @@ def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Ou
         keys.ADMITTED: "true",
         keys.BORROWING: "true" if borrowed else None,
     }
+    reason = "borrowing" if borrowed else "within quota"
     return [
-        Annotate(
-            id=ids.make("admit", gang.key, f"{now:.6f}"),
-            by="admission",
-            at=now,
-            priority="admission",
-            reason="borrowing" if borrowed else "within quota",
-            kind=gang.kind,
-            api=gang.api,
-            namespace=gang.namespace,
-            name=gang.marked,
-            annotations=annotations,
-        ),
+        members.mark(gang, now, what="admit", reason=reason, annotations=annotations),
         GangAdmitted(at=now, gang=gang.key, team=gang.team, gpus=gang.gpus, borrowed=borrowed),
     ]
 
