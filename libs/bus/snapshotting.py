@@ -17,7 +17,7 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 
 from baton.libs.bus.pulling import Puller
 from baton.proto.codec import Undecodable, decode
@@ -43,16 +43,7 @@ async def snapshot(
     and on K8S replaced by the object's last good revision from HISTORY (``last_good``)."""
     if stream is None:
         stream = await js.find_stream_name_by_subject(filter_subject)
-    info = await js.add_consumer(
-        stream,
-        config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-            ack_policy=AckPolicy.NONE,
-            filter_subject=filter_subject,
-            mem_storage=True,
-            inactive_threshold=30.0,
-        ),
-    )
+    info = await _reader(js, stream, filter_subject, DeliverPolicy.LAST_PER_SUBJECT)
     events: list[Any] = []
     pending = info.num_pending or 0
     puller = Puller(nc, stream=stream, consumer=info.name, batch=min(batch, max(pending, 1)))
@@ -95,16 +86,7 @@ async def last_good(
     For a poison message on a latest-per-subject stream (K8S keeps one message per
     object): the object's history (HISTORY copies K8S) still holds the revision before
     the poison, which is the last good state a consumer should keep."""
-    info = await js.add_consumer(
-        stream,
-        config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.ALL,
-            ack_policy=AckPolicy.NONE,
-            filter_subject=subject,
-            mem_storage=True,
-            inactive_threshold=30.0,
-        ),
-    )
+    info = await _reader(js, stream, subject, DeliverPolicy.ALL)
     left, good = int(info.num_pending or 0), None
     puller = Puller(nc, stream=stream, consumer=info.name, batch=min(1024, max(left, 1)))
     await puller.start()
@@ -124,3 +106,16 @@ async def last_good(
         with contextlib.suppress(nats.js.errors.Error, nats.errors.Error):
             await js.delete_consumer(stream, info.name)
     return good
+
+
+async def _reader(
+    js: JetStreamContext, stream: str, subject: str, deliver: DeliverPolicy
+) -> ConsumerInfo:
+    """An ephemeral, unacknowledged consumer in memory that the server drops when idle."""
+    return await js.add_consumer(
+        stream,
+        config=ConsumerConfig(
+            deliver_policy=deliver, ack_policy=AckPolicy.NONE, filter_subject=subject,
+            mem_storage=True, inactive_threshold=30.0,
+        ),
+    )  # fmt: skip
