@@ -1,4 +1,4 @@
-"""The NATS auth callout (services/callout) with a real nats-server and simcluster's
+"""The NATS auth callout (services/baton/services/callout) with a real nats-server and simcluster's
 TokenRequest and TokenReview: an agent with its pod's token speaks for its node alone;
 no token, garbage, an expired token, a deleted pod's, another audience's, another
 ServiceAccount's: refused; the services' nkey users never go through the callout."""

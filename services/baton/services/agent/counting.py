@@ -1,6 +1,6 @@
 """Bytes each pod sent, to the internet and to internal addresses, from tc class counters.
 
-The shaper (``services/agent/shaping.py``) gives every pod two HTB classes on the
+The shaper (``services/baton/services/agent/shaping.py``) gives every pod two HTB classes on the
 agent's IFB device: slot ``s`` for its internet egress and ``s | 0x4000`` for its
 internal egress, both fed only by that pod's source addresses. Their byte counters
 (sent, after shaping) are the pod's counters; ``egress`` turns two samples into

@@ -92,7 +92,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     line_rate: str = "100G"  # rate of the unshaped classes
     leaf: str = ""  # leaf qdisc of shaped classes ("fq_codel"); "": HTB's default
     egress_s: float = 5.0  # publish pods' measured egress this often
-    # --fleet: simulated pod egress (services/agent/traffic.py)
+    # --fleet: simulated pod egress (services/baton/services/agent/traffic.py)
     sim_egress: bool = True
     sim_egress_seed: int = 1
     sim_egress_mean: str = "50M"

@@ -143,7 +143,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("batch", "v1", "jobs", "Job", True, ("status",)),
     Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, ("status",)),
     Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", True, ("status",), ("mpij",)),
-    # Admission webhooks (services/simcluster/webhooks.py calls them on create).
+    # Admission webhooks (services/baton/services/simcluster/webhooks.py calls them on create).
     Resource(
         "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
         "MutatingWebhookConfiguration", False,

@@ -5,7 +5,7 @@ Subjects (``<node>`` is a node name encoded by ``proto.subjects.encode_name``):
 - ``baton.<cluster>.bandwidth.limits.<node>`` (LIMITS stream, one message per node: the
   node's current limits; msg id ``NodeLimits.id``): ``NodeLimits``, the whole set of
   limits for one node, published by the bandwidth service when any of them changes.
-  The node's agent applies it with tc (``services/agent/shaping.py``).
+  The node's agent applies it with tc (``services/baton/services/agent/shaping.py``).
 - ``baton.<cluster>.bandwidth.allocation`` (EVENTS stream): ``Allocation``, the
   per-team summary of one allocation round (for ``baton`` views and dashboards).
 - ``baton.<cluster>.bandwidth.capacity`` (EVENTS stream): ``Capacity``, a new value of

@@ -2,7 +2,7 @@
 
 Pure: events go in (``apply``, ``record``), a ``Summary`` comes out (``summarize``),
 and ``text`` prints it as plain lines (``baton status``, and ``baton up`` when its
-output is not a terminal); ``services/cli/screen.py`` draws the same summary full
+output is not a terminal); ``services/baton/services/cli/screen.py`` draws the same summary full
 screen. The view reads only the bus, so showing it costs the API server nothing.
 """
 

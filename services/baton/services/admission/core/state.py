@@ -1,7 +1,7 @@
 """The admission core's in-memory state: teams, nodes, gangs, per-team usage and queues.
 
 The core owns it and changes it in place (the runner never steps an input twice,
-``libs/runner/spec.py``). Nodes are the shared cluster view (``libs.view``), fed
+``libs/baton/libs/runner/spec.py``). Nodes are the shared cluster view (``libs.view``), fed
 nodes only: admission's gangs keep their own members, with what quota needs (GPUs,
 phases, nodes), including pods seen before their PodGroup.
 """

@@ -1,4 +1,4 @@
-"""JSON Schemas for every event type, generated into ``proto/schemas/<type>.json``.
+"""JSON Schemas for every event type, generated into ``proto/baton/proto/schemas/<type>.json``.
 
 Every tagged Struct in a ``proto`` module (tag ``<name>.v<N>``) is an event type;
 new modules are picked up without registering them here. Refresh the files with

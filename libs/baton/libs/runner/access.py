@@ -28,7 +28,7 @@ It reads replies only on its own inbox prefix (``_INBOX_<its public key>``, whic
 A node agent may publish only ``telemetry.*.<its node>`` and read only its node's
 limits (a core subscription and one direct get). It has no other JetStream API.
 
-With the auth callout (``server_config(callout_issuer=...)``, ``services/callout``),
+With the auth callout (``server_config(callout_issuer=...)``, ``services/baton/services/callout``),
 agents have no user here: each presents its pod's ServiceAccount token and the callout
 answers with a user of exactly ``agent_permissions(cluster, its node)``.
 """
@@ -298,7 +298,7 @@ def fleet_permissions(cluster: str) -> Permissions:
     )
 
 
-CALLOUT = "callout"  # the auth callout's own user (services/callout)
+CALLOUT = "callout"  # the auth callout's own user (services/baton/services/callout)
 # It reads the server's authorization requests and answers on the server's inboxes.
 AUTH_REQUESTS = "$SYS.REQ.USER.AUTH"
 CALLOUT_PERMISSIONS = Permissions(publish=("$SYS._INBOX.>",), subscribe=(AUTH_REQUESTS,))

@@ -19,7 +19,7 @@ BACKEND_ERRORS = Counter(
     ["backend"],
 )
 
-# Egress shaping (services/agent/egress.py)
+# Egress shaping (services/baton/services/agent/egress.py)
 APPLIED_GENERATION = Gauge(
     "baton_agent_egress_limits_generation", "Generation of the NodeLimits applied with tc"
 )

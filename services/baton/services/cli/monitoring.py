@@ -18,7 +18,7 @@ import yaml
 
 from baton.services.cli.processes import Child, free_port, port_open, wait_until
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[4] / "deploy"  # from services/baton/services/cli/
 RULES = DEPLOY / "prometheus" / "rules.yaml"
 SCRAPE_INTERVAL = "5s"
 
