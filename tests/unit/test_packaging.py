@@ -73,3 +73,18 @@ def test_no_code_imports_the_old_top_level_names() -> None:
                     if top in ROOTS:
                         found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert found == [], "\n".join(found)
+
+
+def test_every_pure_module_is_type_checked_strictly() -> None:
+    """The pure-cores contract (.importlinter) is the one list of pure modules; mypy's strict
+    set (pyproject.toml) must hold each of them (it may hold more: typed shells)."""
+    import configparser
+    import fnmatch
+
+    contracts = configparser.ConfigParser()
+    contracts.read(ROOT / ".importlinter")
+    pure = contracts["importlinter:contract:pure-cores"]["source_modules"].split()
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    strict = [p for o in config["overrides"] if o.get("strict") for p in o["module"]]
+    loose = [m for m in pure if not any(fnmatch.fnmatch(m, p) or p == f"{m}.*" for p in strict)]
+    assert loose == [], f"pure but not strictly typed: {loose}"
