@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto.actions import (
     GroupStatus,
     ObjectRef,
@@ -23,6 +22,7 @@ from baton.proto.k8s import UPSTREAM_API
 from baton.services.actuator import applying
 from baton.services.actuator.calling import Api
 from baton.services.actuator.eventing import EventWrite
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 NS = "ml"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from baton.libs.runtime.nkey import SEED_SETTING
-from baton.libs.testing.nats import seed_file
 from baton.services.bandwidth.main import load
 from baton.services.cli.main import COMMANDS
+from tests.support.nats import seed_file
 
 pytestmark = pytest.mark.unit
 
