@@ -27,7 +27,7 @@ from baton.proto.actions import BindGang
 from baton.proto.k8s import GPU, Node, NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced
 from baton.services.gang import core
-from baton.services.simcluster.trace import sample_path
+from baton.services.simcluster.world.trace import sample_path
 from tests.support.builders import gang, pod, racks
 
 TRACE = Path(

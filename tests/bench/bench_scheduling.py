@@ -51,8 +51,8 @@ from baton.proto.actions import BindGang
 from baton.proto.k8s import GPU, Node, NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.placement import GangRestarted
 from baton.services.gang import core
-from baton.services.simcluster import mixes
-from baton.services.simcluster.trace import sample_path
+from baton.services.simcluster.world import mixes
+from baton.services.simcluster.world.trace import sample_path
 from tests.support.builders import gang, pod, racks
 
 TRACE = Path(

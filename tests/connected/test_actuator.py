@@ -40,7 +40,7 @@ from baton.proto.k8s import GPU, Taint
 from baton.services.actuator import core
 from baton.services.actuator import main as actuator_main
 from baton.services.actuator.calling import Api
-from baton.services.simcluster.objects import ApiError as SimApiError
+from baton.services.simcluster.api.objects import ApiError as SimApiError
 from tests.pipeline import stop
 from tests.support.actions import Producers
 from tests.support.nats import running_nats

@@ -33,7 +33,7 @@ from baton.services.actuator import core
 from baton.services.actuator import main as actuator_main
 from baton.services.actuator.calling import Api
 from baton.services.admission.serving import Webhook, serve_webhook, tls_context
-from baton.services.simcluster.objects import ApiError as SimApiError
+from baton.services.simcluster.api.objects import ApiError as SimApiError
 from tests.connected.test_webhook import Served, make_cert, state_with_teams
 from tests.support.actions import Producers
 from tests.support.nats import running_nats

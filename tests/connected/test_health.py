@@ -23,7 +23,7 @@ from baton.proto.health import Control, Note, StateChanged, Withheld
 from baton.services.cli import recording, replay
 from baton.services.health import main as health
 from baton.services.health.main import publish_control
-from baton.services.simcluster.spec import Delays
+from baton.services.simcluster.world.spec import Delays
 from tests.connected.test_replay import history_settled
 from tests.pipeline import Services, running_fleet, running_services, until
 from tests.support.nats import running_nats

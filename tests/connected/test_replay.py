@@ -18,7 +18,7 @@ import pytest
 
 from baton.proto import subjects
 from baton.services.cli import recording, replay
-from baton.services.simcluster.workload import Job
+from baton.services.simcluster.world.workload import Job
 from tests.pipeline import drain_as_health_does, running_services, until
 from tests.support.nats import running_nats
 from tests.support.sim import Sim, running_sim

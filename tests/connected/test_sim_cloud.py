@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from baton.services.simcluster import spec
-from baton.services.simcluster.topology import MAX_SIZE, MIN_SIZE
+from baton.services.simcluster.world import spec
+from baton.services.simcluster.world.topology import MAX_SIZE, MIN_SIZE
 from tests.pipeline import until
 from tests.support.sim import running_sim
 

@@ -14,10 +14,11 @@ import msgspec
 import pytest
 from kubernetes_asyncio import client
 
-from baton.services.simcluster import fault_trace, main
-from baton.services.simcluster.kubeconfig import write_kubeconfig
-from baton.services.simcluster.spec import Delays
-from baton.services.simcluster.targets import Target
+from baton.services.simcluster import main
+from baton.services.simcluster.api.kubeconfig import write_kubeconfig
+from baton.services.simcluster.world import fault_trace
+from baton.services.simcluster.world.spec import Delays
+from baton.services.simcluster.world.targets import Target
 from tests.pipeline import until
 from tests.support.sim import Sim, running_sim
 

@@ -25,8 +25,8 @@ from baton.proto.health import Remediate
 from baton.services.admission import main as admission
 from baton.services.autoscaler import main as autoscaler
 from baton.services.gang import main as gang
-from baton.services.simcluster import spec
-from baton.services.simcluster.store import ApiError
+from baton.services.simcluster.api.store import ApiError
+from baton.services.simcluster.world import spec
 from tests.pipeline import running, running_services, until
 from tests.support.nats import running_nats
 from tests.support.sim import running_sim

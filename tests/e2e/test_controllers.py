@@ -13,7 +13,7 @@ from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.proto import keys
 from baton.services.health import main as health
-from baton.services.simcluster.spec import from_dict
+from baton.services.simcluster.world.spec import from_dict
 from tests.pipeline import running_services, until
 from tests.support.nats import running_nats
 from tests.support.sim import running_sim

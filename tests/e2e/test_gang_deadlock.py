@@ -19,7 +19,7 @@ import pytest
 
 from baton.libs.runner import Runner
 from baton.services.gang.core import State
-from baton.services.simcluster.workload import Job
+from baton.services.simcluster.world.workload import Job
 from tests.pipeline import drain_as_health_does, running_services, until
 from tests.support.nats import running_nats
 from tests.support.sim import Sim, running_sim

@@ -107,7 +107,7 @@ async def test_a_recorded_baton_up_run_replays_identically_for_gang_and_admissio
     """Record what `baton up` did (HISTORY), then replay it into fresh cores: the same
     placements, verdicts, admissions and actions, from the same code path as live."""
     from baton.services.cli import recording, replay
-    from baton.services.simcluster.workload import Job
+    from baton.services.simcluster.world.workload import Job
 
     async with running_nats() as url, running_sim(nodes=8) as sim:
         process = await asyncio.create_subprocess_exec(

@@ -19,12 +19,12 @@ from typing import Any
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient
 
-from baton.services.simcluster.calls import Settings
-from baton.services.simcluster.kubeconfig import write_kubeconfig
-from baton.services.simcluster.server import ApiServer
-from baton.services.simcluster.simapi import SimApi
-from baton.services.simcluster.simulation import build
-from baton.services.simcluster.store import Store
+from baton.services.simcluster.api.calls import Settings
+from baton.services.simcluster.api.kubeconfig import write_kubeconfig
+from baton.services.simcluster.api.server import ApiServer
+from baton.services.simcluster.api.store import Store
+from baton.services.simcluster.world.simapi import SimApi
+from baton.services.simcluster.world.simulation import build
 
 
 @dataclass

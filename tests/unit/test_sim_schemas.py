@@ -13,11 +13,12 @@ from baton.proto.actions import PodTemplate
 from baton.proto.k8s import Toleration
 from baton.services.actuator import podspec
 from baton.services.admission.registration import configurations
-from baton.services.simcluster import schemas, topology, validation
-from baton.services.simcluster.objects import ApiError
-from baton.services.simcluster.resources import RESOURCES, resource
-from baton.services.simcluster.spec import default_spec
-from baton.services.simcluster.workload import Job, job_objects
+from baton.services.simcluster.api import schemas, validation
+from baton.services.simcluster.api.objects import ApiError
+from baton.services.simcluster.api.resources import RESOURCES, resource
+from baton.services.simcluster.world import topology
+from baton.services.simcluster.world.spec import default_spec
+from baton.services.simcluster.world.workload import Job, job_objects
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from baton.services.simcluster import tables
+from baton.services.simcluster.api import tables
 
 pytestmark = pytest.mark.unit
 

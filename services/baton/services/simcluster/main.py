@@ -25,13 +25,13 @@ import msgspec
 import structlog
 
 from baton.libs.runtime import configure_logging, run_until_signalled, tune_gc
-from baton.services.simcluster import fault_cli, fault_trace, mixes, spec, trace, workload
-from baton.services.simcluster.calls import Settings
-from baton.services.simcluster.kubeconfig import write_kubeconfig
-from baton.services.simcluster.server import ApiServer
-from baton.services.simcluster.simapi import SimApi
-from baton.services.simcluster.simulation import SUBMITS, build
-from baton.services.simcluster.store import Store
+from baton.services.simcluster.api.calls import Settings
+from baton.services.simcluster.api.kubeconfig import write_kubeconfig
+from baton.services.simcluster.api.server import ApiServer
+from baton.services.simcluster.api.store import Store
+from baton.services.simcluster.world import fault_cli, fault_trace, mixes, spec, trace, workload
+from baton.services.simcluster.world.simapi import SimApi
+from baton.services.simcluster.world.simulation import SUBMITS, build
 
 log = structlog.get_logger("simcluster")
 NAMED_TRACES = ("", "synthetic", "llm", "philly-sample")
