@@ -66,7 +66,7 @@ def process_start() -> tuple[float, float, float, float]:
             proc.terminate()
             proc.wait(30)
     probe = (
-        "import time, resource; t = time.perf_counter(); import services.simcluster.main; "
+        "import time, resource; t = time.perf_counter(); import baton.services.simcluster.main; "
         "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
     start = time.perf_counter()
