@@ -33,7 +33,6 @@ from baton.services.admission.teams import DEFAULT, TeamConfig, is_default
 __all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step", "wants_tick"]
 
 
-
 def wants_tick(state: State, now: float) -> bool:
     """Ticks while gangs wait (``queueing.wants_tick``) or a team's status may be stale."""
     return state.stale or queueing.wants_tick(state, now)
