@@ -111,3 +111,14 @@ def test_a_set_aside_gang_says_so() -> None:
     status = shown(feed(state, [Tick(at=2.0)], now=2.0))["a"].status
     (huge,) = status.queue
     assert huge.set_aside and huge.reason.startswith("set aside"), huge
+
+
+def test_set_aside_gangs_come_after_those_in_line_and_are_never_the_head() -> None:
+    state = cluster(ONE, [node("n1", "p"), node("n2", "p")])
+    feed(state, submit("a", "running", 2, at=1.0))  # 16 of 16: nothing more goes
+    feed(state, submit("a", "huge", 3, at=2.0) + submit("a", "small", 1, at=3.0), now=3.0)
+    status = shown(feed(state, [Tick(at=4.0)], now=4.0))["a"].status
+    assert [(g.name, g.position, g.set_aside) for g in status.queue] == [
+        ("a/small", 0, False),
+        ("a/huge", 1, True),
+    ]

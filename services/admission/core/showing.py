@@ -14,28 +14,25 @@ from __future__ import annotations
 
 from baton.proto import ids
 from baton.proto.actions import QueuedGang, SetTeamStatus, TeamStatus
+from baton.services.admission.core.gangs import Gang
 from baton.services.admission.core.state import State
 
 SHOWN = 50  # gangs of a team's queue listed in its status (Kueue's visibility API pages too)
 
 
 def team_status(state: State, team: str) -> TeamStatus:
-    """What the team's object shows now."""
+    """What the team's object shows now: its gangs in line first, in order (position 0
+    is admitted next when it fits), then those set aside, which are never the head."""
     spec = state.specs[team]
     queue = state.queues.get(team, [])
-    shown = []
-    for position, (_, key) in enumerate(queue[:SHOWN]):
+    in_line: list[Gang] = []
+    aside: list[Gang] = []
+    for _, key in queue:
         gang = state.gangs[key]
-        shown.append(
-            QueuedGang(
-                name=key,
-                position=position,
-                gpus=gang.gpus if gang.known else 0,
-                priority=gang.priority,
-                reason=gang.aside or gang.reason,
-                set_aside=bool(gang.aside),
-            )
-        )
+        (aside if gang.aside else in_line).append(gang)
+        if len(in_line) == SHOWN:
+            break
+    shown = (in_line + aside)[:SHOWN]
     return TeamStatus(
         namespaces=tuple(sorted(spec.namespaces)),
         quota=state.quota(team),
@@ -44,7 +41,18 @@ def team_status(state: State, team: str) -> TeamStatus:
         borrowed=state.borrowed(team),
         admitted=len(state.holders.get(team, ())),
         waiting=len(queue),
-        queue=tuple(shown),
+        queue=tuple(_queued(gang, position) for position, gang in enumerate(shown)),
+    )
+
+
+def _queued(gang: Gang, position: int) -> QueuedGang:
+    return QueuedGang(
+        name=gang.key,
+        position=position,
+        gpus=gang.gpus if gang.known else 0,
+        priority=gang.priority,
+        reason=gang.aside or gang.reason,
+        set_aside=bool(gang.aside),
     )
 
 
