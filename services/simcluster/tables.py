@@ -319,7 +319,7 @@ def team_cells(team: Obj, now: float) -> list[Any]:
     """As the CRD's columns: a JSONPath that finds nothing is an empty cell."""
     status = team.get("status") or {}
     queue = status.get("queue") or []
-    head, following = (queue + [{}, {}])[:2]
+    head, following = [*queue, {}, {}][:2]
     return [
         _meta(team).get("name", ""),
         status.get("quota"),
