@@ -240,7 +240,7 @@ class TeamStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """A team's quota, usage and queue: the ``status`` of its ``teams.baton.io`` object,
     field for field (camelCase on the wire, as Kubernetes writes it)."""
 
-    namespaces: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ()  # none: the one-team default, which owns every one
     quota: int = 0  # GPUs
     borrow_limit: int = 0  # GPUs it may borrow beyond its quota
     used: int = 0  # GPUs of its in-quota gangs

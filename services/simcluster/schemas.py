@@ -251,7 +251,11 @@ _TEAM = _kind(  # as deploy/crds/baton.io_teams.yaml
     "A Baton team (from the team file), its GPU quota, usage and queue.",
     spec=obj("Empty; the team file is the source of a team's settings."),
     status=obj(
-        namespaces=array(STRING, "Namespaces whose pods and PodGroups belong to the team."),
+        namespaces=array(
+            STRING,
+            "Namespaces whose pods and PodGroups belong to the team (none listed for the "
+            "one-team default, which owns every namespace).",
+        ),
         quota=described(INT, "GPUs the team's gangs may hold within its quota."),
         borrowLimit=described(INT, "GPUs it may hold beyond its quota, lent by other teams."),
         used=described(INT, "GPUs its in-quota gangs hold."),
