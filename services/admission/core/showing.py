@@ -29,9 +29,12 @@ def team_status(state: State, team: str) -> TeamStatus:
     aside: list[Gang] = []
     for _, key in queue:
         gang = state.gangs[key]
-        (aside if gang.aside else in_line).append(gang)
-        if len(in_line) == SHOWN:
-            break
+        if not gang.aside:
+            in_line.append(gang)
+            if len(in_line) == SHOWN:
+                break
+        elif len(aside) < SHOWN:
+            aside.append(gang)
     shown = (in_line + aside)[:SHOWN]
     return TeamStatus(
         namespaces=tuple(sorted(spec.namespaces)),
