@@ -41,7 +41,9 @@ from baton.proto.actions import (
     SetLabels,
     SetPodCondition,
     SetTaint,
+    SetTeamStatus,
     StatusCondition,
+    TeamStatus,
     action_subject,
 )
 from baton.proto.k8s import Taint
@@ -76,6 +78,7 @@ def one_of_each(*, by: str, epoch: int, node: str = "gpu-0", ns: str = "team-a")
                         condition=StatusCondition(type="PodScheduled", status="False")),
         RecordEvent(id=f"{by}-event", **base, regarding=ObjectRef(kind="Node", name=node),
                     reason="Test", note="test"),
+        SetTeamStatus(id=f"{by}-team", **base, team="t", status=TeamStatus(quota=8)),
     ]  # fmt: skip
     assert {type(a) for a in made} == set(ACTION_SUBJECTS), "one of each action type"
     return made

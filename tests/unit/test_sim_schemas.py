@@ -86,6 +86,23 @@ def test_podgroup_schema_is_the_crd_in_deploy() -> None:
         assert _fields(have["properties"][part]) == _fields(want[part])
 
 
+def test_team_schema_is_the_crd_in_deploy() -> None:
+    crd = yaml.safe_load((ROOT / "deploy/crds/baton.io_teams.yaml").read_text())
+    version = crd["spec"]["versions"][0]
+    want = version["schema"]["openAPIV3Schema"]["properties"]
+    have = schemas.schema_of("baton.io", "Team")
+    assert have is not None
+    assert set(have["properties"]) == set(want)
+    for part in ("spec", "status"):
+        assert _fields(have["properties"][part]) == _fields(want[part])
+    served = resource("teams")
+    assert (served.group, served.version, served.kind) == (
+        crd["spec"]["group"], version["name"], crd["spec"]["names"]["kind"]
+    )  # fmt: skip
+    assert not served.namespaced and crd["spec"]["scope"] == "Cluster"
+    assert "status" in served.subresources and "status" in version["subresources"]
+
+
 def _fields(schema: dict[str, Any], prefix: str = "") -> set[str]:
     out = set()
     for key, sub in (schema.get("properties") or {}).items():

@@ -225,6 +225,41 @@ class SetGroupStatus(Action, frozen=True, tag="action.group-status.v1"):
     api: str = PLUGINS_API  # or proto.k8s.UPSTREAM_API
 
 
+class QueuedGang(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One gang in a team's queue as a Team object shows it (``position`` 0: the head)."""
+
+    name: str  # "<namespace>/<name>"
+    position: int
+    gpus: int  # what it counts against its team (0: not known yet)
+    priority: int
+    reason: str  # why it waits, as GangQueued last said
+    set_aside: bool = False  # skipped, never the head (too large, members missing)
+
+
+class TeamStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A team's quota, usage and queue: the ``status`` of its ``teams.baton.io`` object,
+    field for field (camelCase on the wire, as Kubernetes writes it)."""
+
+    namespaces: tuple[str, ...] = ()  # none: the one-team default, which owns every one
+    quota: int = 0  # GPUs
+    borrow_limit: int = 0  # GPUs it may borrow beyond its quota
+    used: int = 0  # GPUs of its in-quota gangs
+    borrowed: int = 0  # GPUs of its borrowing gangs
+    admitted: int = 0  # gangs holding GPUs
+    waiting: int = 0  # gangs in its queue (all of them; ``queue`` shows the first few)
+    queue: tuple[QueuedGang, ...] = ()
+
+
+class SetTeamStatus(Action, frozen=True, tag="action.team-status.v1"):
+    """Show a team as a cluster-scoped ``Team`` (``baton.io/v1alpha1``), created if it is
+    missing; ``remove``: delete it (the team left the team file). Only the latest per
+    team matters (coalesced)."""
+
+    team: str
+    status: TeamStatus = TeamStatus()
+    remove: bool = False
+
+
 class PodRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     name: str
     uid: str = ""
@@ -280,6 +315,7 @@ AnyAction = (
     | SetGroupStatus
     | SetPodCondition
     | RecordEvent
+    | SetTeamStatus
 )
 
 # ``dropped``: an Event over the actuator's budget (docs/actuator.md, "Events").
@@ -332,6 +368,7 @@ ACTION_SUBJECTS: dict[type[Action], tuple[str, Callable[[Any], tuple[str, ...]]]
     SetGroupStatus: ("group-status", lambda a: (a.namespace, a.name)),
     SetPodCondition: ("pod-condition", _gang_key),
     RecordEvent: ("event", lambda a: _ref_key(a.regarding)),
+    SetTeamStatus: ("team-status", lambda a: (a.team,)),
 }
 
 
@@ -365,7 +402,9 @@ def kind_of(action: Action) -> str:
 # action only when its subject, its body and this table agree (docs/security.md).
 # ``tests/unit/test_action_trust.py`` checks this table against every service's routes.
 ASKS: dict[str, frozenset[str]] = {
-    "admission": frozenset({"annotate", "evict-gang", "label", "recreate-pod", "taint"}),
+    "admission": frozenset(
+        {"annotate", "evict-gang", "label", "recreate-pod", "taint", "team-status"}
+    ),
     "gang": frozenset({"bind-gang", "evict-gang", "recreate-pod"}),
     "reporter": frozenset({"event", "group-status", "pod-condition"}),
     "bandwidth": frozenset({"annotate"}),

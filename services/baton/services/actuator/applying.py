@@ -30,9 +30,10 @@ from baton.proto.actions import (
     SetLabels,
     SetPodCondition,
     SetTaint,
+    SetTeamStatus,
 )
 from baton.proto.k8s import GPU
-from baton.services.actuator import binding, podspec, recreating, reporting
+from baton.services.actuator import binding, podspec, recreating, reporting, teams
 from baton.services.actuator.calling import MERGE, ApiError, Obj, Session, node_gate, seen
 from baton.services.actuator.eventing import EventWrite
 
@@ -79,6 +80,8 @@ async def apply(
             return await reporting.set_pod_condition(s, action, concurrency=bind_concurrency)
         case RecordEvent():
             return await reporting.record_event(s, action, event)
+        case SetTeamStatus():
+            return await teams.set_team_status(s, action)
     raise TypeError(f"no applier for {type(action).__name__}")  # a bug: the union grew
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from baton.proto.actions import AnyAction, SetGroupStatus, SetPodCondition
+from baton.proto.actions import AnyAction, SetGroupStatus, SetPodCondition, SetTeamStatus
 
 REMEMBERED = 100_000  # keys whose newest time is kept (oldest forgotten first)
 
@@ -25,6 +25,8 @@ def key_of(action: AnyAction) -> str:
             return f"status/{action.api}/{action.namespace}/{action.name}"
         case SetPodCondition():
             return f"condition/{action.gang}/{action.condition.type}"
+        case SetTeamStatus():
+            return f"team/{action.team}"
     return ""
 
 

@@ -33,6 +33,7 @@ from baton.proto.actions import (
     RecreatePod,
     SetLabels,
     SetTaint,
+    SetTeamStatus,
     action_subject,
 )
 from baton.proto.admission import (
@@ -97,7 +98,11 @@ def _decision(cluster: str, event: AdmissionEvent) -> tuple[str, str]:
 
 
 ROUTES = (
-    Route((SetTaint, SetLabels, Annotate, EvictGang, RecreatePod), to=_action, action=True),
+    Route(
+        (SetTaint, SetLabels, Annotate, EvictGang, RecreatePod, SetTeamStatus),
+        to=_action,
+        action=True,
+    ),
     Route(NodeTeamChanged, to=_node_team),
     Route(tuple(t for t in SUBJECT_KIND if t is not NodeTeamChanged), to=_decision),
 )

@@ -24,7 +24,7 @@ from baton.proto.k8s import (
     PodGroupEvent,
 )
 from baton.proto.runner import Tick
-from baton.services.admission.core import nodes, queueing
+from baton.services.admission.core import nodes, queueing, showing
 from baton.services.admission.core.gangs import ACTIVE, Gang, Member
 from baton.services.admission.core.members import grow, resume
 from baton.services.admission.core.state import State, recount_growth
@@ -32,7 +32,10 @@ from baton.services.admission.teams import DEFAULT, TeamConfig, is_default
 
 __all__ = ["Input", "Output", "State", "TeamsLoaded", "initial", "step", "wants_tick"]
 
-wants_tick = queueing.wants_tick
+
+def wants_tick(state: State, now: float) -> bool:
+    """Ticks while gangs wait (``queueing.wants_tick``) or a team's status may be stale."""
+    return state.stale or queueing.wants_tick(state, now)
 
 
 Input = (
@@ -87,6 +90,10 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
         case Tick():
             pass  # time passed: a starving gang may reserve, a memberless one is set aside
     outputs += queueing.admit(state, now, every=isinstance(event, Tick | TeamsLoaded))
+    if isinstance(event, Tick):
+        outputs += showing.show(state, now)  # what kubectl users see, once a tick at most
+    else:
+        state.stale = True
     return state, tuple(outputs)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from baton.libs.view import GangView, NodeView, View
 from baton.proto import keys
+from baton.proto.actions import TeamStatus
 from baton.proto.k8s import MachineDeployment
 from baton.services.admission.core.gangs import ACTIVE, Gang, Member, queue_key
 from baton.services.admission.teams import DEFAULT, Team, TeamConfig, is_default
@@ -53,6 +54,9 @@ class State:
     floor: dict[str, int] = field(default_factory=dict)  # team -> least in-quota holder priority
     short: set[str] = field(default_factory=set)  # admitted PodGroups whose pods never all came
     paused: set[str] = field(default_factory=set)  # admitted gangs whose new members wait
+    # Team objects (``showing``): the status last sent per team; inputs since then
+    shown: dict[str, TeamStatus] = field(default_factory=dict)
+    stale: bool = True
 
     @property
     def nodes(self) -> dict[str, NodeView]:

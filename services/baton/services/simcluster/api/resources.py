@@ -139,6 +139,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource(
         "autoscaling.x-k8s.io", "v1alpha1", "capacitybuffers", "CapacityBuffer", True, ("status",)
     ),
+    # Baton's teams as kubectl users see them (deploy/crds/baton.io_teams.yaml)
+    Resource("baton.io", "v1alpha1", "teams", "Team", False, ("status",)),
     # Workload controllers run inside the simulation (jobs.py, jobsets.py, mpijobs.py).
     Resource("batch", "v1", "jobs", "Job", True, ("status",)),
     Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, ("status",)),

@@ -247,6 +247,37 @@ _MACHINE_DEPLOYMENT = _kind(
     status=OPEN,
 )
 
+_TEAM = _kind(  # as deploy/crds/baton.io_teams.yaml
+    "A Baton team (from the team file), its GPU quota, usage and queue.",
+    spec=obj("Empty; the team file is the source of a team's settings."),
+    status=obj(
+        namespaces=array(
+            STRING,
+            "Namespaces whose pods and PodGroups belong to the team (none listed for the "
+            "one-team default, which owns every namespace).",
+        ),
+        quota=described(INT, "GPUs the team's gangs may hold within its quota."),
+        borrowLimit=described(INT, "GPUs it may hold beyond its quota, lent by other teams."),
+        used=described(INT, "GPUs its in-quota gangs hold."),
+        borrowed=described(INT, "GPUs its borrowing gangs hold."),
+        admitted=described(INT, "Gangs holding GPUs."),
+        waiting=described(INT, "Gangs in its queue (all; queue lists the first 50)."),
+        queue=array(
+            obj(
+                name=described(STRING, "<namespace>/<name> of the gang."),
+                position=described(INT, "0 is the head (admitted next when it fits)."),
+                gpus=described(INT, "GPUs it counts against its team (0 while not known)."),
+                priority=described(INT, "The highest pod priority of the gang."),
+                reason=described(STRING, "Why it waits."),
+                setAside=described(
+                    BOOL, "Skipped and never the head (too large, or its pods did not come)."
+                ),
+            ),
+            "The first gangs of its queue, in order (priority, then age).",
+        ),
+    ),
+)
+
 # (group, kind) -> schema; every served version of a kind shares it
 SCHEMAS: dict[tuple[str, str], Obj] = {
     ("", "Pod"): _POD,
@@ -259,6 +290,7 @@ SCHEMAS: dict[tuple[str, str], Obj] = {
     ("scheduling.k8s.io", "PriorityClass"): _PRIORITY_CLASS,
     ("scheduling.x-k8s.io", "PodGroup"): _PODGROUP,
     ("cluster.x-k8s.io", "MachineDeployment"): _MACHINE_DEPLOYMENT,
+    ("baton.io", "Team"): _TEAM,
     ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"): _WEBHOOKS,
     ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"): _WEBHOOKS,
 }

@@ -300,6 +300,41 @@ def machinedeployment_cells(md: Obj, now: float) -> list[Any]:
     ]
 
 
+TEAM_COLUMNS = (
+    NAME,
+    _col("Quota", "GPUs the team's gangs may hold within its quota.", type_="integer"),
+    _col("Used", "GPUs its in-quota gangs hold.", type_="integer"),
+    _col("Borrowed", "GPUs its gangs hold beyond its quota, lent by other teams.", type_="integer"),
+    _col("Waiting", "Gangs in its queue.", type_="integer"),
+    _col("Head", "The first gang in line (position 0): admitted next when it fits."),
+    _col("Age", _AGE_DOC, type_="date"),
+    _col("Admitted", "Gangs holding GPUs.", type_="integer", wide=True),
+    _col("Borrow Limit", "GPUs it may borrow beyond its quota.", type_="integer", wide=True),
+    _col("Next", "The gang at position 1 of its queue.", wide=True),
+    _col("Why", "Why the head of its queue waits.", wide=True),
+)
+
+
+def team_cells(team: Obj, now: float) -> list[Any]:
+    """As the CRD's columns: a JSONPath that finds nothing is an empty cell."""
+    status = team.get("status") or {}
+    queue = status.get("queue") or []
+    head, following = [*queue, {}, {}][:2]
+    return [
+        _meta(team).get("name", ""),
+        status.get("quota"),
+        status.get("used"),
+        status.get("borrowed"),
+        status.get("waiting"),
+        head.get("name"),
+        age(_meta(team).get("creationTimestamp"), now),
+        status.get("admitted"),
+        status.get("borrowLimit"),
+        following.get("name"),
+        head.get("reason"),
+    ]
+
+
 # --- events (upstream's printEvent) ------------------------------------------------
 
 EVENT_COLUMNS = (
@@ -350,6 +385,7 @@ PRINTERS: dict[str, tuple[Sequence[Column], CellsOf]] = {
     "nodes": (NODE_COLUMNS, node_cells),
     "podgroups": (PODGROUP_COLUMNS, podgroup_cells),
     "machinedeployments": (MACHINEDEPLOYMENT_COLUMNS, machinedeployment_cells),
+    "teams": (TEAM_COLUMNS, team_cells),
 }
 DEFAULT: tuple[Sequence[Column], CellsOf] = ((NAME, AGE), _name_age)
 
