@@ -1,4 +1,4 @@
-"""Teams shown to kubectl users (``services/admission/core/showing.py``): each team's
+"""Teams shown to kubectl users (``services/baton/services/admission/core/showing.py``): each team's
 quota, usage, borrowing and queue with positions and reasons, sent to the actuator as
 ``SetTeamStatus`` on ticks only, and only when it changed."""
 
