@@ -472,7 +472,11 @@ def _gist(reason: str) -> str:
 def queued(state: State, gang: Gang, now: float) -> GangQueued:
     """The event for a gang entering its queue behind others."""
     position = state.position(gang)
-    reason = f"waiting behind {position} earlier gangs of team {gang.team!r}"
+    reason = (
+        f"waiting behind {position} earlier gangs of team {gang.team!r}"
+        if position
+        else f"first in team {gang.team!r}'s queue, about to be considered"
+    )
     gang.reason = reason
     return GangQueued(
         at=now, gang=gang.key, team=gang.team, reason=reason, position=position, gpus=gang.gpus
