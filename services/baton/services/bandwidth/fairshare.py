@@ -29,14 +29,20 @@ def water_fill(
         return [lo * scale for lo in lows]
     if all(hi < INF for hi in highs) and math.fsum(highs) <= capacity:
         return list(highs)
-    level = _level(capacity, weights=weights, lows=lows, highs=highs)
-    return [min(max(level * w, lo), hi) for w, lo, hi in zip(weights, lows, highs, strict=True)]
+    level, room, growing, active = _level(capacity, weights=weights, lows=lows, highs=highs)
+    # A growing claimant's share is its part of the room left, (w / growing) * room: no
+    # overflow where level * w would be inf * tiny (weights 1e300 apart, found by hypothesis).
+    return [
+        room * (w / growing) if i in active else min(max(level * w, lo), hi)
+        for i, (w, lo, hi) in enumerate(zip(weights, lows, highs, strict=True))
+    ]
 
 
 def _level(
     capacity: float, *, weights: Sequence[float], lows: Sequence[float], highs: Sequence[float]
-) -> float:
-    """The level where sum(clamp(level * w, lo, hi)) == capacity (a sweep over breakpoints).
+) -> tuple[float, float, float, set[int]]:
+    """The level where sum(clamp(level * w, lo, hi)) == capacity (a sweep over breakpoints),
+    with the room the growing claimants share, their total weight, and which they are.
 
     Below the first breakpoint every share sits at its low; each claimant starts
     growing at ``lo / w`` and stops at ``hi / w``.
@@ -60,10 +66,10 @@ def _level(
             fixed, growing = fixed - lows[i], growing + weights[i]
             active.add(i)
     if not active:
-        return INF  # cannot happen when the wants exceed capacity; kept total
+        return INF, 0.0, 1.0, active  # cannot happen when the wants exceed capacity
     if growing <= 0:
         growing = math.fsum(weights[j] for j in active)
-    return (capacity - fixed) / growing
+    return (capacity - fixed) / growing, capacity - fixed, growing, active
 
 
 def equal_level(capacity: float, wants: Sequence[float]) -> float:
