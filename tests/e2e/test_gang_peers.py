@@ -2,9 +2,8 @@
 scheduling and preemption, JobSet's failure policy), run end to end on simcluster with
 kubectl-shaped objects: bridge -> gang -> actuator (and the reporter, which tells a
 waiting pod why). Each test names the peer test it mirrors; where Baton differs on
-purpose the test asserts Baton's behaviour and docs/gang.md (the peer-test table
-under "minMember is a quorum")
-says why."""
+purpose the test asserts Baton's behaviour and docs/gang.md (the peer-test table under
+"minMember is a quorum") says why."""
 
 from __future__ import annotations
 
