@@ -102,8 +102,9 @@ class Refused:
         found = self.searches.get((ask.kind, excluded))
         if found is None and ask.kind.exclusive:
             found = exclusive.search_exclusive(
-                cluster, ask.parts, level=ask.kind.exclusive, excluded=excluded
-            )
+                cluster, ask.parts, level=ask.kind.exclusive, excluded=excluded,
+                members=ask.members,
+            )  # fmt: skip
         if found is None:
             found = search(cluster, ask.members, required=ask.required,
                            preferred=ask.preferred, excluded=excluded)  # fmt: skip
