@@ -298,7 +298,45 @@ async def test_a_running_group_of_the_same_priority_is_not_preempted() -> None:
         assert placed <= {p["metadata"]["uid"] for p in pods(sim, "ml")}  # none recreated
 
 
-# JobSet: test/integration/controller/jobset_controller_test.go
+# JobSet: test/integration/controller/jobset_controller_test.go,
+# pkg/controllers/jobset_controller_test.go
+
+
+async def test_exclusive_placement_for_one_replicated_job_keeps_its_jobs_apart() -> None:
+    """Mirrors JobSet pkg/controllers/jobset_controller_test.go TestConstructJobsFromTemplate
+    "exclusive placement for a ReplicatedJob": the exclusive-topology annotation on one
+    replicated Job's template (not on the JobSet) applies to its Jobs only. Two worker
+    Jobs of two 4-GPU pods, which one rack of two nodes could hold together, each get a
+    rack of their own; the driver Job (three 8-GPU pods, no annotation) is not confined
+    to one rack, and shares neither of theirs."""
+    racks = from_dict({"pools": [{"name": "gpu", "count": 8}],
+                       "topology": {"nodes_per_rack": 2}})  # fmt: skip
+    notes = {keys.GANG_MEMBERS: "7"}
+    workers = {"metadata": {"annotations": {keys.JOBSET_EXCLUSIVE: keys.RACK}},
+               "spec": {"parallelism": 2, "completions": 2,
+                        "template": pod_template(gpus=4, **notes)}}  # fmt: skip
+    driver = {"spec": {"parallelism": 3, "completions": 3,
+                       "template": pod_template(gpus=8, **notes)}}  # fmt: skip
+    body = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "llm"},
+            "spec": {"replicatedJobs": [
+                {"name": "workers", "replicas": 2, "template": workers},
+                {"name": "driver", "replicas": 1, "template": driver}]}}  # fmt: skip
+    async with (
+        running_nats() as url,
+        running_sim(spec=racks) as sim,
+        running_services(url, sim) as services,
+    ):
+        await CoreV1Api(services.client).create_namespace({"metadata": {"name": "research"}})
+        await CustomObjectsApi(services.client).create_namespaced_custom_object(*JOBSETS, body)
+        await until(lambda: len(bound(sim, "research")) == 7, within=60, what="7 pods bound")
+        by_job: dict[str, set[str]] = {}
+        for pod in pods(sim, "research"):
+            job = pod["metadata"]["labels"]["batch.kubernetes.io/job-name"]
+            by_job.setdefault(job, set()).add(label(sim, pod["spec"]["nodeName"], keys.RACK))
+        apart = [by_job["llm-workers-0"], by_job["llm-workers-1"], by_job["llm-driver-0"]]
+        assert [len(r) for r in apart] == [1, 1, 2], by_job
+        assert len(set.union(*apart)) == 4, by_job
 
 
 async def test_a_jobset_that_fails_past_max_restarts_is_failed_each_attempt_placed_whole() -> None:
