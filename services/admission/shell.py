@@ -24,7 +24,7 @@ import structlog
 import yaml
 
 from baton.libs.bus import Bus, Outgoing
-from baton.libs.runner import Route, Runner
+from baton.libs.runner import Route, Runner, action_route
 from baton.libs.runtime.stopping import checkpoint, retry
 from baton.proto import ids, subjects
 from baton.proto.actions import (
@@ -33,7 +33,6 @@ from baton.proto.actions import (
     RecreatePod,
     SetLabels,
     SetTaint,
-    action_subject,
 )
 from baton.proto.admission import (
     SUBJECT_KIND,
@@ -69,10 +68,6 @@ def teams_subject(cluster: str) -> str:
     return subjects.wildcard(cluster, subjects.ADMISSION, "teams")
 
 
-def _action(cluster: str, action: Any) -> tuple[str, str]:
-    return action_subject(cluster, action), action.id
-
-
 def _node_team(cluster: str, event: NodeTeamChanged) -> tuple[str, str]:
     subject = subjects.subject(cluster, subjects.ADMISSION, "node-team", event.node)
     return subject, f"node-team:{event.node}:{event.team}:{event.at}"
@@ -97,7 +92,7 @@ def _decision(cluster: str, event: AdmissionEvent) -> tuple[str, str]:
 
 
 ROUTES = (
-    Route((SetTaint, SetLabels, Annotate, EvictGang, RecreatePod), to=_action, action=True),
+    Route((SetTaint, SetLabels, Annotate, EvictGang, RecreatePod), to=action_route, action=True),
     Route(NodeTeamChanged, to=_node_team),
     Route(tuple(t for t in SUBJECT_KIND if t is not NodeTeamChanged), to=_decision),
 )

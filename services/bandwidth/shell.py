@@ -20,8 +20,8 @@ from typing import Any
 import structlog
 import yaml
 
-from baton.libs.runner import Route
-from baton.proto.actions import Annotate, action_subject
+from baton.libs.runner import Route, action_route
+from baton.proto.actions import Annotate
 from baton.proto.bandwidth import Allocation, NodeLimits, allocation_subject, limits_subject
 from baton.proto.teams import TeamConfig
 from baton.services.bandwidth import core, metrics
@@ -52,14 +52,10 @@ def _allocation(cluster: str, allocation: Allocation) -> tuple[str, str]:
     return allocation_subject(cluster), f"allocation:{allocation.at}"
 
 
-def _action(cluster: str, action: Annotate) -> tuple[str, str]:
-    return action_subject(cluster, action), action.id
-
-
 ROUTES = (
     Route(NodeLimits, to=_limits),
     Route(Allocation, to=_allocation),
-    Route(Annotate, to=_action, action=True),
+    Route(Annotate, to=action_route, action=True),
 )
 
 

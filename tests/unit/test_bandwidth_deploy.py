@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from baton.libs.runtime import SettingsError
 from baton.libs.runtime.nkey import SEED_SETTING
 from baton.libs.testing.nats import seed_file
 from baton.services.bandwidth.main import load
@@ -39,3 +40,19 @@ def test_the_service_has_no_api_access_and_accepts_its_settings(
         monkeypatch.setenv(key, value)
     settings = load(None)  # raises naming the key if one is wrong
     assert settings.policy().capacity_bps == 10**10
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [("SATURATED", "2", "saturated: Expected float <= 1"),
+     ("FLOOR", "1.5x", "is not a bandwidth quantity"),
+     ("TIERS", '[{"name": "a"}, {"name": "a"}]', "tiers[1].name: 'a' is already a tier")],
+)  # fmt: skip
+def test_a_bad_setting_of_the_policy_names_its_key(
+    key: str, value: str, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(f"BATON_BANDWIDTH_{key}", value)
+    with pytest.raises(SettingsError) as caught:
+        load(None)
+    assert str(caught.value).startswith(f"BATON_BANDWIDTH_{key}"), caught.value
+    assert said in str(caught.value)
