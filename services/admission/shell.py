@@ -21,11 +21,11 @@ from typing import Any
 
 import msgspec
 import structlog
-import yaml
 
 from baton.libs.bus import Bus, Outgoing
 from baton.libs.runner import Route, Runner, action_route
 from baton.libs.runtime.stopping import checkpoint, retry
+from baton.libs.runtime.teams import load_teams
 from baton.proto import ids, subjects
 from baton.proto.actions import (
     Annotate,
@@ -44,24 +44,10 @@ from baton.proto.admission import (
 )
 from baton.services.admission import core, metrics
 from baton.services.admission.serving import Webhook, serve_webhook
-from baton.services.admission.teams import DEFAULT, TeamConfig, TeamConfigError, parse
+from baton.services.admission.teams import TeamConfig, TeamConfigError
 from baton.services.admission.webhook import Options
 
 log = structlog.get_logger("baton.admission")
-
-
-def load_teams(path: str) -> TeamConfig:
-    """Read and validate the team config; '' means the default (one team owns all)."""
-    if not path:
-        return DEFAULT
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise TeamConfigError(f"{path}: {exc}") from None
-    try:
-        return parse(data)
-    except TeamConfigError as exc:
-        raise TeamConfigError(f"{path}: {exc}") from None
 
 
 def teams_subject(cluster: str) -> str:

@@ -13,9 +13,11 @@ from __future__ import annotations
 from baton.libs.runner import Input, Spec, Timer, run_spec
 from baton.libs.runtime import OPS_PORTS, SettingsError, load_settings
 from baton.libs.runtime.settings import Base, policy_from
+from baton.libs.runtime.teams import load_teams
 from baton.proto.admission import TeamsLoaded
 from baton.proto.bandwidth import DEFAULT_TIERS, BandwidthPolicy, Capacity, NodeEgress, Tier
 from baton.proto.k8s import EndpointSliceEvent, PodEvent
+from baton.proto.teams import TeamConfigError
 from baton.services.bandwidth import core, shell
 from baton.services.bandwidth.policy import (
     PolicyError,
@@ -64,7 +66,7 @@ class Settings(Base, frozen=True, kw_only=True):
             floor_bps=parse_rate(self.floor), hysteresis_bps=parse_rate(self.hysteresis_min),
         )  # fmt: skip
         check(policy)
-        teams = shell.load_teams(self.teams_file)
+        teams = load_teams(self.teams_file)
         try:
             check_teams(policy, teams)
         except PolicyError as exc:
@@ -101,7 +103,7 @@ def load(file: str | None) -> Settings:
     settings = load_settings(Settings, PREFIX, file=file)
     try:
         settings.policy()
-    except PolicyError as exc:
+    except (PolicyError, TeamConfigError) as exc:
         raise SettingsError(_key(str(exc), settings)) from None
     return settings
 

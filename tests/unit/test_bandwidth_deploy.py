@@ -10,6 +10,8 @@ import yaml
 
 from baton.libs.runtime import SettingsError
 from baton.libs.runtime.nkey import SEED_SETTING
+from baton.libs.runtime.teams import load_teams
+from baton.proto.teams import DEFAULT, TeamConfigError
 from baton.libs.testing.nats import seed_file
 from baton.services.bandwidth.main import load
 from baton.services.cli.main import COMMANDS
@@ -56,3 +58,24 @@ def test_a_bad_setting_of_the_policy_names_its_key(
         load(None)
     assert str(caught.value).startswith(f"BATON_BANDWIDTH_{key}"), caught.value
     assert said in str(caught.value)
+
+
+def test_the_team_file_is_read_and_checked_as_admission_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One reader of admission's team file: both services take and refuse the same files,
+    with the same error naming the file and the key."""
+    bad = tmp_path / "teams.yaml"
+    bad.write_text("teams:\n  - {name: a, namespaces: [x]}\n  - {name: b, namespaces: [x]}\n")
+    with pytest.raises(TeamConfigError) as admission:
+        load_teams(str(bad))
+    monkeypatch.setenv("BATON_BANDWIDTH_TEAMS_FILE", str(bad))
+    with pytest.raises(SettingsError) as bandwidth:
+        load(None)
+    said = f"{bad}: teams[1].namespaces[0]: namespace 'x' is already owned by team 'a'"
+    assert str(admission.value) == said
+    assert str(bandwidth.value) == f"BATON_BANDWIDTH_TEAMS_FILE={said}"
+    missing = tmp_path / "none.yaml"
+    with pytest.raises(TeamConfigError, match=f"^{missing}: "):
+        load_teams(str(missing))
+    assert load_teams("") == DEFAULT
