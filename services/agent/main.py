@@ -47,7 +47,7 @@ from baton.services.agent.egress import Egress, FleetEgress, Netlink
 from baton.services.agent.nvml import Nvml
 from baton.services.agent.pods import PodResources
 from baton.services.agent.readings import AnyReading, Tick
-from baton.services.agent.shaping import Layout
+from baton.services.agent.tc import Layout
 from baton.services.agent.shell import Agent, Emit, Source, nvml_events, polling
 from baton.services.agent.simulated import SimHardware
 
