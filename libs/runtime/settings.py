@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
+from baton.proto.codec import field_error
+
 S = TypeVar("S", bound=msgspec.Struct)
 P = TypeVar("P")
 COMMON_PREFIX = "BATON_"
@@ -81,9 +83,7 @@ def policy_from(
     try:
         return msgspec.convert(data, type_, from_attributes=True)
     except msgspec.ValidationError as exc:
-        what, _, where = str(exc).rpartition(" - at ")
-        path = where.strip("`").removeprefix("$").removeprefix(".")
-        raise error(f"{path}: {what.replace('`', '')}" if what else str(exc)) from None
+        raise error(field_error(exc)) from None
 
 
 class SettingsError(ValueError):

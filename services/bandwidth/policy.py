@@ -23,6 +23,7 @@ import msgspec
 
 from baton.proto import keys
 from baton.proto.bandwidth import BandwidthPolicy, TeamEgress
+from baton.proto.codec import field_error
 from baton.proto.teams import TeamConfig
 
 TEAM_LABEL = keys.TEAM
@@ -60,17 +61,9 @@ def load(data: Any) -> BandwidthPolicy:
     try:
         policy = msgspec.convert(data or {}, BandwidthPolicy)
     except msgspec.ValidationError as exc:
-        raise PolicyError(_explain(str(exc))) from exc
+        raise PolicyError(field_error(exc)) from exc
     check(policy)
     return policy
-
-
-def _explain(message: str) -> str:
-    what, sep, where = message.rpartition(" - at ")
-    if not sep:
-        return message
-    path = where.strip("`").removeprefix("$").removeprefix(".") or "<root>"
-    return f"{path}: {what.replace('`', '')}"
 
 
 def check(policy: BandwidthPolicy) -> None:
