@@ -19,7 +19,7 @@ bench *ARGS: install
 
 # ruff, mypy (strict on libs and cores), the import-linter layer contracts, the alert rules.
 lint: install
-    {{venv}}ruff check . && {{venv}}ruff format --check . && {{venv}}mypy baton && {{venv}}lint-imports
+    {{venv}}ruff check . && {{venv}}ruff format --check . && {{venv}}mypy && {{venv}}lint-imports
     promtool check rules deploy/prometheus/rules.yaml
 
 # baton status: what baton up shows, once (BATON_NATS_URL, or --nats URL).
@@ -30,7 +30,7 @@ status *ARGS: install
 scale NODES="7500": install
     BATON_WHOLE_NODES={{NODES}} BATON_WHOLE_SECONDS=420 {{venv}}python -m tests.bench whole
 
-# Regenerate proto/schemas after changing an event type (a unit test fails when stale).
+# Regenerate proto/baton/proto/schemas after changing an event type (a unit test fails when stale).
 schemas: install
     {{venv}}python -m baton.proto.schema
 

@@ -51,7 +51,7 @@ def declared() -> dict[str, Declared]:
     """Families Baton's code registers (default registry, and simcluster's own)."""
     for module in metric_modules():
         importlib.import_module(module)
-    from baton.services.simcluster.metrics import ApiMetrics
+    from baton.services.simcluster.api.metrics import ApiMetrics
 
     found = _from(REGISTRY)
     found.update(_from(ApiMetrics(lambda: {}).registry))

@@ -20,7 +20,6 @@ from baton.libs.runner.leasing import Lease
 from baton.libs.runner.serving import prepare_streams
 from baton.libs.runtime.settings import Base
 from baton.libs.runtime.stopping import stuck_tasks, where
-from baton.libs.testing.sim import Sim
 from baton.services.actuator import core as actuator_core
 from baton.services.actuator import main as actuator
 from baton.services.actuator.calling import Api
@@ -36,6 +35,7 @@ from baton.services.health import heartbeats
 from baton.services.health import main as health
 from baton.services.reporter import core as reporter_core
 from baton.services.reporter import main as reporter
+from tests.support.sim import Sim
 
 T = TypeVar("T")
 

@@ -14,13 +14,13 @@ import time
 from typing import Any
 
 from baton.libs.bus import Bus, Outgoing
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import subjects
 from baton.proto.actions import BindGang, Binding
 from baton.services.actuator import core
 from baton.services.actuator import main as actuator_main
 from baton.services.actuator.calling import Api
+from tests.support.nats import running_nats
+from tests.support.sim import Sim, running_sim
 
 NS = "bench"
 NODES = 512

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import msgspec
 
-from baton.libs.testing.builders import node, pod
 from baton.proto import codec, keys
 from baton.proto.actions import ScaleMachineDeployment
 from baton.proto.admission import GangQueued
@@ -35,6 +34,7 @@ from baton.proto.placement import GangUnschedulable, Need
 from baton.proto.runner import Tick
 from baton.services.autoscaler import core
 from tests.bench import trace_sim
+from tests.support.builders import node, pod
 
 POOLS = (("h100", 5000, 8), ("a100", 2000, 4), ("cpu", 500, 0))
 VERDICTS = int(os.environ.get("BATON_BENCH_AUTOSCALER_VERDICTS", "500"))

@@ -20,7 +20,6 @@ import time
 
 import msgspec
 
-from baton.libs.testing.builders import pod
 from baton.proto.bandwidth import (
     BandwidthPolicy,
     NodeEgress,
@@ -32,6 +31,7 @@ from baton.proto.bandwidth import (
 from baton.proto.k8s import PodEvent
 from baton.proto.runner import Tick
 from baton.services.bandwidth import core, reference
+from tests.support.builders import pod
 
 M = 1_000_000
 PODS, TEAMS, PER_NODE = 100_000, 20, 110

@@ -24,10 +24,10 @@ from kubernetes_asyncio.client import ApiClient
 from baton.libs.bus import Bus
 from baton.libs.kube import PODS
 from baton.libs.runner import Item
-from baton.libs.testing.nats import running_nats
 from baton.proto import k8s, subjects
 from baton.proto.codec import encode
 from baton.services.bridge import core
+from tests.support.nats import running_nats
 
 PODS_N = int(os.environ.get("BATON_BENCH_PODS", "100000"))
 NODES_N = int(os.environ.get("BATON_BENCH_NODES", "7500"))
@@ -319,7 +319,7 @@ async def stream_messages(bus: Bus) -> int:
 
 
 async def bench_bridge_process(url: str, *, nodes: int, pods: int) -> list[tuple[str, str]]:
-    from baton.libs.testing.sim import running_sim
+    from tests.support.sim import running_sim
 
     rows: list[tuple[str, str]] = []
     async with running_sim() as sim:

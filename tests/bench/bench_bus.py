@@ -18,10 +18,10 @@ import nats
 import nats.errors
 
 from baton.libs.bus import Bus
-from baton.libs.testing.nats import running_nats
 from baton.proto import subjects
 from baton.proto.codec import encode
 from baton.proto.k8s import GPU, K8sEvent, Pod, PodEvent
+from tests.support.nats import running_nats
 
 CLUSTER = "bench"
 N = int(os.environ.get("BATON_BENCH_BUS_N", "20000"))

@@ -24,10 +24,10 @@ from kubernetes_asyncio.client import CoreV1Api
 
 from baton.libs.runner import access
 from baton.libs.runtime.nkey import account_pair, new_account_seed
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.services.callout import main as callout
 from baton.services.cli.natsconfig import seed_path, specs, write_credentials
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 N = int(os.environ.get("BATON_BENCH_CALLOUT_N", "200"))
 NS, SA, C = "baton-agent", "baton-agent", "bench"

@@ -23,12 +23,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from baton.libs.testing.builders import gang, pod, racks
 from baton.proto.actions import BindGang
 from baton.proto.k8s import GPU, Node, NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced
 from baton.services.gang import core
-from baton.services.simcluster.trace import sample_path
+from baton.services.simcluster.world.trace import sample_path
+from tests.support.builders import gang, pod, racks
 
 TRACE = Path(
     os.environ.get("BATON_PHILLY", Path(__file__).resolve().parents[3] / "shared/traces/philly.csv")

@@ -35,9 +35,6 @@ import aiohttp
 from nats.js.api import DeliverPolicy
 
 from baton.libs.bus import Bus, Outgoing
-from baton.libs.testing.actions import take_lease
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import codec, keys, subjects, telemetry
 from baton.proto.actions import SetTaint, action_subject
 from baton.proto.health import HealthPolicy, Withheld
@@ -45,6 +42,9 @@ from baton.proto.k8s import NodeEvent, Taint
 from baton.proto.telemetry import GpuReport, GpuStatus, NodeReport, XidEvent
 from baton.services.cli.processes import Child, baton, free_port
 from baton.services.health import core
+from tests.support.actions import take_lease
+from tests.support.nats import running_nats
+from tests.support.sim import Sim, running_sim
 
 NODES = int(os.environ.get("BATON_BENCH_HEALTH_NODES", "1500"))
 C = "bench"
@@ -274,7 +274,7 @@ async def runner_rate(s: Stack, events: int = 20_000) -> float:
 
 def core_rate() -> tuple[int, float]:
     """The core alone: GPU reports, node reports and application Xids of every node."""
-    from baton.libs.testing.builders import racks
+    from tests.support.builders import racks
 
     nodes = racks(zones=1, blocks=6, racks=8, nodes=32)[:NODES]
     state = core.initial(HealthPolicy(preflight=False))

@@ -29,7 +29,6 @@ from typing import Any
 
 import msgspec
 
-from baton.libs.testing.builders import gang
 from baton.proto import subjects
 from baton.proto.actions import ActionResult, BindGang
 from baton.proto.k8s import NodeEvent, Pod, PodEvent, PodGroupEvent
@@ -38,6 +37,7 @@ from baton.services.cli import recording, replay
 from baton.services.cli.services import replayable
 from baton.services.gang import core
 from tests.bench.bench_gang import TraceJob, cluster_7500, philly
+from tests.support.builders import gang
 
 INTERVAL = 0.5  # the gang shell's default cycle interval
 

@@ -46,14 +46,14 @@ from pathlib import Path
 import msgspec
 
 from baton.libs.runtime import tune_gc
-from baton.libs.testing.builders import gang, pod, racks
 from baton.proto import keys
 from baton.proto.actions import BindGang
 from baton.proto.k8s import GPU, Node, NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.placement import GangRestarted
 from baton.services.gang import core
-from baton.services.simcluster import mixes
-from baton.services.simcluster.trace import sample_path
+from baton.services.simcluster.world import mixes
+from baton.services.simcluster.world.trace import sample_path
+from tests.support.builders import gang, pod, racks
 
 TRACE = Path(
     os.environ.get("BATON_PHILLY", Path(__file__).resolve().parents[3] / "shared/traces/philly.csv")

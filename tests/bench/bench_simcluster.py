@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from baton.libs.runtime import tune_gc
-from baton.services.simcluster.simulation import Simulation, build
-from baton.services.simcluster.spec import Delays
-from baton.services.simcluster.store import Store
-from baton.services.simcluster.workload import Job, job_objects
+from baton.services.simcluster.api.store import Store
+from baton.services.simcluster.world.simulation import Simulation, build
+from baton.services.simcluster.world.spec import Delays
+from baton.services.simcluster.world.workload import Job, job_objects
 
 NODES, PODS = 7_500, 100_000
 ROOT = Path(__file__).parents[2]
@@ -66,7 +66,7 @@ def process_start() -> tuple[float, float, float, float]:
             proc.terminate()
             proc.wait(30)
     probe = (
-        "import time, resource; t = time.perf_counter(); import services.simcluster.main; "
+        "import time, resource; t = time.perf_counter(); import baton.services.simcluster.main; "
         "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
     start = time.perf_counter()

@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from baton.services.simcluster.server import ApiServer
-from baton.services.simcluster.store import Store
+from baton.services.simcluster.api.server import ApiServer
+from baton.services.simcluster.api.store import Store
 
 NODES, PODS, WATCHERS, EVENTS = 7_500, 100_000, 4, 20_000
 

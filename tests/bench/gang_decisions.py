@@ -31,7 +31,7 @@ def main(root: str) -> None:
 
     bench = importlib.import_module("tests.bench.bench_gang")
     replay = importlib.import_module("tests.bench.bench_replay")
-    builders = importlib.import_module("baton.libs.testing.builders")
+    builders = importlib.import_module("tests.support.builders")
     core = importlib.import_module("baton.services.gang.core")
     print("code from", core.__file__)
     step, digest = core.step, hashlib.sha256()

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
-from baton.libs.testing.actions import take_lease
-from baton.libs.testing.sim import running_sim
 from baton.proto import subjects
 from baton.proto.actions import AnyAction, Cordon, CreatePod, PodTemplate, SetTaint
 from baton.proto.deadletter import DeadLetter
@@ -21,6 +19,8 @@ from baton.services.actuator import main as actuator
 from baton.services.actuator.calling import Api
 from tests.connected.test_nats_auth import NODE, collect_results, secured_nats
 from tests.pipeline import stop
+from tests.support.actions import take_lease
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 C = "c1"

@@ -19,9 +19,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner
-from baton.libs.testing.actions import Producers
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto import subjects
 from baton.proto.actions import (
     ActionResult,
@@ -43,8 +40,11 @@ from baton.proto.k8s import GPU, Taint
 from baton.services.actuator import core
 from baton.services.actuator import main as actuator_main
 from baton.services.actuator.calling import Api
-from baton.services.simcluster.objects import ApiError as SimApiError
+from baton.services.simcluster.api.objects import ApiError as SimApiError
 from tests.pipeline import stop
+from tests.support.actions import Producers
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 

@@ -14,9 +14,6 @@ import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
 from baton.libs.bus import Bus
-from baton.libs.testing.actions import Producers
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto import subjects
 from baton.proto.actions import ActionResult, AnyAction, SetLabels, SetTaint
 from baton.proto.k8s import Taint
@@ -24,6 +21,9 @@ from baton.services.actuator import core
 from baton.services.actuator import main as actuator_main
 from baton.services.actuator.calling import Api
 from tests.pipeline import stop
+from tests.support.actions import Producers
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 

@@ -19,9 +19,6 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from baton.libs.bus import Bus
-from baton.libs.testing.actions import Producers
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import subjects
 from baton.proto.actions import (
     ActionResult,
@@ -36,8 +33,11 @@ from baton.services.actuator import core
 from baton.services.actuator import main as actuator_main
 from baton.services.actuator.calling import Api
 from baton.services.admission.serving import Webhook, serve_webhook, tls_context
-from baton.services.simcluster.objects import ApiError as SimApiError
+from baton.services.simcluster.api.objects import ApiError as SimApiError
 from tests.connected.test_webhook import Served, make_cert, state_with_teams
+from tests.support.actions import Producers
+from tests.support.nats import running_nats
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 

@@ -1,5 +1,6 @@
 """The actuator's writes of what Baton tells users, against simcluster over HTTP:
-PodGroup status of both APIs, pods' PodScheduled condition, Events and their series."""
+PodGroup status of both APIs, pods' PodScheduled condition, Events and their series,
+teams (``Team`` objects) with their status."""
 
 from __future__ import annotations
 
@@ -9,20 +10,23 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto.actions import (
     GroupStatus,
     ObjectRef,
     PodRef,
+    QueuedGang,
     RecordEvent,
     SetGroupStatus,
     SetPodCondition,
+    SetTeamStatus,
     StatusCondition,
+    TeamStatus,
 )
 from baton.proto.k8s import UPSTREAM_API
 from baton.services.actuator import applying
 from baton.services.actuator.calling import Api
 from baton.services.actuator.eventing import EventWrite
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 NS = "ml"
@@ -138,3 +142,40 @@ async def test_an_event_and_its_series_as_the_events_api_stores_them(
     gone = EventWrite(name="w-0.gone", count=2, first=5.0, last=9.0)  # its Event expired
     assert await applying.apply(client.session(), event, event=gone) == ("applied", "")
     assert sim.store.get("events", NS, "w-0.gone")["series"]["count"] == 2
+
+
+def team_action(at: float, *queued: str, remove: bool = False) -> SetTeamStatus:
+    queue = tuple(
+        QueuedGang(name=name, position=i, gpus=8, priority=0, reason="team 'a' uses 16 of 16")
+        for i, name in enumerate(queued)
+    )
+    status = TeamStatus(namespaces=("a",), quota=16, used=16, waiting=len(queue), queue=queue)
+    return SetTeamStatus(
+        id=f"t-{at}", by="admission", at=at, priority="status", team="a", status=status,
+        remove=remove,
+    )  # fmt: skip
+
+
+async def test_a_team_is_created_its_status_written_when_changed_and_removed(
+    world: tuple[Sim, Api],
+) -> None:
+    sim, client = world
+    assert await applying.apply(client.session(), team_action(1.0, "a/x", "a/y")) == (
+        "applied", ""
+    )  # fmt: skip
+    stored = sim.store.get("teams", "", "a")
+    assert stored["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "baton"}
+    status = stored["status"]
+    assert (status["quota"], status["used"], status["waiting"]) == (16, 16, 2)
+    assert [(g["name"], g["position"]) for g in status["queue"]] == [("a/x", 0), ("a/y", 1)]
+    assert status["queue"][0]["setAside"] is False and "borrowLimit" in status
+    session = client.session()
+    assert await applying.apply(session, team_action(2.0, "a/x", "a/y")) == ("already", "")
+    assert session.writes == 0  # read, found the same, wrote nothing
+    await applying.apply(client.session(), team_action(3.0, "a/y"))
+    assert [g["name"] for g in sim.store.get("teams", "", "a")["status"]["queue"]] == ["a/y"]
+    removed = await applying.apply(client.session(), team_action(4.0, remove=True))
+    assert removed == ("applied", "")
+    assert await applying.apply(client.session(), team_action(5.0, remove=True)) == (
+        "already", ""
+    )  # fmt: skip

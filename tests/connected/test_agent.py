@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from baton.libs.bus import Bus
-from baton.libs.testing.nats import running_nats
 from baton.proto import codec, subjects
 from baton.proto import telemetry as t
 from baton.services.agent import core
@@ -28,6 +27,7 @@ from baton.services.agent.shell import Agent
 from baton.services.agent.simulated import SimHardware
 from tests.fake_hardware import XID_79, FakeHardware, node_document, serving_hardware
 from tests.pipeline import until
+from tests.support.nats import running_nats
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 

@@ -16,8 +16,6 @@ import pytest
 
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner
-from baton.libs.testing.builders import pod
-from baton.libs.testing.nats import running_nats
 from baton.proto import subjects
 from baton.proto.actions import Annotate
 from baton.proto.admission import TeamsLoaded
@@ -29,6 +27,8 @@ from baton.services.agent.egress import FleetEgress, Follower
 from baton.services.bandwidth import core
 from baton.services.bandwidth.main import SPEC, Settings
 from tests.pipeline import running, until
+from tests.support.builders import pod
+from tests.support.nats import running_nats
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 C = "c1"

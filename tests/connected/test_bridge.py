@@ -14,12 +14,12 @@ from prometheus_client import REGISTRY
 from baton.libs.bus import Bus, Subscription
 from baton.libs.kube import Options
 from baton.libs.runner import Runner
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import k8s, subjects
 from baton.services.bridge import core
 from baton.services.bridge import main as bridge_main
 from tests.pipeline import stop, until
+from tests.support.nats import running_nats
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 

@@ -13,12 +13,12 @@ import pytest
 
 from baton.libs.bus import Bus, Message, Outgoing
 from baton.libs.bus.streams import ACTIONS, DEADLETTER, HISTORY, K8S
-from baton.libs.testing.nats import running_nats
 from baton.proto import subjects
 from baton.proto.actions import AnyAction, Cordon
 from baton.proto.deadletter import DeadLetter
 from baton.proto.k8s import K8sEvent, Pod, PodEvent
 from tests.pipeline import until
+from tests.support.nats import running_nats
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 

@@ -81,7 +81,7 @@ def test_logs_are_json_lines_with_the_bound_context() -> None:
     """In a child process: structlog's configuration is global and caches its stream."""
     program = (
         "import logging, structlog\n"
-        "from libs.runtime import configure_logging\n"
+        "from baton.libs.runtime import configure_logging\n"
         "configure_logging(service='gang')\n"
         "with structlog.contextvars.bound_contextvars(subject='baton.c1.k8s.pod.a.b', seq=7):\n"
         "    structlog.get_logger().info('placed', gang='a/j')\n"

@@ -12,12 +12,12 @@ import pytest
 
 from baton.libs.bus import Bus, storage
 from baton.libs.bus.streams import stream_configs
-from baton.libs.testing.nats import running_nats
 from baton.proto import subjects
 from baton.proto.actions import AnyAction
 from tests.connected.test_runner import ACTIONS, running
 from tests.connected.test_runner import pod_event as toy_input
 from tests.pipeline import until
+from tests.support.nats import running_nats
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 C = "c1"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from baton.libs.runtime.nkey import SEED_SETTING, seed_file_public_key
-from baton.libs.testing.nats import running_nats, seed_file
+from tests.support.nats import running_nats, seed_file
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(120)]
 COMMANDS = [

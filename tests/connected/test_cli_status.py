@@ -7,8 +7,6 @@ import argparse
 import pytest
 
 from baton.libs.bus import Bus
-from baton.libs.testing.builders import node
-from baton.libs.testing.nats import running_nats
 from baton.proto import keys, subjects
 from baton.proto.actions import (
     ActionResult,
@@ -19,6 +17,8 @@ from baton.proto.actions import (
 )
 from baton.proto.k8s import NodeEvent
 from baton.services.cli.status import status
+from tests.support.builders import node
+from tests.support.nats import running_nats
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 

@@ -22,7 +22,6 @@ import pytest
 from baton.libs.bus import Bus, storage
 from baton.libs.bus.streams import stream_configs
 from baton.libs.runtime.stopping import retry
-from baton.libs.testing.nats import nats_server_binary
 from baton.proto import subjects
 from baton.proto.actions import AnyAction
 from baton.services.cli.processes import free_port, port_open
@@ -30,6 +29,7 @@ from baton.services.cli.store import DOWN_S, Disabled
 from tests.connected.test_runner import ACTIONS, running
 from tests.connected.test_runner import pod_event as toy_input
 from tests.pipeline import until
+from tests.support.nats import nats_server_binary
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(120)]
 C = "c1"

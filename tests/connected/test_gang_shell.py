@@ -12,8 +12,6 @@ import pytest
 
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner
-from baton.libs.testing.builders import gang, node
-from baton.libs.testing.nats import running_nats
 from baton.proto import subjects
 from baton.proto.actions import ActionResult, AnyAction, BindGang
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
@@ -21,6 +19,8 @@ from baton.proto.placement import AnyPlacement, GangPlaced, GangUnschedulable
 from baton.services.gang import core
 from baton.services.gang.main import SPEC, Settings
 from tests.pipeline import running
+from tests.support.builders import gang, node
+from tests.support.nats import running_nats
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 C = "c1"

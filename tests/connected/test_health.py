@@ -18,16 +18,16 @@ import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
 from baton.libs.bus import Bus
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import codec, keys, subjects
 from baton.proto.health import Control, Note, StateChanged, Withheld
 from baton.services.cli import recording, replay
 from baton.services.health import main as health
 from baton.services.health.main import publish_control
-from baton.services.simcluster.spec import Delays
+from baton.services.simcluster.world.spec import Delays
 from tests.connected.test_replay import history_settled
 from tests.pipeline import Services, running_fleet, running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(120)]
 C = "c1"

@@ -17,9 +17,6 @@ from baton.libs.bus import Bus
 from baton.libs.runner import Runner
 from baton.libs.runner.leasing import Fences, Held, Lease, leases_bucket
 from baton.libs.runtime.settings import Base
-from baton.libs.testing.actions import take_lease
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto import subjects
 from baton.proto.actions import ActionResult, AnyAction, SetLabels, action_subject
 from baton.proto.deadletter import DeadLetter
@@ -29,6 +26,9 @@ from baton.services.actuator import main as actuator_main
 from baton.services.actuator.calling import Api
 from tests.connected.test_runner import SPEC, pod_event
 from tests.pipeline import stop, until
+from tests.support.actions import take_lease
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 C = "c1"

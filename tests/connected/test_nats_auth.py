@@ -26,9 +26,6 @@ from baton.libs.bus import Bus
 from baton.libs.bus.connection import auth_options
 from baton.libs.runner import access
 from baton.libs.runtime.nkey import new_user_seed, public_key
-from baton.libs.testing.actions import take_lease
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto import subjects
 from baton.proto.actions import ActionResult, SetTaint, action_subject
 from baton.proto.codec import encode
@@ -44,6 +41,9 @@ from baton.services.gang import main as gang
 from baton.services.health import main as health
 from baton.services.reporter import main as reporter
 from tests.pipeline import running, stop, until
+from tests.support.actions import take_lease
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 C = "c1"

@@ -1,4 +1,4 @@
-"""The NATS auth callout (services/callout) with a real nats-server and simcluster's
+"""The NATS auth callout (services/baton/services/callout) with a real nats-server and simcluster's
 TokenRequest and TokenReview: an agent with its pod's token speaks for its node alone;
 no token, garbage, an expired token, a deleted pod's, another audience's, another
 ServiceAccount's: refused; the services' nkey users never go through the callout."""
@@ -25,8 +25,6 @@ from baton.libs.bus import Bus
 from baton.libs.bus.connection import auth_options
 from baton.libs.runner import access
 from baton.libs.runtime.nkey import account_pair, new_account_seed, public_key
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import subjects
 from baton.proto.codec import encode
 from baton.proto.telemetry import Heartbeat
@@ -36,6 +34,8 @@ from baton.services.cli.natsconfig import specs
 from baton.services.gang import main as gang
 from tests.connected.test_nats_auth import hello, write_seeds
 from tests.pipeline import running, stop, until
+from tests.support.nats import running_nats
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(120)]
 C = "c1"

@@ -13,9 +13,9 @@ from pathlib import Path
 import nats
 import pytest
 
-from baton.libs.testing.nats import running_nats
 from baton.services.cli.natsconfig import make_tls
 from tests.pipeline import until
+from tests.support.nats import running_nats
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 HOSTS = ["localhost", "127.0.0.1"]

@@ -9,9 +9,6 @@ import asyncio
 import pytest
 
 from baton.libs.bus import Bus
-from baton.libs.testing.actions import Producers
-from baton.libs.testing.builders import node
-from baton.libs.testing.nats import running_nats
 from baton.proto import subjects
 from baton.proto.actions import ActionResult, SetTaint
 from baton.proto.deadletter import PAYLOAD_COPY, DeadLetter
@@ -20,6 +17,9 @@ from baton.services.actuator import main as actuator
 from baton.services.admission import main as admission
 from baton.services.gang import main as gang
 from tests.pipeline import running, stop, until
+from tests.support.actions import Producers
+from tests.support.builders import node
+from tests.support.nats import running_nats
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(120)]
 C = "c1"

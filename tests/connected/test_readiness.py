@@ -11,10 +11,10 @@ import pytest
 
 from baton.libs.bus import Bus
 from baton.libs.runner.serving import serve
-from baton.libs.testing.nats import running_nats
 from baton.services.cli.processes import free_port
 from baton.services.gang import main as gang
 from tests.pipeline import stop, until
+from tests.support.nats import running_nats
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(120)]
 

@@ -16,12 +16,12 @@ from typing import Any
 import nats
 import pytest
 
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import subjects
 from baton.services.cli import recording, replay
-from baton.services.simcluster.workload import Job
+from baton.services.simcluster.world.workload import Job
 from tests.pipeline import drain_as_health_does, running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(180)]
 C = "c1"

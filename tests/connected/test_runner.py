@@ -16,7 +16,6 @@ from baton.libs.bus import Bus
 from baton.libs.bus.pulling import Puller
 from baton.libs.runner import BusFeed, Input, Route, Runner, Spec, Timer
 from baton.libs.runtime.settings import Base
-from baton.libs.testing.nats import running_nats
 from baton.proto import subjects, telemetry
 from baton.proto.actions import AnyAction, Cordon, action_subject
 from baton.proto.deadletter import DeadLetter
@@ -24,6 +23,7 @@ from baton.proto.k8s import Pod, PodEvent
 from baton.proto.runner import Started, Tick
 from baton.proto.telemetry import GpuReport
 from tests.pipeline import every, stop, until
+from tests.support.nats import running_nats
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 

@@ -10,7 +10,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from baton.libs.testing.sim import Sim, running_sim
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 # kubernetes-asyncio sends a dict body to custom objects as a JSON patch unless told

@@ -13,7 +13,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from baton.libs.testing.sim import Sim, running_sim
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 SPEC = {"containers": [{"name": "main", "image": "train:1"}]}

@@ -14,10 +14,11 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from baton.libs.testing.sim import Sim, running_sim
-from baton.services.simcluster import main, trace
-from baton.services.simcluster.spec import Delays
+from baton.services.simcluster import main
+from baton.services.simcluster.world import trace
+from baton.services.simcluster.world.spec import Delays
 from tests.pipeline import until
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 MERGE = "application/merge-patch+json"

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from baton.libs.testing.sim import running_sim
-from baton.services.simcluster import spec
-from baton.services.simcluster.topology import MAX_SIZE, MIN_SIZE
+from baton.services.simcluster.world import spec
+from baton.services.simcluster.world.topology import MAX_SIZE, MIN_SIZE
 from tests.pipeline import until
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 CAPI = ("cluster.x-k8s.io", "v1beta1", "default", "machinedeployments")

@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
-from baton.libs.testing.sim import Sim, running_sim
 from tests.pipeline import until
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 NS = "default"

@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
-from baton.libs.testing.kubectl import kubectl, needs_kubectl, run_kubectl
-from baton.libs.testing.sim import Sim, running_sim
 from baton.services.admission.registration import configurations
+from tests.support.kubectl import kubectl, needs_kubectl, run_kubectl
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 ROOT = Path(__file__).resolve().parents[2]

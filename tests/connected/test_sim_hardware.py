@@ -14,12 +14,13 @@ import msgspec
 import pytest
 from kubernetes_asyncio import client
 
-from baton.libs.testing.sim import Sim, running_sim
-from baton.services.simcluster import fault_trace, main
-from baton.services.simcluster.kubeconfig import write_kubeconfig
-from baton.services.simcluster.spec import Delays
-from baton.services.simcluster.targets import Target
+from baton.services.simcluster import main
+from baton.services.simcluster.api.kubeconfig import write_kubeconfig
+from baton.services.simcluster.world import fault_trace
+from baton.services.simcluster.world.spec import Delays
+from baton.services.simcluster.world.targets import Target
 from tests.pipeline import until
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 FAST = {"speed": 100.0, "delays": Delays(pod_start_s=2, termination_s=5, preflight_s=5)}

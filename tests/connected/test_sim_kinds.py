@@ -17,7 +17,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from baton.libs.testing.sim import Sim, running_sim
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [
     pytest.mark.connected,

@@ -13,12 +13,12 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
-from baton.libs.testing.kubectl import kubectl as run_kubectl_out
-from baton.libs.testing.kubectl import needs_kubectl
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto.actions import ObjectRef, RecordEvent
 from baton.services.actuator.eventing import EventWrite
 from baton.services.actuator.reporting import event_body
+from tests.support.kubectl import kubectl as run_kubectl_out
+from tests.support.kubectl import needs_kubectl
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 TABLE = (

@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from baton.libs.testing.kubectl import kubectl, needs_kubectl, run_kubectl
-from baton.libs.testing.sim import Sim, running_sim
+from tests.support.kubectl import kubectl, needs_kubectl, run_kubectl
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 PODS = "/api/v1/namespaces/default/pods"

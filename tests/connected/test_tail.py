@@ -9,9 +9,9 @@ import time
 import pytest
 
 from baton.libs.bus import Bus
-from baton.libs.testing.nats import running_nats
 from baton.proto import subjects
 from baton.proto.k8s import Node, NodeEvent
+from tests.support.nats import running_nats
 
 pytestmark = pytest.mark.connected
 

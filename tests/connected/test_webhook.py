@@ -17,13 +17,13 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from baton.libs.testing.sim import running_sim
 from baton.proto.admission import PodMutated, PodRejected
 from baton.proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
 from baton.services.admission import core, main
 from baton.services.admission.certificates import self_signed
 from baton.services.admission.serving import Webhook, serve_webhook, tls_context
 from baton.services.admission.teams import parse
+from tests.support.sim import running_sim
 
 pytestmark = pytest.mark.connected
 

@@ -16,12 +16,12 @@ from kubernetes_asyncio import client
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner, serve
 from baton.libs.runner.leasing import Lease
-from baton.libs.testing.sim import Sim
 from baton.services.actuator import main as actuator_main
 from baton.services.admission import main as admission_main
 from baton.services.bridge import main as bridge_main
 from baton.services.gang import main as gang_main
 from tests.connected.test_webhook import make_cert
+from tests.support.sim import Sim
 
 
 def common(url: str) -> dict[str, Any]:

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from tests.e2e.admitting import admitting, gpu_pod, submit
 from tests.pipeline import until
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -18,8 +18,6 @@ import pytest
 from kubernetes_asyncio.client import ApiException, CoreV1Api, CustomObjectsApi
 
 from baton.libs.bus import Bus
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto import health, keys, subjects
 from baton.proto.autoscaler import AnyAutoscaler, ScaledUp, ScaleRefused, ScaleReverted
 from baton.proto.codec import decode
@@ -27,9 +25,11 @@ from baton.proto.health import Remediate
 from baton.services.admission import main as admission
 from baton.services.autoscaler import main as autoscaler
 from baton.services.gang import main as gang
-from baton.services.simcluster import spec
-from baton.services.simcluster.store import ApiError
+from baton.services.simcluster.api.store import ApiError
+from baton.services.simcluster.world import spec
 from tests.pipeline import running, running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 NS = "research"

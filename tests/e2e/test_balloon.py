@@ -12,14 +12,14 @@ import msgspec
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto import keys
 from baton.services.autoscaler import main as autoscaler
 from baton.services.balloon import main as balloon
-from baton.services.simcluster import spec
+from baton.services.simcluster.world import spec
 from tests.e2e.test_autoscaler import NS, nodes, replicas, submit_gang
 from tests.pipeline import running, running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 CLUSTER = spec.from_dict(

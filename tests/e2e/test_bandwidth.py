@@ -17,8 +17,6 @@ import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
 from baton.libs.bus import Bus
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto.admission import TeamsLoaded
 from baton.proto.bandwidth import NodeLimits
 from baton.proto.codec import Undecodable, decode
@@ -26,6 +24,8 @@ from baton.proto.teams import Egress, Team, TeamConfig
 from baton.services.agent.egress import FleetEgress
 from baton.services.bandwidth.main import SPEC, Settings
 from tests.pipeline import running, running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 C = "c1"

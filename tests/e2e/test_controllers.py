@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto import keys
 from baton.services.health import main as health
-from baton.services.simcluster.spec import from_dict
+from baton.services.simcluster.world.spec import from_dict
 from tests.pipeline import running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 HEALTH = health.Settings(preflight=False, tick_s=0.2)  # GPUHealthy=False drains at once

@@ -10,14 +10,14 @@ import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.libs.bus import Bus
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto import k8s, subjects
 from baton.proto.deadletter import DeadLetter
 from baton.proto.placement import AnyPlacement, GangUnschedulable
 from baton.services.gang import main as gang
 from tests.e2e.admitting import gang_objects
 from tests.pipeline import every, running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 C = "c1"

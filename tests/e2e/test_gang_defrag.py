@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto.keys import PREEMPTIBLE
 from baton.services.gang import main as gang
 from tests.pipeline import running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 NS = "research"

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto import keys
 from baton.services.gang import main as gang
 from tests.e2e.admitting import gang_objects
 from tests.pipeline import running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 NS = "research"

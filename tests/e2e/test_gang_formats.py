@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import keys
 from baton.services.cli import why
 from baton.services.reporter import main as reporter
 from tests.pipeline import running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 KUBECTL = "/usr/bin/kubectl"

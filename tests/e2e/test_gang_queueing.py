@@ -12,11 +12,11 @@ import pytest
 from kubernetes_asyncio import client
 
 from baton.libs.runner import serve
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.services.reporter import main as reporter_main
 from tests.e2e.admitting import admitting, common, submit
 from tests.pipeline import until
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]  # its waits add up to 165 s
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
 from baton.proto.keys import ADMITTED, DRAINING, RECREATED_FROM
 from baton.services.health import main as health
 from tests.pipeline import running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 # NotReady counts after 1 s here (120 s by default); no preflight checks in this test.

@@ -21,14 +21,14 @@ import nats
 import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import keys, subjects
 from baton.proto.health import Note
 from baton.services.health import main as health
-from baton.services.simcluster.spec import Delays
-from baton.services.simcluster.workload import Job
+from baton.services.simcluster.world.spec import Delays
+from baton.services.simcluster.world.workload import Job
 from tests.pipeline import Services, running_fleet, running_services, until
+from tests.support.nats import running_nats
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 NS = "team-t1"

@@ -20,15 +20,15 @@ from pathlib import Path
 import pytest
 
 from baton.libs.bus import Bus, Outgoing
-from baton.libs.testing.actions import take_lease
-from baton.libs.testing.builders import gang, node, pod
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import Sim, running_sim
 from baton.proto import subjects
 from baton.proto.actions import ActionResult, AnyAction, SetLabels, action_subject
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from baton.services.cli.processes import Child, baton
 from tests.pipeline import every, until
+from tests.support.actions import take_lease
+from tests.support.builders import gang, node, pod
+from tests.support.nats import running_nats
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
 

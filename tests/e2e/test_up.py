@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from baton.libs.testing.nats import running_nats
-from baton.libs.testing.sim import running_sim
+from tests.support.nats import running_nats
+from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -107,7 +107,7 @@ async def test_a_recorded_baton_up_run_replays_identically_for_gang_and_admissio
     """Record what `baton up` did (HISTORY), then replay it into fresh cores: the same
     placements, verdicts, admissions and actions, from the same code path as live."""
     from baton.services.cli import recording, replay
-    from baton.services.simcluster.workload import Job
+    from baton.services.simcluster.world.workload import Job
 
     async with running_nats() as url, running_sim(nodes=8) as sim:
         process = await asyncio.create_subprocess_exec(

@@ -19,8 +19,6 @@ import msgspec
 import pytest
 
 from baton.libs.bus import Bus
-from baton.libs.testing.builders import pod
-from baton.libs.testing.nats import running_nats
 from baton.proto import subjects
 from baton.proto.admission import TeamsLoaded
 from baton.proto.k8s import PodEvent
@@ -31,6 +29,8 @@ from baton.services.agent.tc import Layout
 from baton.services.bandwidth.main import SPEC, Settings
 from tests.netns.topology import INTERNAL, INTERNET_HOST, Topology, missing, result
 from tests.pipeline import running
+from tests.support.builders import pod
+from tests.support.nats import running_nats
 
 pytestmark = [
     pytest.mark.netns,

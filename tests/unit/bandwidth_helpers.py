@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import msgspec
 
-from baton.libs.testing.builders import pod
 from baton.proto.bandwidth import (
     Allocation,
     BandwidthPolicy,
@@ -16,6 +15,7 @@ from baton.proto.bandwidth import (
 from baton.proto.k8s import Pod, PodEvent
 from baton.proto.runner import Tick
 from baton.services.bandwidth import core
+from tests.support.builders import pod
 
 M = 1_000_000
 

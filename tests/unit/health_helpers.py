@@ -7,7 +7,6 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from baton.libs.testing.builders import node, pod
 from baton.proto import keys
 from baton.proto.actions import MarkNode
 from baton.proto.health import HealthPolicy, Note
@@ -15,6 +14,7 @@ from baton.proto.k8s import Condition, Node, NodeEvent, Pod, PodEvent
 from baton.proto.runner import Tick
 from baton.proto.telemetry import Disk, GpuReport, GpuStatus, Nic, NodeReport, XidEvent
 from baton.services.health import checks, core, moving
+from tests.support.builders import node, pod
 
 T = TypeVar("T")
 

@@ -14,6 +14,8 @@ from baton.proto.actions import (
     RecordEvent,
     SetGroupStatus,
     SetTaint,
+    SetTeamStatus,
+    TeamStatus,
 )
 from baton.proto.k8s import Taint
 from baton.services.actuator import core
@@ -59,6 +61,23 @@ def test_a_newer_status_replaces_the_one_still_queued() -> None:
     assert of(other, Report) == []  # another PodGroup: both are kept
     out = core.step(state, Finished(action_id="busy", outcome="applied"), 1.0)[1]
     assert [a.action.id for a in of(out, Apply)] == ["s2"]
+
+
+def test_a_newer_team_status_replaces_the_one_still_queued() -> None:
+    state = core.initial(Limits(qps=0, concurrency=1), now=0.0)
+    taint = SetTaint(id="busy", by="health", at=0.0, node="n1", taint=Taint(key="k"))
+    arrive(state, taint, 1, 0.0)  # holds the only slot
+
+    def team(id_: str, name: str, waiting: int) -> SetTeamStatus:
+        return SetTeamStatus(id=id_, by="admission", at=0.0, priority="status", team=name,
+                             status=TeamStatus(waiting=waiting))  # fmt: skip
+
+    arrive(state, team("a1", "a", 3), 2, 0.0)
+    assert of(arrive(state, team("b1", "b", 1), 3, 0.0), Report) == []  # another team
+    (stale,) = of(arrive(state, team("a2", "a", 2), 4, 0.0), Report)
+    assert (stale.result.action_id, stale.result.outcome) == ("a1", "stale")
+    out = core.step(state, Finished(action_id="busy", outcome="applied"), 1.0)[1]
+    assert [a.action.id for a in of(out, Apply)] == ["b1"]
 
 
 def test_repeats_join_a_series_written_at_most_every_interval() -> None:

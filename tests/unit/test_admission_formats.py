@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from baton.libs.testing.builders import pod, pod_group
 from baton.proto.actions import Annotate
 from baton.proto.admission import GangAdmitted, GangQueued
 from baton.proto.k8s import GPU, UPSTREAM_API, GangRef, Node, NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.keys import ADMITTED
 from baton.services.admission import core
 from baton.services.admission.teams import parse
+from tests.support.builders import pod, pod_group
 
 pytestmark = pytest.mark.unit
 

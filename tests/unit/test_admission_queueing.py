@@ -198,3 +198,14 @@ def test_a_podgroup_whose_pods_all_came_keeps_its_quota_when_they_finish_or_go()
     feed(state, submit("a", "job", 2, at=0.0), now=0.0)
     feed(state, [*pods("a", "job", 1, phase="Running"), Tick(at=100.0)], now=100.0)
     assert state.gangs["a/job"].admitted and state.used["a"] == 16
+
+
+def test_a_gang_entering_an_empty_queue_is_told_it_is_first_not_behind_0() -> None:
+    """The demo showed "waiting behind 0 earlier gangs" for every gang that came in."""
+    state = cluster(ONE, [node("n1", "p"), node("n2", "p")])
+    out = feed(state, submit("a", "first", 1, at=1.0))
+    said = [q.reason for q in of(out, GangQueued) if q.gang == "a/first"]
+    assert said and "behind 0" not in said[0] and "first in team 'a'" in said[0], said
+    out = feed(state, submit("a", "big", 3, at=2.0) + submit("a", "second", 1, at=3.0), now=3.0)
+    said = [q.reason for q in of(out, GangQueued) if q.gang == "a/second"]
+    assert said and "behind 1 earlier" in said[0], said

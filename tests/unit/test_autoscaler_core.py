@@ -8,7 +8,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from baton.libs.testing.builders import balloon, node, pod
 from baton.proto import keys
 from baton.proto.actions import ActionResult, MarkNode, ScaleMachineDeployment
 from baton.proto.admission import GangAdmitted, GangQueued
@@ -24,6 +23,7 @@ from baton.proto.k8s import MachineDeployment, MachineDeploymentEvent, Node, Nod
 from baton.proto.placement import GangPlaced, GangUnschedulable, Need
 from baton.proto.runner import Tick
 from baton.services.autoscaler import core
+from tests.support.builders import balloon, node, pod
 
 pytestmark = pytest.mark.unit
 GPU = keys.GPU

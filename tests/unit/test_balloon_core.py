@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from baton.libs.testing.builders import node, pod
 from baton.proto import keys
 from baton.proto.actions import ActionResult, Binding, CreatePod, DeletePod
 from baton.proto.balloon import BalloonPolicy, Headroom
@@ -14,6 +13,7 @@ from baton.proto.k8s import MachineDeployment, MachineDeploymentEvent, NodeEvent
 from baton.proto.placement import GangPlaced
 from baton.proto.runner import Tick
 from baton.services.balloon import core
+from tests.support.builders import node, pod
 
 pytestmark = pytest.mark.unit
 

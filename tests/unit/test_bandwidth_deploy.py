@@ -11,10 +11,10 @@ import yaml
 from baton.libs.runtime import SettingsError
 from baton.libs.runtime.nkey import SEED_SETTING
 from baton.libs.runtime.teams import load_teams
-from baton.libs.testing.nats import seed_file
 from baton.proto.teams import DEFAULT, TeamConfigError
 from baton.services.bandwidth.main import load
 from baton.services.cli.main import COMMANDS
+from tests.support.nats import seed_file
 
 pytestmark = pytest.mark.unit
 

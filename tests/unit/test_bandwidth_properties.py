@@ -62,6 +62,15 @@ def test_a_tiny_want_alone_gets_the_capacity_not_infinity() -> None:
     assert shares.pods["t0"] == [CAPACITY]
 
 
+def test_a_tiny_want_beside_a_capped_one_gets_the_spare_not_infinity() -> None:
+    """Found by hypothesis: the water level (room / a denormal weight) overflowed to inf."""
+    team = TeamEgress(name="t0", tier="critical", weight=1.0, minimum_bps=0, namespaces=())
+    claim = allocating.Claim(team=team, uids=["0-0", "0-1"], wants=[1e7, 2.2250738585072014e-308],
+                             caps=[1e7, INF])  # fmt: skip
+    shares = allocating.allocate(CAPACITY, tiers=DEFAULT_TIERS, claims=[claim])
+    assert shares.pods["t0"] == [1e7, CAPACITY - 1e7]
+
+
 @settings(max_examples=300, deadline=None)
 @given(claims())
 def test_the_sum_never_exceeds_capacity_and_is_used_when_wanted(cs: list[allocating.Claim]) -> None:

@@ -19,9 +19,9 @@ from baton.services.agent import main as agent
 from baton.services.callout import claims, core, shell
 from baton.services.callout import main as callout
 from baton.services.cli.natsconfig import CALLOUT_ISSUER, run, specs
-from baton.services.simcluster.objects import ApiError
-from baton.services.simcluster.store import Store
-from baton.services.simcluster.tokens import EXTRA, Tokens
+from baton.services.simcluster.api.objects import ApiError
+from baton.services.simcluster.api.store import Store
+from baton.services.simcluster.api.tokens import EXTRA, Tokens
 
 pytestmark = pytest.mark.unit
 C = "c1"

@@ -63,9 +63,14 @@ def test_kustomization_lists_every_manifest() -> None:
 
 
 def test_only_the_bridge_lists_and_watches() -> None:
+    """Of Baton's own roles; ``baton-teams-reader`` is for people, bound to no service."""
     readers = {name for name, rules in roles().items()
                if any({"list", "watch"} & set(r["verbs"]) for r in rules)}  # fmt: skip
-    assert readers == {"baton-bridge"}
+    assert readers == {"baton-bridge", "baton-teams-reader"}
+    reader = {"apiGroups": ["baton.io"], "resources": ["teams"], "verbs": ["get", "list", "watch"]}
+    assert roles()["baton-teams-reader"] == [reader]
+    bound = {b["roleRef"]["name"] for b in of("ClusterRoleBinding").values()}
+    assert "baton-teams-reader" not in bound
 
 
 def test_only_the_actuator_writes() -> None:

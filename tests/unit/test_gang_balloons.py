@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from baton.libs.testing.builders import balloon, gang, node, pod
+from tests.support.builders import balloon, gang, node, pod
 from tests.unit.gang_helpers import binds, make, tick, verdicts
 
 pytestmark = pytest.mark.unit

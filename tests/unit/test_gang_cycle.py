@@ -5,11 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from baton.libs.testing.builders import RACK, NodeBuilder, gang, node, pod, racks
 from baton.proto.actions import ActionResult, EvictGang, RecreatePod
 from baton.proto.k8s import MAX_GANG_MEMBERS, Node, Toleration
 from baton.proto.placement import GangRestarted
 from baton.services.gang import core
+from tests.support.builders import RACK, NodeBuilder, gang, node, pod, racks
 from tests.unit.gang_helpers import apply, binds, feed, finish, gangs_bound, make, tick, verdicts
 
 pytestmark = pytest.mark.unit

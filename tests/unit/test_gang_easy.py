@@ -6,11 +6,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from baton.libs.testing.builders import gang, node
 from baton.proto import durations, keys
 from baton.proto.k8s import Node, Taint
 from baton.proto.placement import GangRestarted
 from baton.services.gang import core, estimates
+from tests.support.builders import gang, node
 from tests.unit.gang_helpers import apply, binds, feed, finish, make, tick, verdicts
 
 pytestmark = pytest.mark.unit

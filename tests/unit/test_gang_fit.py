@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from baton.libs.testing.builders import GIB, NodeBuilder, gang, node, pod
 from baton.proto.k8s import Node, NodeSelectorTerm, Requirement, Toleration
+from tests.support.builders import GIB, NodeBuilder, gang, node, pod
 from tests.unit.gang_helpers import binds, make, tick, verdicts
 
 pytestmark = pytest.mark.unit

@@ -10,11 +10,11 @@ import msgspec
 import pytest
 
 from baton.libs.kube import kinds, slimming, wire
-from baton.libs.testing.builders import RACK, node, pod, pod_group, view
 from baton.libs.view import quorum
 from baton.proto import keys
 from baton.proto.k8s import UPSTREAM_API, GangRef, Node, PodGroupEvent
 from baton.services.bridge import core as bridge
+from tests.support.builders import RACK, node, pod, pod_group, view
 from tests.unit.gang_helpers import binds, make, tick, verdicts
 
 pytestmark = pytest.mark.unit

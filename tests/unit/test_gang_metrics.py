@@ -3,9 +3,9 @@
 import pytest
 from prometheus_client import REGISTRY
 
-from baton.libs.testing.builders import gang, node
 from baton.proto import keys
 from baton.services.gang import metrics, shell
+from tests.support.builders import gang, node
 from tests.unit.gang_helpers import make, placed, tick
 
 pytestmark = pytest.mark.unit

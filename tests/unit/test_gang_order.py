@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from baton.libs.testing.builders import gang, node, pod
 from baton.proto import keys
 from baton.proto.k8s import Node, Pod, PodGroup
 from baton.services.gang import core, estimates, ordering
+from tests.support.builders import gang, node, pod
 from tests.unit.gang_helpers import apply, binds, feed, gangs_bound, make, tick, verdicts
 
 pytestmark = pytest.mark.unit

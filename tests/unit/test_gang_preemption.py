@@ -7,12 +7,12 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from baton.libs.testing.builders import gang, node
 from baton.proto import keys
 from baton.proto.actions import EvictGang, RecreatePod
 from baton.proto.k8s import Node
 from baton.proto.placement import GangRestarted
 from baton.services.gang import core
+from tests.support.builders import gang, node
 from tests.unit.gang_helpers import apply, binds, feed, make, tick
 
 pytestmark = pytest.mark.unit

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from baton.libs.testing.builders import RACK, node, pod, pod_group
 from baton.proto import keys
 from baton.proto.k8s import UPSTREAM_API, GangRef, Node, Pod, PodGroup
 from baton.services.gang import asks, core, topology
 from baton.services.reporter import telling
+from tests.support.builders import RACK, node, pod, pod_group
 from tests.unit.gang_helpers import apply, binds, feed, make, tick, verdicts
 
 pytestmark = pytest.mark.unit

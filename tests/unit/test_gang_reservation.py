@@ -6,9 +6,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from baton.libs.testing.builders import gang, node
 from baton.proto.k8s import Node
 from baton.services.gang import core
+from tests.support.builders import gang, node
 from tests.unit.gang_helpers import apply, binds, feed, make, tick, verdicts
 
 pytestmark = pytest.mark.unit

@@ -6,9 +6,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from baton.libs.testing.builders import gang, node, pod
 from baton.proto.k8s import Node, Pod, PodGroup
 from baton.services.gang import core
+from tests.support.builders import gang, node, pod
 from tests.unit.gang_helpers import binds, make, tick
 
 pytestmark = pytest.mark.unit

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from baton.libs.testing.builders import BLOCK, RACK, ZONE, gang, node, pod
 from baton.proto.k8s import Node
+from tests.support.builders import BLOCK, RACK, ZONE, gang, node, pod
 from tests.unit.gang_helpers import binds, make, placed, tick, verdicts
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,6 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from baton.libs.testing.builders import node
 from baton.proto import keys
 from baton.proto.actions import CreatePod, MarkNode
 from baton.proto.health import Control, HealthPolicy, Note, StateChanged, Withheld
@@ -14,6 +13,7 @@ from baton.proto.k8s import Node
 from baton.services.health import core
 from baton.services.health.rails import Domain, Rails, SlowStart, domains
 from baton.services.health.states import TAINTS
+from tests.support.builders import node
 from tests.unit.health_helpers import (
     QUIET,
     changed,

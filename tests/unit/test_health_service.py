@@ -10,11 +10,11 @@ import yaml
 
 from baton.libs.runtime import SettingsError, load_settings
 from baton.libs.runtime.nkey import SEED_SETTING
-from baton.libs.testing.nats import seed_file
 from baton.proto.health import HealthPolicy, Heard, Silence
 from baton.services.cli.main import COMMANDS
 from baton.services.health.heartbeats import Beats, outgoing
 from baton.services.health.main import PREFIX, SPEC, Settings
+from tests.support.nats import seed_file
 
 pytestmark = pytest.mark.unit
 

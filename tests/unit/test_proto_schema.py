@@ -1,4 +1,5 @@
-"""The JSON Schemas in proto/schemas match the event types, and every type is named once."""
+"""The JSON Schemas in proto/baton/proto/schemas match the event types, and every type is
+named once."""
 
 from __future__ import annotations
 

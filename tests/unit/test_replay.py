@@ -11,13 +11,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from baton.libs.testing.builders import gang, node
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangPolicy, GangUnschedulable
 from baton.proto.runner import Started, Tick
 from baton.services.cli import recording, replay
 from baton.services.cli.services import replayable
 from baton.services.gang import core
+from tests.support.builders import gang, node
 
 pytestmark = pytest.mark.unit
 GANG = replayable()["gang"]

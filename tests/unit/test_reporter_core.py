@@ -7,7 +7,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from baton.libs.testing.builders import node, pod, pod_group
 from baton.proto import keys
 from baton.proto.actions import Binding, RecordEvent, SetGroupStatus, SetPodCondition
 from baton.proto.admission import GangQueued
@@ -15,6 +14,7 @@ from baton.proto.k8s import GangRef, NodeEvent, Pod, PodEvent, PodGroup, PodGrou
 from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable, Need
 from baton.proto.runner import Tick
 from baton.services.reporter import core, telling
+from tests.support.builders import node, pod, pod_group
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from baton.services.simcluster import conditions, spec, topology
-from baton.services.simcluster.cloud import Cloud
-from baton.services.simcluster.store import Store
+from baton.services.simcluster.api.store import Store
+from baton.services.simcluster.world import conditions, spec, topology
+from baton.services.simcluster.world.cloud import Cloud
 
 pytestmark = pytest.mark.unit
 

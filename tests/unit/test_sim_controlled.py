@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from baton.proto import keys
-from baton.services.simcluster import mixes, validation
-from baton.services.simcluster.controlled import batch_job, controlled_objects, kind_of
-from baton.services.simcluster.resources import resource
-from baton.services.simcluster.simulation import build
-from baton.services.simcluster.store import Store
-from baton.services.simcluster.workload import DURATION_ANNOTATION, Job
+from baton.services.simcluster.api import validation
+from baton.services.simcluster.api.resources import resource
+from baton.services.simcluster.api.store import Store
+from baton.services.simcluster.world import mixes
+from baton.services.simcluster.world.controlled import batch_job, controlled_objects, kind_of
+from baton.services.simcluster.world.simulation import build
+from baton.services.simcluster.world.workload import DURATION_ANNOTATION, Job
 from tests.pipeline import until
 
 pytestmark = pytest.mark.unit

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from baton.services.simcluster import fault_trace, targets
-from baton.services.simcluster.faults import Fault
-from baton.services.simcluster.targets import Target, TargetError
+from baton.services.simcluster.world import fault_trace, targets
+from baton.services.simcluster.world.faults import Fault
+from baton.services.simcluster.world.targets import Target, TargetError
 
 pytestmark = pytest.mark.unit
 NODES = [f"gpu-{i:05d}" for i in range(1, 101)]

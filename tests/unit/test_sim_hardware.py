@@ -9,10 +9,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from baton.services.simcluster import faults, hardware, xids
-from baton.services.simcluster.hardware import Gpu, NodeHardware
-from baton.services.simcluster.hardware_feed import HardwareFeed
-from baton.services.simcluster.history import Expired
+from baton.services.simcluster.api.history import Expired
+from baton.services.simcluster.world import faults, hardware, xids
+from baton.services.simcluster.world.hardware import Gpu, NodeHardware
+from baton.services.simcluster.world.hardware_feed import HardwareFeed
 
 pytestmark = pytest.mark.unit
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from baton.services.simcluster import objects, openapi
-from baton.services.simcluster.conversions import EVENTS_V1, version_view
-from baton.services.simcluster.objects import ApiError
-from baton.services.simcluster.resources import BY_KEY, RESOURCES
+from baton.services.simcluster.api import objects, openapi
+from baton.services.simcluster.api.conversions import EVENTS_V1, version_view
+from baton.services.simcluster.api.objects import ApiError
+from baton.services.simcluster.api.resources import BY_KEY, RESOURCES
 
 pytestmark = pytest.mark.unit
 

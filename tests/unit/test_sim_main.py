@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from baton.services.simcluster import fault_cli, main
+from baton.services.simcluster import main
+from baton.services.simcluster.world import fault_cli
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from baton.services.simcluster.objects import ApiError
-from baton.services.simcluster.patching import json_patch, merge_patch, strategic_merge_patch
+from baton.services.simcluster.api.objects import ApiError
+from baton.services.simcluster.api.patching import json_patch, merge_patch, strategic_merge_patch
 
 pytestmark = pytest.mark.unit
 

@@ -13,11 +13,12 @@ from baton.proto.actions import PodTemplate
 from baton.proto.k8s import Toleration
 from baton.services.actuator import podspec
 from baton.services.admission.registration import configurations
-from baton.services.simcluster import schemas, topology, validation
-from baton.services.simcluster.objects import ApiError
-from baton.services.simcluster.resources import RESOURCES, resource
-from baton.services.simcluster.spec import default_spec
-from baton.services.simcluster.workload import Job, job_objects
+from baton.services.simcluster.api import schemas, validation
+from baton.services.simcluster.api.objects import ApiError
+from baton.services.simcluster.api.resources import RESOURCES, resource
+from baton.services.simcluster.world import topology
+from baton.services.simcluster.world.spec import default_spec
+from baton.services.simcluster.world.workload import Job, job_objects
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,6 +84,23 @@ def test_podgroup_schema_is_the_crd_in_deploy() -> None:
     assert set(have["properties"]) == set(want)
     for part in ("spec", "status"):
         assert _fields(have["properties"][part]) == _fields(want[part])
+
+
+def test_team_schema_is_the_crd_in_deploy() -> None:
+    crd = yaml.safe_load((ROOT / "deploy/crds/baton.io_teams.yaml").read_text())
+    version = crd["spec"]["versions"][0]
+    want = version["schema"]["openAPIV3Schema"]["properties"]
+    have = schemas.schema_of("baton.io", "Team")
+    assert have is not None
+    assert set(have["properties"]) == set(want)
+    for part in ("spec", "status"):
+        assert _fields(have["properties"][part]) == _fields(want[part])
+    served = resource("teams")
+    assert (served.group, served.version, served.kind) == (
+        crd["spec"]["group"], version["name"], crd["spec"]["names"]["kind"]
+    )  # fmt: skip
+    assert not served.namespaced and crd["spec"]["scope"] == "Cluster"
+    assert "status" in served.subresources and "status" in version["subresources"]
 
 
 def _fields(schema: dict[str, Any], prefix: str = "") -> set[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from baton.services.simcluster.selectors import SelectorError, field_predicate, label_predicate
+from baton.services.simcluster.api.selectors import SelectorError, field_predicate, label_predicate
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from baton.services.simcluster.history import Expired
-from baton.services.simcluster.store import ApiError, Store
+from baton.services.simcluster.api.history import Expired
+from baton.services.simcluster.api.store import ApiError, Store
 
 pytestmark = pytest.mark.unit
 SPEC = {"containers": [{"name": "main"}]}

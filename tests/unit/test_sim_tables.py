@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from baton.services.simcluster import tables
+from baton.services.simcluster.api import tables
 
 pytestmark = pytest.mark.unit
 
 CREATED = "2026-11-22T00:00:00Z"
+ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 22, tzinfo=UTC).timestamp()
 
 
@@ -233,3 +236,26 @@ def test_event_rows_as_kubectl_get_events_prints_them() -> None:
         "eventTime": "2026-01-01T00:08:00.000000Z",
     }
     assert tables.row("events", v1, now=now)["cells"][:4] == ["2m", "Normal", "Scheduled", "pod/p"]
+
+
+def test_team_columns_are_the_crds_printer_columns_and_cells_follow_their_paths() -> None:
+    """simcluster prints teams as the API server prints deploy/crds/baton.io_teams.yaml:
+    the same columns (name, type, wide or not); a JSONPath that finds nothing is empty."""
+    crd = yaml.safe_load((ROOT / "deploy/crds/baton.io_teams.yaml").read_text())
+    want = [
+        (c["name"], c["type"], c.get("priority", 0))
+        for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    ]
+    have = [(c["name"], c["type"], c["priority"]) for c in tables.columns("teams")]
+    assert have[1:] == want and have[0][0] == "Name"
+    queue = [{"name": "a/big", "position": 0, "reason": "quota"}, {"name": "a/next"}]
+    team = {
+        "metadata": {"name": "a", "creationTimestamp": CREATED},
+        "status": {"quota": 16, "used": 8, "borrowed": 0, "waiting": 2, "queue": queue,
+                   "admitted": 1, "borrowLimit": 4},
+    }  # fmt: skip
+    assert tables.row("teams", team, now=T0 + 60)["cells"] == [
+        "a", 16, 8, 0, 2, "a/big", "60s", 1, 4, "a/next", "quota"
+    ]  # fmt: skip
+    empty = {"metadata": {"name": "b", "creationTimestamp": CREATED}}
+    assert tables.row("teams", empty, now=T0)["cells"][1:6] == [None] * 5

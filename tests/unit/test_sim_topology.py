@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from baton.services.simcluster import conditions, quantities, spec, topology
+from baton.services.simcluster.world import conditions, quantities, spec, topology
 
 pytestmark = pytest.mark.unit
 

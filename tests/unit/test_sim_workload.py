@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from baton.services.simcluster import trace, workload
-from baton.services.simcluster.workload import Job
+from baton.services.simcluster.world import trace, workload
+from baton.services.simcluster.world.workload import Job
 
 pytestmark = pytest.mark.unit
 

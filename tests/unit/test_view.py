@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import msgspec
 import pytest
 
-from baton.libs.testing.builders import GPU, balloon, node, pod, pod_group, view
 from baton.libs.view import GangView, View, is_bare, is_preemptible
 from baton.proto import keys
 from baton.proto.k8s import NodeEvent, Pod, PodEvent, PodGroupEvent
+from tests.support.builders import GPU, balloon, node, pod, pod_group, view
 
 pytestmark = pytest.mark.unit
 

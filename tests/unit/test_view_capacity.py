@@ -9,10 +9,10 @@ import random
 import msgspec
 import pytest
 
-from baton.libs.testing.builders import node, pod, racks
 from baton.libs.view import Eligible, GangView, Shape, View, eligible_counts, shape_of
 from baton.proto import keys
 from baton.proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, Taint, Toleration
+from tests.support.builders import node, pod, racks
 
 pytestmark = pytest.mark.unit
 

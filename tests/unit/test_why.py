@@ -8,7 +8,6 @@ from typing import Any
 import nats.errors
 import pytest
 
-from baton.libs.testing.builders import pod, pod_group
 from baton.proto import keys
 from baton.proto.actions import ActionResult, Binding
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
@@ -16,6 +15,7 @@ from baton.proto.k8s import GangRef, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangUnschedulable, Need
 from baton.services.cli import main as cli
 from baton.services.cli import why
+from tests.support.builders import pod, pod_group
 
 pytestmark = pytest.mark.unit
 

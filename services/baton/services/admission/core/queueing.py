@@ -1,0 +1,483 @@
+"""Gang admission: quota, borrowing, reclaim, and each team's queue in order.
+
+One cycle (``admit``), one gang at a time, teams in order of team priority, then
+weighted fair share (``team_order``):
+
+1. snapshot: the team's queue in order (StrictFIFO: its head only; BestEffortFIFO:
+   past gangs that cannot go now, less what a starving gang reserves; gangs that can
+   never go, or whose pods did not come, are set aside) and what the team uses;
+2. decide: in quota (room on the team's own nodes, reclaiming other teams' borrowing
+   gangs there if short), or borrowing, whole, within the team's limit and what
+   lenders have idle (it then runs on lenders' nodes only), or wait with a reason;
+3. assume: count the gang's GPUs against its team at once;
+4. commit: an ``Annotate`` action marks the PodGroup admitted (``EvictGang`` and
+   un-annotate for a preempted borrower).
+
+Borrowed capacity is reclaimed whole-gang only, lowest team priority first, then
+lowest gang priority, then newest.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from baton.proto import ids, keys
+from baton.proto.actions import Annotate, AnyAction
+from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
+from baton.services.admission.core import members
+from baton.services.admission.core.gangs import ACTIVE, Gang, queue_key
+from baton.services.admission.core.members import grow, members_reason
+from baton.services.admission.core.state import State, on_team
+
+__all__ = [
+    "admit", "grow_paused", "preempt", "queue_key", "queued", "reclaim_plan", "remark",
+    "team_order", "unadmit", "wants_tick",
+]  # fmt: skip
+
+Output = AnyAction | GangAdmitted | GangQueued | GangPreempted
+
+
+def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
+    """Admit gangs until none more can go: one gang at a time, from the team served
+    first (``team_order``), so shares are re-weighed after every admission. Unless
+    ``every`` (a tick, a new config), a team with no room of any kind is passed over
+    without going through its queue (with many gangs queued, most events change
+    nothing); only its gangs not yet told why they wait are looked at.
+
+    A team found stuck stays stuck while gangs are admitted (an admission only takes
+    GPUs, from the cluster and from what lenders have idle), so after an admission
+    only the teams that could still admit are looked at again; all of them after a
+    preemption, which gives GPUs back."""
+    outputs: list[Output] = release_memberless(state, now) if every and state.short else []
+    outputs += grow_paused(state, now)
+    stuck = set() if every else _stuck_teams(state, [t.name for t in state.config.teams])
+    teams = [t for t in team_order(state) if t not in stuck or not _tell(state, t, now, outputs)]
+    while True:
+        seen = len(outputs)
+        served = next((t for t in teams if _serve(state, t, now, outputs)), None)
+        if served is None:
+            return outputs
+        if not every:
+            if any(isinstance(o, GangPreempted) for o in outputs[seen:]):
+                stuck = set()  # GPUs came back: any team may go again
+            stuck -= {served}
+            again = [t.name for t in state.config.teams if t.name not in stuck]
+            stuck |= _stuck_teams(state, again)
+        teams = [t for t in team_order(state) if t not in stuck]
+
+
+def _stuck_teams(state: State, teams: list[str]) -> set[str]:
+    """Which of ``teams`` are stuck (``_stuck``), with what lenders have idle and the
+    free GPUs counted once for all of them."""
+    lendable, free = state.lendables(), state.free()
+    return {t for t in teams if _stuck(state, t, min(lendable[t], free))}
+
+
+def _tell(state: State, team: str, now: float, outputs: list[Output]) -> bool:
+    """Tell a stuck team's new gangs why they wait (False: one might be admitted after
+    all, a gang that needs no GPU: go through the queue)."""
+    for key in sorted(k for k in state.untold if state.gangs[k].team == team):
+        gang = state.gangs[key]
+        if gang.known and gang.gpus == 0:
+            return False
+        aside = _aside(state, gang, now)
+        outputs.extend(
+            _wait(state, gang, now, reason=aside, aside=True) if aside else _try(state, gang, now)
+        )
+    return True
+
+
+def _stuck(state: State, team: str, lendable: int) -> bool:
+    """No gang of the team that needs GPUs could be admitted: not even its smallest fits
+    what is left of its quota, nor what it could borrow (``lendable``: what lenders have
+    idle, at most the free GPUs), and it has no gang in quota to preempt."""
+    least = max(state.least_need(team), 1)
+    if state.quota(team) - state.used.get(team, 0) >= least:
+        return False  # room in quota (what blocks it, borrowers, may be reclaimed)
+    borrow = state.borrow_limit(team) - state.borrowed(team)
+    if borrow >= least and lendable >= least:
+        return False
+    queue = state.queues.get(team)
+    if not queue or not state.config.queueing.preempt_within_team:
+        return True
+    top = -queue[0][0][0]  # the queue is by priority (kept in its key), highest first
+    return state.least_priority(team) >= top
+
+
+def team_order(state: State) -> list[str]:
+    """Teams by priority (high first), then weighted fair share: the GPUs a team holds
+    (in quota and borrowed) over its weight, lowest first; then name."""
+    return [
+        t.name
+        for t in sorted(
+            state.config.teams,
+            key=lambda t: (-t.priority, share(state, t.name) / t.weight, t.name),
+        )
+    ]
+
+
+def share(state: State, team: str) -> float:
+    """What the team holds, relative to its quota (its GPUs if it has no quota)."""
+    held = state.used.get(team, 0) + state.lent.get(team, 0)
+    return held / max(state.quota(team), 1)
+
+
+def _serve(state: State, team: str, now: float, outputs: list[Output]) -> bool:
+    """Admit the first gang of the team's queue that may go (True), in the team's
+    queueing strategy: StrictFIFO stops at the head; BestEffortFIFO goes on past gangs
+    that cannot go now, less what a starving gang (waited ``starvation_s``) reserves."""
+    queueing = state.config.queueing
+    strict = queueing.strategy == "StrictFIFO"
+    reserve: Gang | None = None
+    tried: dict[int, str] = {}  # need -> why it waits: the same need fares the same
+    ceiling = state.ceiling(team)
+    for _, key in list(state.queues.get(team, ())):
+        gang = state.gangs[key]
+        need, known = gang.gpus, gang.known
+        if known and need in tried and need <= ceiling and len(gang.members) >= gang.min_member:
+            if tried[need] != gang.reason:  # the common case, cheaply: nothing new to say
+                outputs.extend(_wait(state, gang, now, reason=tried[need]))
+            continue
+        aside = _aside(state, gang, now)
+        if aside:
+            outputs.extend(_wait(state, gang, now, reason=aside, aside=True))
+            continue
+        gang.aside = ""
+        if gang.waiting_members:  # never a head: it may have no pods for a long time
+            outputs.extend(_wait(state, gang, now, reason=members_reason(gang)))
+            continue
+        held = reserve.gpus if reserve is not None else 0
+        if known and need in tried:
+            outputs.extend(_wait(state, gang, now, reason=tried[need]))
+            continue
+        outputs.extend(_try(state, gang, now, reserve=held, behind=reserve))
+        if gang.admitted:
+            return True
+        if strict:
+            return False
+        if known:
+            tried[need] = gang.reason
+            if reserve is None and now - gang.created_at >= queueing.starvation_s:
+                reserve, tried = gang, {}  # those behind must leave it room
+    return False
+
+
+def _aside(state: State, gang: Gang, now: float) -> str:
+    """Why a gang is set aside rather than waiting its turn ('' if it is not): it could
+    never be admitted, or its member pods did not come."""
+    if gang.known and gang.gpus > state.ceiling(gang.team):
+        team, (how, fix) = gang.team, members.sized_by(gang)
+        return (
+            f"set aside: needs {gang.gpus} GPUs ({how}) but a gang of team {team!r} runs "
+            f"either within its quota ({state.quota(team)}) or wholly on borrowed GPUs (at "
+            f"most {state.borrow_limit(team)}), so at most {state.ceiling(team)}; {fix} "
+            "or ask for a larger quota"
+        )
+    if gang.lone or gang.carrier:
+        return ""
+    active = sum(1 for m in gang.members.values() if m.phase in ACTIVE)
+    limit = gang.schedule_timeout or state.config.queueing.members_timeout_s
+    if active < gang.min_member and now - gang.created_at >= limit:
+        which = "scheduleTimeoutSeconds" if gang.schedule_timeout else "members_timeout_s"
+        return (
+            f"set aside: {active} of {gang.min_member} member pods after {limit:g} s "
+            f"({which}); check the pods' pod-group label and the namespace's Events for "
+            "pods the webhook refused"
+        )
+    return ""
+
+
+def wants_tick(state: State, now: float) -> bool:
+    """Time alone changes decisions while gangs wait: a gang starts to starve, a PodGroup
+    short of members is set aside, a running gang passes its minimum run time."""
+    return any(state.queues.values()) or bool(state.short) or bool(state.paused)
+
+
+def grow_paused(state: State, now: float) -> list[Output]:
+    """Admitted gangs whose new members wait for room (``members.grow``): counted and
+    marked admitted again once their team can hold them, first in a cycle."""
+    outputs: list[Output] = []
+    for key in sorted(state.paused):
+        outputs.extend(grow(state, state.gangs[key], now))
+    return outputs
+
+
+def release_memberless(state: State, now: float) -> list[Output]:
+    """Admitted PodGroups whose member pods never all came, past their
+    ``scheduleTimeoutSeconds`` (else ``members_timeout_s``) since creation: a gang
+    declaring its GPUs (``baton.io/gpus-per-pod``, ``spec.minResources``) is admitted
+    before its pods exist, and without this held its team's quota forever. Its
+    admission is taken back, its GPUs go back to the team, and it is set aside (a
+    status and an Event, like a queued gang short of members) until its pods come."""
+    outputs: list[Output] = []
+    limit_s = state.config.queueing.members_timeout_s
+    for key in sorted(state.short):
+        gang = state.gangs[key]
+        limit = gang.schedule_timeout or limit_s
+        if now - gang.created_at < limit:
+            continue
+        gpus = gang.held
+        state.hold(gang, 0, borrowing=False)
+        gang.admitted = False
+        members.resume(state, gang)
+        state.enqueue(gang)
+        outputs.append(unadmit(gang, now, reason="its member pods did not come"))
+        aside = _aside(state, gang, now)
+        gang.aside = gang.reason = aside
+        gang.told_gpus = gang.gpus
+        state.untold.discard(gang.key)
+        outputs.append(
+            GangQueued(
+                at=now, gang=gang.key, team=gang.team, position=0, gpus=gang.gpus,
+                reason=f"{aside}; it was admitted and held {gpus} GPUs of the quota of "
+                f"team {gang.team!r}, now given back", set_aside=True,
+            )
+        )  # fmt: skip
+    return outputs
+
+
+def unadmit(gang: Gang, now: float, *, reason: str) -> Annotate:
+    return members.mark(gang, now, what="unadmit", reason=reason,
+                        annotations={keys.ADMITTED: None, keys.BORROWING: None})  # fmt: skip
+
+
+def _try(
+    state: State, gang: Gang, now: float, *, reserve: int = 0, behind: Gang | None = None
+) -> list[Output]:
+    if not gang.known or gang.waiting_members:
+        return _wait(state, gang, now, reason=members_reason(gang))
+    need, team = gang.gpus, gang.team
+    used, quota, limit = state.used.get(team, 0), state.quota(team), state.borrow_limit(team)
+    kept = f" and {reserve} reserved for {behind.key}, which has waited longest" if behind else ""
+    if used + reserve + need <= quota:
+        return _in_quota(state, gang, now, reserve=reserve, kept=kept)
+    borrowed = state.borrowed(team)
+    lendable = min(state.lendable(team), state.free()) - reserve
+    if limit and borrowed + need <= limit and need <= lendable:
+        return _commit(state, gang, now, borrowing=True)
+    victims = _lower(state, gang, now) if behind is None else []  # nothing ahead reserves
+    if victims and _fits_without(state, gang, victims, now):
+        outputs: list[Output] = []
+        for victim in victims:
+            outputs.extend(preempt(state, victim, now, for_gang=gang))
+        return outputs + _in_quota(state, gang, now, reserve=0, kept="")
+    if limit == 0:
+        reason = (
+            f"team {team!r} uses {used} of its {quota} GPU quota{kept}; the gang needs "
+            f"{need} and the team may not borrow"
+        )
+    elif borrowed + need > limit:
+        reason = (
+            f"team {team!r} uses {used} of its {quota} GPU quota and borrows {borrowed}; "
+            f"the gang needs {need}, which would borrow {borrowed + need} of at most {limit}"
+        )
+    else:
+        reason = (
+            f"team {team!r} is at quota ({used}/{quota} GPUs{kept}) and other teams lend "
+            f"only {max(lendable, 0)} idle GPUs; the gang needs {need}"
+        )
+    return _wait(state, gang, now, reason=reason)
+
+
+def _in_quota(state: State, gang: Gang, now: float, *, reserve: int, kept: str) -> list[Output]:
+    """Within quota: on the team's own nodes, reclaiming borrowed GPUs if they are short
+    (less what a starving gang ahead reserves)."""
+    need, team = gang.gpus, gang.team
+    room, free = state.room(team) - reserve, state.free() - reserve
+    outputs: list[Output] = []
+    if need > room or need > free:
+        victims = reclaim_plan(state, team=team, short_own=need - room, short=need - free, now=now)
+        if not victims:
+            return _wait(
+                state,
+                gang,
+                now,
+                reason=(
+                    f"within team {team!r} quota, waiting for capacity: needs {need} GPUs, "
+                    f"{max(0, min(room, free))} free on the team's nodes{kept}"
+                ),
+            )
+        for victim in victims:
+            outputs.extend(preempt(state, victim, now, for_gang=gang))
+    return outputs + _commit(state, gang, now, borrowing=False)
+
+
+def _fits_without(state: State, gang: Gang, victims: list[Gang], now: float) -> bool:
+    """The gang is admitted once ``victims`` (in-quota gangs of its team) are off: its
+    team's nodes and the cluster then have its GPUs, or borrowers can be reclaimed for
+    them. If not, preempting them would only lose their work (and, re-admitted in the
+    same cycle, they would be preempted again and again)."""
+    freed = sum(v.held for v in victims)
+    need, team = gang.gpus, gang.team
+    room, free = state.room(team) + freed, state.free() + freed
+    if need <= room and need <= free:
+        return True
+    short_own, short = need - room, need - free
+    return bool(reclaim_plan(state, team=team, short_own=short_own, short=short, now=now))
+
+
+def _lower(state: State, gang: Gang, now: float) -> list[Gang]:
+    """In-quota gangs of the gang's team to preempt so that it fits its quota ([]: none
+    will do): lower priority only, run at least ``preempt_min_run_s``, lowest priority
+    then least GPU-time lost first."""
+    queueing = state.config.queueing
+    if not queueing.preempt_within_team or gang.borrowed:
+        return []
+    team, mine = gang.team, gang.priority
+    candidates = sorted(
+        (
+            g
+            for g in state.holding(team)
+            if g.admitted
+            and not g.borrowed
+            and g.priority < mine
+            and now - g.admitted_at >= queueing.preempt_min_run_s
+        ),
+        key=lambda g: (g.priority, g.held * (now - g.admitted_at), g.key),
+    )
+    short = state.used.get(team, 0) + gang.gpus - state.quota(team)
+    victims: list[Gang] = []
+    for victim in candidates:
+        if short <= 0:
+            break
+        victims.append(victim)
+        short -= victim.held
+    return victims if short <= 0 else []
+
+
+def reclaim_plan(
+    state: State, *, team: str, short_own: int, short: int, now: float = 0.0
+) -> list[Gang]:
+    """Borrowing gangs of other teams to preempt whole ([]: not enough): first those
+    bound to ``team``'s nodes until ``short_own`` GPUs are back there, then any until
+    ``short`` GPUs are free in the cluster; lowest team priority, then lowest gang
+    priority, then least GPU-time lost (newest admitted), then newest first. Borrowed
+    GPUs are taken back at once: no minimum run time (the quota is its owner's)."""
+    priority = {t.name: t.priority for t in state.config.teams}
+    candidates = sorted(
+        (g for g in state.holding() if g.admitted and g.borrowed > 0 and g.team != team),
+        key=lambda g: (
+            priority.get(g.team, 0), g.priority, g.held * (now - g.admitted_at), -g.created_at,
+            g.key,
+        ),
+    )  # fmt: skip
+    victims: list[Gang] = []
+    back = freed = 0
+    for gang in candidates:
+        if back >= short_own:
+            break
+        here = on_team(state, gang, team)
+        if here:
+            victims.append(gang)
+            back, freed = back + here, freed + gang.held
+    for gang in candidates:
+        if freed >= short:
+            break
+        if gang not in victims:
+            victims.append(gang)
+            freed += gang.held
+    return victims if back >= short_own and freed >= short else []
+
+
+def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Output]:
+    """Take the whole gang off (its bare pods recreated, ``members.evictions``), take
+    back its admission and put it back in its queue."""
+    gpus = gang.held
+    state.hold(gang, 0, borrowing=False)
+    members.resume(state, gang)
+    gang.admitted, gang.reason = False, ""
+    if for_gang.team == gang.team:
+        reason = f"preempted for {for_gang.key} (priority {for_gang.priority})"
+    else:
+        reason = f"reclaimed by team {for_gang.team!r} for {for_gang.key}"
+    taken = members.evictions(gang, now, reason=reason)
+    for name, m in list(gang.members.items()):
+        if m.phase in ACTIVE:  # they go: it waits for its pods to come back
+            del gang.members[name]
+    gang.complete = True  # (declared or not: admitted again only once they are back)
+    state.enqueue(gang)
+    return [
+        unadmit(gang, now, reason=reason),
+        *taken,
+        GangPreempted(
+            at=now,
+            gang=gang.key,
+            team=gang.team,
+            for_team=for_gang.team,
+            for_gang=for_gang.key,
+            gpus=gpus,
+        ),
+    ]
+
+
+def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Output]:
+    state.dequeue(gang)
+    gang.admitted, gang.reason, gang.admitted_at = True, "", now
+    state.hold(gang, gang.gpus, borrowing=borrowing)
+    borrowed = gang.borrowed
+    annotations: dict[str, str | None] = {
+        keys.ADMITTED: "true",
+        keys.BORROWING: "true" if borrowed else None,
+    }
+    reason = "borrowing" if borrowed else "within quota"
+    return [
+        members.mark(gang, now, what="admit", reason=reason, annotations=annotations),
+        GangAdmitted(at=now, gang=gang.key, team=gang.team, gpus=gang.gpus, borrowed=borrowed),
+    ]
+
+
+def remark(gang: Gang, now: float) -> Annotate:
+    """Put an admitted gang's marks on its carrier again (a new carrier pod)."""
+    return Annotate(
+        id=ids.make("remark", gang.key, gang.carrier, f"{now:.6f}"),
+        by="admission",
+        at=now,
+        priority="admission",
+        reason="the pod that carried the gang's admission is gone",
+        kind=gang.kind,
+        namespace=gang.namespace,
+        name=gang.marked,
+        annotations={
+            keys.ADMITTED: "true",
+            keys.BORROWING: "true" if gang.borrowed else None,
+        },
+    )
+
+
+def _wait(
+    state: State, gang: Gang, now: float, *, reason: str, aside: bool = False
+) -> list[Output]:
+    said = reason == gang.reason or _gist(reason) == _gist(gang.reason)  # equal: no regex
+    same = said and gang.sized == gang.told_gpus
+    gang.aside, gang.told_gpus = (reason if aside else ""), gang.sized
+    state.untold.discard(gang.key)
+    gang.reason = reason
+    if same:
+        return []
+    event = GangQueued(
+        at=now, gang=gang.key, team=gang.team, reason=reason, position=0, gpus=gang.gpus
+    )
+    return [msgspec.structs.replace(event, set_aside=True) if aside else event]
+
+
+def _gist(reason: str) -> str:
+    """A reason without its counts: a waiting gang is not told again each time its team's
+    usage or its place in the queue moves by a few GPUs or gangs (on a busy cluster that
+    re-published every waiting gang after every admission), only when why it waits does."""
+    return re.sub(r"\d+", "#", reason)
+
+
+def queued(state: State, gang: Gang, now: float) -> GangQueued:
+    """The event for a gang entering its queue behind others."""
+    position = state.position(gang)
+    reason = (
+        f"waiting behind {position} earlier gangs of team {gang.team!r}"
+        if position
+        else f"first in team {gang.team!r}'s queue, about to be considered"
+    )
+    gang.reason = reason
+    return GangQueued(
+        at=now, gang=gang.key, team=gang.team, reason=reason, position=position, gpus=gang.gpus
+    )

@@ -1,0 +1,261 @@
+"""The admission core's in-memory state: teams, nodes, gangs, per-team usage and queues.
+
+The core owns it and changes it in place (the runner never steps an input twice,
+``libs/baton/libs/runner/spec.py``). Nodes are the shared cluster view (``libs.view``), fed
+nodes only: admission's gangs keep their own members, with what quota needs (GPUs,
+phases, nodes), including pods seen before their PodGroup.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from baton.libs.view import GangView, NodeView, View
+from baton.proto import keys
+from baton.proto.actions import TeamStatus
+from baton.proto.k8s import MachineDeployment
+from baton.services.admission.core.gangs import ACTIVE, Gang, Member, queue_key
+from baton.services.admission.teams import DEFAULT, Team, TeamConfig, is_default
+
+
+def _nodes() -> View[GangView]:
+    return View(levels=(), new_gang=GangView)
+
+
+@dataclass(slots=True)
+class State:
+    config: TeamConfig = DEFAULT
+    specs: dict[str, Team] = field(default_factory=dict)  # team name -> its config
+    ns_team: dict[str, str] = field(default_factory=dict)
+    pool_team: dict[str, str] = field(default_factory=dict)
+    view: View[GangView] = field(default_factory=_nodes)  # the cluster's nodes
+    node_team: dict[str, str] = field(default_factory=dict)  # desired owner, '' = none
+    counted: dict[str, str] = field(default_factory=dict)  # node -> team, by `nodes: N`
+    counts: dict[str, int] = field(default_factory=dict)  # team -> nodes in `counted`
+    contribution: dict[str, tuple[str, int]] = field(default_factory=dict)  # node -> team, GPUs
+    asked: dict[str, str] = field(default_factory=dict)  # node -> team we last asked for
+    capacity: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its ready nodes
+    used: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its in-quota gangs
+    lent: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its borrowing gangs
+    gangs: dict[str, Gang] = field(default_factory=dict)
+    queues: dict[str, list[tuple[tuple[int, float, str], str]]] = field(default_factory=dict)
+    pending_pods: dict[str, dict[str, Member]] = field(default_factory=dict)  # gang key -> pods
+    holders: dict[str, set[str]] = field(default_factory=dict)  # team -> gangs holding GPUs
+    # Autoscaled pools (Cluster API MachineDeployments with min/max size): the GPUs each
+    # team's pools can still add, counted as capacity (docs/admission.md, "Elastic pools")
+    pools: dict[str, MachineDeployment] = field(default_factory=dict)  # by name
+    pool_gpus: dict[str, int] = field(default_factory=dict)  # pool name -> GPUs a node
+    growth: dict[str, int] = field(default_factory=dict)  # team -> GPUs its pools may add
+    untold: set[str] = field(default_factory=set)  # queued, not yet told why they wait
+    # team -> need -> how many known queued gangs need that many GPUs (the least need of
+    # a team's queue at a glance; kept as gangs come, go and change)
+    needs: dict[str, dict[int, int]] = field(default_factory=dict)
+    floor: dict[str, int] = field(default_factory=dict)  # team -> least in-quota holder priority
+    short: set[str] = field(default_factory=set)  # admitted PodGroups whose pods never all came
+    paused: set[str] = field(default_factory=set)  # admitted gangs whose new members wait
+    # Team objects (``showing``): the status last sent per team; inputs since then
+    shown: dict[str, TeamStatus] = field(default_factory=dict)
+    stale: bool = True
+
+    @property
+    def nodes(self) -> dict[str, NodeView]:
+        return self.view.nodes
+
+    # -- teams ----------------------------------------------------------------
+
+    def team_of(self, namespace: str) -> str:
+        if is_default(self.config):
+            return self.config.teams[0].name
+        return self.ns_team.get(namespace, "")
+
+    def quota(self, team: str) -> int:
+        spec = self.specs.get(team)
+        if spec is None:
+            return 0
+        if spec.quota is not None:
+            return spec.quota.gpus
+        return self.capacity.get(team, 0) + self.growth.get(team, 0)
+
+    def borrow_limit(self, team: str) -> int:
+        spec = self.specs.get(team)
+        return spec.borrow.gpus if spec is not None else 0
+
+    def lenders(self, team: str) -> tuple[str, ...]:
+        """Teams whose nodes ``team`` may run on when it borrows."""
+        if self.borrow_limit(team) == 0:
+            return ()
+        return tuple(t.name for t in self.config.teams if t.lend and t.name != team)
+
+    def total_capacity(self) -> int:
+        return sum(self.capacity.values()) + sum(self.growth.values())
+
+    def free(self) -> int:
+        return self.total_capacity() - sum(self.used.values()) - sum(self.lent.values())
+
+    def borrowed(self, team: str) -> int:
+        return self.lent.get(team, 0)
+
+    def lendable(self, team: str) -> int:
+        """GPUs ``team`` could still borrow: idle lender quota minus what others borrowed."""
+        idle = sum(
+            max(0, self.quota(t.name) - self.used.get(t.name, 0))
+            for t in self.config.teams
+            if t.lend and t.name != team
+        )
+        taken = sum(self.borrowed(t.name) for t in self.config.teams if t.name != team)
+        return max(0, idle - taken)
+
+    def lendables(self) -> dict[str, int]:
+        """``lendable`` of every team at once (one pass over the teams, not one each)."""
+        idle = {
+            t.name: max(0, self.quota(t.name) - self.used.get(t.name, 0))
+            for t in self.config.teams
+            if t.lend
+        }
+        borrowed = {t.name: self.borrowed(t.name) for t in self.config.teams}
+        all_idle, all_taken = sum(idle.values()), sum(borrowed.values())
+        return {
+            t.name: max(0, all_idle - idle.get(t.name, 0) - (all_taken - borrowed[t.name]))
+            for t in self.config.teams
+        }
+
+    def ceiling(self, team: str) -> int:
+        """The largest gang a team could ever run: one runs either within its quota on
+        the team's nodes, or wholly on GPUs borrowed from other teams."""
+        return max(self.quota(team), self.borrow_limit(team))
+
+    def room(self, team: str) -> int:
+        """GPUs free on the team's nodes for its in-quota gangs: its capacity less its
+        in-quota gangs and what other teams' borrowing gangs take there (``on_team``)."""
+        taken = sum(
+            on_team(self, g, team) for g in self.holding() if g.borrowed > 0 and g.team != team
+        )
+        return (
+            self.capacity.get(team, 0) + self.growth.get(team, 0) - self.used.get(team, 0) - taken
+        )
+
+    # -- queues ---------------------------------------------------------------
+
+    def enqueue(self, gang: Gang) -> int:
+        """Put ``gang`` in its team's queue, in order."""
+        if gang.qkey is not None:
+            self.dequeue(gang)
+        queue = self.queues.setdefault(gang.team, [])
+        self.untold.add(gang.key)
+        gang.qkey = queue_key(gang)
+        self.renew(gang)
+        entry = (gang.qkey, gang.key)
+        position = bisect.bisect_left(queue, entry)
+        queue.insert(position, entry)
+        return position
+
+    def dequeue(self, gang: Gang) -> None:
+        self.untold.discard(gang.key)
+        self._count(gang, -1)
+        gang.qneed = None
+        if gang.qkey is None:
+            return
+        queue = self.queues.setdefault(gang.team, [])
+        entry = (gang.qkey, gang.key)
+        i = bisect.bisect_left(queue, entry)
+        if i < len(queue) and queue[i] == entry:
+            del queue[i]
+        gang.qkey = None
+
+    def renew(self, gang: Gang) -> None:
+        """Count a queued gang's demand as it is now (after it changed) in ``needs``."""
+        need = gang.gpus if gang.qkey is not None and gang.known else None
+        if need != gang.qneed:
+            self._count(gang, -1)
+            gang.qneed = need
+            self._count(gang, 1)
+
+    def _count(self, gang: Gang, by: int) -> None:
+        if gang.qneed is None:
+            return
+        needs = self.needs.setdefault(gang.team, {})
+        left = needs.get(gang.qneed, 0) + by
+        if left:
+            needs[gang.qneed] = left
+        else:
+            del needs[gang.qneed]
+
+    def least_need(self, team: str) -> int:
+        """The least GPUs a known gang in the team's queue needs; a very large number
+        when there is none."""
+        needs = self.needs.get(team)
+        return min(needs) if needs else 1 << 62
+
+    def least_priority(self, team: str) -> int:
+        """The lowest priority of the team's gangs holding GPUs within its quota (kept
+        until one of them changes); a very large number when there is none."""
+        if team not in self.floor:
+            held = (g.priority for g in self.holding(team) if not g.borrowed)
+            self.floor[team] = min(held, default=1 << 62)
+        return self.floor[team]
+
+    def position(self, gang: Gang) -> int:
+        queue = self.queues.get(gang.team, [])
+        return bisect.bisect_left(queue, (gang.qkey, gang.key)) if gang.qkey else len(queue)
+
+    def holding(self, team: str | None = None) -> list[Gang]:
+        """Gangs holding GPUs (of one team, or of every team)."""
+        teams = [team] if team is not None else list(self.holders)
+        return [self.gangs[k] for t in teams for k in self.holders.get(t, ()) if k in self.gangs]
+
+    def hold(self, gang: Gang, gpus: int, *, borrowing: bool | None = None) -> None:
+        """Count ``gpus`` against the gang's team (replacing what it held): against its
+        quota, or as borrowed (``borrowing``; None: as before)."""
+        if gang.held:
+            was = self.lent if gang.borrowed else self.used
+            was[gang.team] -= gang.held
+        borrowing = gang.borrowed > 0 if borrowing is None else borrowing
+        if gpus:
+            now = self.lent if borrowing else self.used
+            now[gang.team] = now.get(gang.team, 0) + gpus
+        gang.held, gang.borrowed = gpus, gpus if borrowing else 0
+        self.floor.pop(gang.team, None)
+        holders = self.holders.setdefault(gang.team, set())
+        if gpus > 0:
+            holders.add(gang.key)
+            if not gang.complete and gang.kind == "PodGroup":
+                self.short.add(gang.key)
+        else:
+            holders.discard(gang.key)
+            self.short.discard(gang.key)
+
+
+def on_team(state: State, gang: Gang, team: str) -> int:
+    """GPUs a borrowing ``gang`` takes (or may take) on ``team``'s nodes: its members
+    bound there, plus what it has not placed yet if ``team`` lends to it."""
+    here = placed = 0
+    for m in gang.members.values():
+        if m.node and m.phase in ACTIVE:
+            placed += m.gpus
+            if state.node_team.get(m.node) == team:
+                here += m.gpus
+    if placed < gang.held and team in state.lenders(gang.team):
+        here += gang.held - placed
+    return here
+
+
+def node_gpus(node: NodeView) -> int:
+    """GPUs a node contributes to capacity: schedulable and ready only."""
+    return node.node.allocatable.get(keys.GPU, 0) if node.schedulable else 0
+
+
+def recount_growth(state: State, owner: str | None) -> None:
+    """What each team's autoscaled pools may still add: (max size - ready machines) x GPUs
+    a node, for the pool's owner (``owner``: the one team of the default config, else
+    the team owning the pool by name; a pool no team owns adds to nobody)."""
+    growth: dict[str, int] = {}
+    for name, md in state.pools.items():
+        if md.min_size is None or md.max_size is None:
+            continue  # not autoscaled: its nodes are all it will have
+        gpus = md.capacity.get(keys.GPU) or state.pool_gpus.get(name, 0)
+        team = owner if owner is not None else state.pool_team.get(name, "")
+        room = max(0, md.max_size - md.ready_replicas) * gpus
+        if team and room:
+            growth[team] = growth.get(team, 0) + room
+    state.growth = growth

@@ -1,0 +1,196 @@
+"""What the simulated workload controllers (``jobs``, ``jobsets``, ``mpijobs``) share.
+
+Each controller follows the store (a listener, like the kubelets) and keeps a queue of
+the objects to reconcile: a change to an object, or to anything it owns (found through
+the ``ownerReferences`` entry with ``controller: true``), queues the owner. One task
+per controller reconciles them one at a time, in order, so a reconcile never races
+another of the same controller. Objects are created through the API server's admission
+hooks (``create``), as a real controller's requests are, so Baton's webhook sees a
+controller's pods as it sees a user's. A reconcile that hits an API error is retried
+after ``RETRY_S`` simulated seconds; one whose spec the real API server would have
+refused (simcluster does not validate these kinds' specs) is logged and left alone.
+Owned objects of a deleted owner are deleted, as the garbage collector does with
+background propagation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import structlog
+
+from baton.services.simcluster.api.store import ApiError, Store
+from baton.services.simcluster.clock import Clock, timestamp
+
+log = structlog.get_logger("simcluster.controllers")
+Obj = dict[str, Any]
+Create = Callable[[str, Obj], Awaitable[Obj]]  # (store key, object) -> the object created
+Key = tuple[str, str]  # (namespace, name)
+RETRY_S = 1.0
+
+
+class Controller:
+    """Reconciles objects of ``resource`` (a store key) whose ``kind`` owns others."""
+
+    resource = ""
+    kind = ""
+
+    def __init__(self, store: Store, *, clock: Clock, create: Create) -> None:
+        self.store = store
+        self.clock = clock
+        self.create = create
+        self._queue: dict[Key, None] = {}  # an ordered set
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # following the store
+
+    def on_change(self, event: str, res: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        namespace = meta.get("namespace", "")
+        if res == self.resource:
+            self.queue(namespace, meta["name"])
+            if event == "DELETED":
+                self.collect(namespace, meta.get("uid", ""))
+                self.forget(meta.get("uid", ""))
+            return
+        if owner := controller_of(obj, self.kind):
+            self.owned_changed(event, res, obj)
+            self.queue(namespace, owner)
+
+    def owned_changed(self, event: str, res: str, obj: Obj) -> None:
+        """A controller may remember something about what it owns (a pod that went)."""
+
+    def forget(self, uid: str) -> None:
+        """The owner ``uid`` was deleted: drop what was remembered of it."""
+
+    def queue(self, namespace: str, name: str) -> None:
+        self._queue[namespace, name] = None
+        self._wake.set()
+
+    # reconciling
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"simcluster-{self.resource}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                key = next(iter(self._queue))
+                del self._queue[key]
+                try:
+                    obj = self.store.get(self.resource, key[0], key[1])
+                except ApiError:
+                    continue  # gone: its owned objects were collected
+                try:
+                    await self.reconcile(obj)
+                except ApiError as exc:
+                    log.info("reconcile retried", kind=self.kind, key="/".join(key), error=str(exc))
+                    self.clock.call_later(RETRY_S, self.queue, *key)
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    # A spec the real API server's validation would have refused: the
+                    # object is left alone, the controller goes on with the others.
+                    log.warning("object not reconciled: invalid spec", kind=self.kind,
+                                key="/".join(key), error=repr(exc))  # fmt: skip
+
+    async def reconcile(self, obj: Obj) -> None:
+        raise NotImplementedError
+
+    # helpers
+
+    def owned(self, res: str, namespace: str, uid: str) -> list[Obj]:
+        """The objects of ``res`` in ``namespace`` whose controller is ``uid``."""
+        objs, _ = self.store.list(res, namespace=namespace)
+        return [o for o in objs if controller_uid(o) == uid]
+
+    def collect(self, namespace: str, uid: str) -> None:
+        """Delete what the deleted owner ``uid`` controlled (background propagation)."""
+        for res in self.collects:
+            for obj in self.owned(res, namespace, uid):
+                self.delete(res, obj)
+
+    collects: tuple[str, ...] = ()
+
+    def delete(self, res: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        with contextlib.suppress(ApiError):
+            self.store.delete(res, meta.get("namespace"), meta["name"])
+
+    def write_status(self, obj: Obj, status: Obj) -> None:
+        """Replace ``obj``'s status when it differs (no write, no event otherwise)."""
+        if (obj.get("status") or {}) == status:
+            return
+        meta = obj["metadata"]
+
+        def put(o: Obj) -> None:
+            o["status"] = status
+
+        self.store.mutate(self.resource, meta.get("namespace"), meta["name"], put)
+
+
+def route(controllers: Sequence[Controller], event: str, res: str, obj: Obj) -> None:
+    """A store change to the controller of its kind and, when the object has an owner,
+    to every controller (most changes are pods of no owner: they cost one lookup)."""
+    owned = bool(obj["metadata"].get("ownerReferences"))
+    for controller in controllers:
+        if owned or res == controller.resource:
+            controller.on_change(event, res, obj)
+
+
+def owner_reference(obj: Obj) -> Obj:
+    """The ``ownerReferences`` entry of an object ``obj`` controls."""
+    meta = obj["metadata"]
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
+            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+def _controller_ref(obj: Obj) -> Obj | None:
+    refs = obj["metadata"].get("ownerReferences") or ()
+    return next((r for r in refs if r.get("controller")), None)
+
+
+def controller_of(obj: Obj, kind: str) -> str:
+    """The name of ``obj``'s controller when it is a ``kind``, else ""."""
+    ref = _controller_ref(obj)
+    return ref.get("name", "") if ref is not None and ref.get("kind") == kind else ""
+
+
+def controller_uid(obj: Obj) -> str:
+    ref = _controller_ref(obj)
+    return ref.get("uid", "") if ref is not None else ""
+
+
+def condition(status: Obj, kind: str) -> Obj | None:
+    return next((c for c in status.get("conditions") or () if c.get("type") == kind), None)
+
+
+def is_true(status: Obj, kind: str) -> bool:
+    found = condition(status, kind)
+    return found is not None and found.get("status") == "True"
+
+
+def set_condition(status: Obj, kind: str, value: str, reason: str, message: str) -> None:
+    """Add or update condition ``kind``; its transition time moves only when its value does."""
+    conditions = status.setdefault("conditions", [])
+    found = condition(status, kind)
+    now = timestamp()
+    if found is None:
+        conditions.append({"type": kind, "status": value, "reason": reason, "message": message,
+                           "lastProbeTime": now, "lastTransitionTime": now})  # fmt: skip
+        return
+    if found["status"] != value:
+        found["lastTransitionTime"] = now
+    found.update(status=value, reason=reason, message=message)
