@@ -298,6 +298,36 @@ async def test_a_running_group_of_the_same_priority_is_not_preempted() -> None:
         assert placed <= {p["metadata"]["uid"] for p in pods(sim, "ml")}  # none recreated
 
 
+async def test_a_high_priority_group_takes_off_the_low_and_mid_ones_whole() -> None:
+    """Mirrors Kueue test/integration/singlecluster/tas/tas_test.go "should preempt the low
+    and mid priority workloads to fit the high-priority workload": two nodes, a low and a
+    mid-priority group of one pod each running; a high-priority group of two takes both
+    nodes. Both are taken off (their bare pods recreated unbound), the high one bound."""
+    settings = gang.Settings(cycle_interval=0.1, preempt_min_run_s=0, preempt_grace_s=0)
+    async with (
+        running_nats() as url,
+        running_sim(nodes=2) as sim,
+        running_services(url, sim, gang_settings=settings) as services,
+    ):
+        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
+        await api.create_namespace({"metadata": {"name": "ml"}})
+        await priority_classes(custom, low=1, mid=2, high=3)
+        for name in ("low", "mid"):
+            await prioritised(api, custom, "ml", name, need=1, priority_class=name)
+            await until(lambda name=name: bound(sim, "ml", f"{name}-"), within=60,  # type: ignore[misc]
+                        what=f"the {name}-priority group bound")  # fmt: skip
+        before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(sim, "ml")}
+        await prioritised(api, custom, "ml", "high", need=2, priority_class="high")
+
+        def swapped() -> bool:
+            now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(sim, "ml")}
+            recreated = all(now.get(n, u) != u for n, u in before.items())
+            return recreated and set(now) == {"low-0", "mid-0", "high-0", "high-1"}
+
+        await until(lambda: bound(sim, "ml") == ["high-0", "high-1"] and swapped(), within=60,
+                    what="high bound on both nodes, low and mid recreated unbound")  # fmt: skip
+
+
 # JobSet: test/integration/controller/jobset_controller_test.go,
 # pkg/controllers/jobset_controller_test.go
 
