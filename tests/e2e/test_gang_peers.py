@@ -7,6 +7,7 @@ purpose the test asserts Baton's behaviour and docs/gang.md (the peer-test table
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from baton.proto import keys
 from baton.services.gang import main as gang
 from baton.services.reporter import main as reporter
 from baton.services.simcluster.world.spec import from_dict
+from tests.e2e.admitting import admitting, submit
 from tests.e2e.test_controllers import JOBSETS, pod_template
 from tests.e2e.test_gang_formats import PLUGINS, member, pods
 from tests.e2e.test_gang_quorum import bound, condition, group
@@ -406,3 +408,65 @@ async def test_a_jobset_that_fails_past_max_restarts_is_failed_each_attempt_plac
         assert cond["reason"] == "ReachedMaxRestarts", cond
         assert status["restarts"] == 1 and status.get("terminalState") == "Failed", status
         assert {a: len(n) for a, n in seen.items()} == {"0": 4, "1": 4}, seen
+
+
+# Kueue: test/integration/singlecluster/scheduler/preemption_test.go, with admission's teams
+COHORT = """
+teams:
+  - name: a
+    namespaces: [team-a]
+    pools: [pa]
+    borrow: {gpus: 16}
+  - name: b
+    namespaces: [team-b]
+    pools: [pb]
+    borrow: {gpus: 8}
+"""
+
+
+async def test_a_team_that_would_have_to_borrow_takes_nothing_back(tmp_path: Path) -> None:
+    """Mirrors Kueue test/integration/singlecluster/scheduler/preemption_test.go "Should
+    not preempt Workloads in the cohort, if the ClusterQueue requires borrowing": a uses 8
+    of its 16 GPUs, b uses its own 16 and borrows a's other 8. a's gang of 16 more would
+    take a past its quota (it would have to borrow), so it is no reclaim: b's gangs keep
+    running and a's waits, saying why."""
+    async with running_nats() as url, running_sim(nodes=4) as sim:
+        api = await sim.api_client()
+        core_api, custom = CoreV1Api(api), CustomObjectsApi(api)
+        nodes = sorted(n.metadata.name for n in (await core_api.list_node()).items)
+        for node, pool in zip(nodes, ("pa", "pa", "pb", "pb"), strict=True):
+            await core_api.patch_node(node, {"metadata": {"labels": {"baton.io/pool": pool}}})
+        for ns in ("team-a", "team-b"):
+            await core_api.create_namespace({"metadata": {"name": ns}})
+        async with admitting(url, sim, custom, teams=COHORT, folder=tmp_path) as admission:
+
+            async def tainted() -> bool:
+                found = (await core_api.list_node()).items
+                return all(any(t.key == keys.TEAM for t in n.spec.taints or []) for n in found)
+
+            await until(tainted, within=45, what="team taints on every node")
+            await until(lambda: admission.ready, within=45, what="admission caught up")
+            for ns, name, size, running in (("team-a", "own", 1, 1), ("team-b", "home", 2, 2),
+                                            ("team-b", "extra", 1, 3)):  # fmt: skip
+                await submit(core_api, custom, ns, name, size)
+                await until(lambda ns=ns, running=running: len(bound(sim, ns)) == running,  # type: ignore[misc]
+                            within=45, what=f"{ns}/{name} bound")  # fmt: skip
+            extra = sim.store.get("pods", "team-b", "extra-0")["spec"]["nodeName"]
+            assert extra in nodes[:2]  # on a's idle node, borrowed
+            before = {p["metadata"]["uid"] for p in pods(sim, "team-b")}
+            await submit(core_api, custom, "team-a", "big", 2)
+
+            def waits() -> str:
+                gang = admission.state.gangs.get("team-a/big")
+                if gang is None or gang.admitted or gang.reason.startswith("waiting for members"):
+                    return ""
+                return gang.reason
+
+            said = await until(waits, within=45, what="a's gang queued with a reason")
+            assert said == (
+                "team 'a' is at quota (8/16 GPUs) and other teams lend only 0 idle GPUs; "
+                "the gang needs 16"
+            )
+            assert {p["metadata"]["uid"] for p in pods(sim, "team-b")} == before
+            assert len(bound(sim, "team-b")) == 3 and bound(sim, "team-a") == ["own-0"]
+        await api.close()
