@@ -8,14 +8,17 @@ simulated 8-GPU nodes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
+from baton.libs.runner import serve
 from baton.proto import keys
 from baton.services.gang import main as gang
 from baton.services.reporter import main as reporter
+from tests.e2e.admitting import admitting, common
 from tests.e2e.test_gang_formats import member, pods
 from tests.e2e.test_gang_quorum import bound
 from tests.pipeline import running_services, until
@@ -33,7 +36,7 @@ PREEMPTING = gang.Settings(cycle_interval=0.1, preempt_min_run_s=0, preempt_grac
 
 async def job(
     api: Any, custom: Any, name: str, *, min_member: int, tasks: list[tuple[int, int]],
-    priority_class: str = "", with_pods: bool = True,
+    priority_class: str = "", with_pods: bool = True, ns: str = NS,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """A Volcano PodGroup of ``min_member`` (Volcano's job minAvailable) and its pods:
     ``tasks`` is (replicas, GPUs each) per task (0 GPUs: a best-effort task). Without
@@ -43,7 +46,7 @@ async def job(
         spec["priorityClassName"] = priority_class
     body = {"apiVersion": "/".join(VOLCANO), "kind": "PodGroup", "metadata": {"name": name},
             "spec": spec}  # fmt: skip
-    await custom.create_namespaced_custom_object(*VOLCANO, NS, "podgroups", body)
+    await custom.create_namespaced_custom_object(*VOLCANO, ns, "podgroups", body)
     extra = {"priorityClassName": priority_class} if priority_class else {}
     made = []
     for t, (replicas, gpus) in enumerate(tasks):
@@ -54,12 +57,12 @@ async def job(
                 pod["spec"]["containers"][0].pop("resources")
             made.append(pod)
     for pod in made if with_pods else ():
-        await api.create_namespaced_pod(NS, pod)
+        await api.create_namespaced_pod(ns, pod)
     return made
 
 
-def status(sim: Sim, name: str) -> dict[str, Any]:
-    return sim.store.get(STORED, NS, name).get("status") or {}
+def status(sim: Sim, name: str, ns: str = NS) -> dict[str, Any]:
+    return sim.store.get(STORED, ns, name).get("status") or {}
 
 
 def condition(sim: Sim, name: str, kind: str) -> dict[str, Any]:
@@ -294,3 +297,49 @@ async def test_no_preemption_when_resource_is_enough() -> None:
         await job(api, custom, "preemptor-qj", min_member=2, tasks=[(2, 8)], priority_class="high")
         await until(lambda: ready(sim, "preemptor-qj", 2), within=60, what="the high job ready")
         assert uids(sim, "preemptee-qj-") == before
+
+
+TEAMS = "teams:\n" + "".join(
+    f"  - name: {t}\n    namespaces: [team-{t}]\n    pools: [p{t}]\n" for t in "abc"
+)
+
+
+async def test_reclaim_case_1_no_reclaim_when_resource_is_enough(tmp_path: Path) -> None:
+    """Mirrors volcano reclaim.go "Reclaim Case 1: New queue with job created no reclaim
+    when resource is enough": jobs of two queues run; a job of a new queue runs too and
+    nothing is reclaimed. Queues are Baton teams (the team file), so the path includes
+    the webhook and admission, which admits each Volcano PodGroup (its mark on it)."""
+    async with running_nats() as url, running_sim(nodes=3) as sim:
+        client = await sim.api_client()
+        api, custom = CoreV1Api(client), CustomObjectsApi(client)
+        nodes = sorted(n.metadata.name for n in (await api.list_node()).items)
+        for node, team in zip(nodes, "abc", strict=True):
+            await api.patch_node(node, {"metadata": {"labels": {"baton.io/pool": f"p{team}"}}})
+        for team in "abc":
+            await api.create_namespace({"metadata": {"name": f"team-{team}"}})
+        told = serve(reporter.SPEC, reporter.Settings(**common(url), pod_every=0.2))
+        async with admitting(url, sim, custom, teams=TEAMS, folder=tmp_path, beside=[told]) as adm:
+            await until(lambda: adm.ready, within=30, what="admission caught up")
+
+            def running(team: str, name: str) -> bool:
+                ns = f"team-{team}"
+                placed = all(p["spec"].get("nodeName") for p in pods(sim, ns)) and pods(sim, ns)
+                group = sim.store.get(STORED, ns, name)
+                marked = (group["metadata"].get("annotations") or {}).get(keys.ADMITTED)
+                return (
+                    bool(placed)
+                    and marked == "true"
+                    and status(sim, name, ns).get("phase") == "Running"
+                )
+
+            for team in "ab":
+                await job(api, custom, f"reclaim-j{team}", min_member=1, tasks=[(1, 8)],
+                          ns=f"team-{team}")  # fmt: skip
+                await until(lambda team=team: running(team, f"reclaim-j{team}"),  # type: ignore[misc]
+                            within=60, what=f"team {team}'s job admitted and Running")  # fmt: skip
+            before = {t: pods(sim, f"team-{t}")[0]["metadata"]["uid"] for t in "ab"}
+            await job(api, custom, "reclaim-jc", min_member=1, tasks=[(1, 8)], ns="team-c")
+            await until(lambda: running("c", "reclaim-jc"), within=60,
+                        what="the new team's job admitted and Running")  # fmt: skip
+            assert {t: pods(sim, f"team-{t}")[0]["metadata"]["uid"] for t in "ab"} == before
+        await client.close()
