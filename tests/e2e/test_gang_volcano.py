@@ -8,6 +8,8 @@ simulated 8-GPU nodes."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -65,20 +67,20 @@ def status(sim: Sim, name: str, ns: str = NS) -> dict[str, Any]:
     return sim.store.get(STORED, ns, name).get("status") or {}
 
 
-def condition(sim: Sim, name: str, kind: str) -> dict[str, Any]:
+def condition(sim: Sim, name: str, kind: str, ns: str = NS) -> dict[str, Any]:
     """The Volcano PodGroup's condition of that type ({} when none)."""
-    found = [c for c in status(sim, name).get("conditions") or () if c["type"] == kind]
+    found = [c for c in status(sim, name, ns).get("conditions") or () if c["type"] == kind]
     return found[0] if found else {}
 
 
-def told(sim: Sim, name: str) -> str:
+def told(sim: Sim, name: str, ns: str = NS) -> str:
     """The message of its Unschedulable condition while True ('' otherwise)."""
-    found = condition(sim, name, "Unschedulable")
+    found = condition(sim, name, "Unschedulable", ns)
     return str(found.get("message", "")) if found.get("status") == "True" else ""
 
 
-def phase(sim: Sim, name: str) -> str:
-    return str(status(sim, name).get("phase", ""))
+def phase(sim: Sim, name: str, ns: str = NS) -> str:
+    return str(status(sim, name, ns).get("phase", ""))
 
 
 def ready(sim: Sim, name: str, count: int) -> bool:
@@ -304,13 +306,12 @@ TEAMS = "teams:\n" + "".join(
 )
 
 
-async def test_reclaim_case_1_no_reclaim_when_resource_is_enough(tmp_path: Path) -> None:
-    """Mirrors volcano reclaim.go "Reclaim Case 1: New queue with job created no reclaim
-    when resource is enough": jobs of two queues run; a job of a new queue runs too and
-    nothing is reclaimed. Queues are Baton teams (the team file), so the path includes
-    the webhook and admission, which admits each Volcano PodGroup (its mark on it)."""
-    async with running_nats() as url, running_sim(nodes=3) as sim:
-        client = await sim.api_client()
+@contextlib.asynccontextmanager
+async def three_teams(url: str, sim: Sim, folder: Path) -> AsyncIterator[tuple[Any, Any]]:
+    """Three teams (Volcano's queues), each with one 8-GPU node of its own, behind the
+    webhook and admission, with the reporter; yields the core and custom APIs."""
+    client = await sim.api_client()
+    try:
         api, custom = CoreV1Api(client), CustomObjectsApi(client)
         nodes = sorted(n.metadata.name for n in (await api.list_node()).items)
         for node, team in zip(nodes, "abc", strict=True):
@@ -318,28 +319,71 @@ async def test_reclaim_case_1_no_reclaim_when_resource_is_enough(tmp_path: Path)
         for team in "abc":
             await api.create_namespace({"metadata": {"name": f"team-{team}"}})
         told = serve(reporter.SPEC, reporter.Settings(**common(url), pod_every=0.2))
-        async with admitting(url, sim, custom, teams=TEAMS, folder=tmp_path, beside=[told]) as adm:
+        async with admitting(url, sim, custom, teams=TEAMS, folder=folder, beside=[told]) as adm:
             await until(lambda: adm.ready, within=30, what="admission caught up")
-
-            def running(team: str, name: str) -> bool:
-                ns = f"team-{team}"
-                placed = all(p["spec"].get("nodeName") for p in pods(sim, ns)) and pods(sim, ns)
-                group = sim.store.get(STORED, ns, name)
-                marked = (group["metadata"].get("annotations") or {}).get(keys.ADMITTED)
-                return (
-                    bool(placed)
-                    and marked == "true"
-                    and status(sim, name, ns).get("phase") == "Running"
-                )
-
-            for team in "ab":
-                await job(api, custom, f"reclaim-j{team}", min_member=1, tasks=[(1, 8)],
-                          ns=f"team-{team}")  # fmt: skip
-                await until(lambda team=team: running(team, f"reclaim-j{team}"),  # type: ignore[misc]
-                            within=60, what=f"team {team}'s job admitted and Running")  # fmt: skip
-            before = {t: pods(sim, f"team-{t}")[0]["metadata"]["uid"] for t in "ab"}
-            await job(api, custom, "reclaim-jc", min_member=1, tasks=[(1, 8)], ns="team-c")
-            await until(lambda: running("c", "reclaim-jc"), within=60,
-                        what="the new team's job admitted and Running")  # fmt: skip
-            assert {t: pods(sim, f"team-{t}")[0]["metadata"]["uid"] for t in "ab"} == before
+            yield api, custom
+    finally:
         await client.close()
+
+
+def running(sim: Sim, team: str, name: str) -> bool:
+    """The team's job bound, admitted (admission's mark on its PodGroup) and Running."""
+    ns = f"team-{team}"
+    members = [p for p in pods(sim, ns) if p["metadata"]["name"].startswith(f"{name}-")]
+    group = sim.store.get(STORED, ns, name)
+    marked = (group["metadata"].get("annotations") or {}).get(keys.ADMITTED) == "true"
+    placed = bool(members) and all(p["spec"].get("nodeName") for p in members)
+    return placed and marked and phase(sim, name, ns) == "Running"
+
+
+def team_uids(sim: Sim) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"]
+            for t in "abc" for p in pods(sim, f"team-{t}")}  # fmt: skip
+
+
+async def test_reclaim_case_1_no_reclaim_when_resource_is_enough(tmp_path: Path) -> None:
+    """Mirrors volcano reclaim.go "Reclaim Case 1: New queue with job created no reclaim
+    when resource is enough": jobs of two queues run; a job of a new queue runs too and
+    nothing is reclaimed. Queues are Baton teams (the team file), so the path includes
+    the webhook and admission, which admits each Volcano PodGroup (its mark on it)."""
+    async with (
+        running_nats() as url,
+        running_sim(nodes=3) as sim,
+        three_teams(url, sim, tmp_path) as (api, custom),
+    ):
+        for team in "ab":
+            await job(api, custom, f"reclaim-j{team}", min_member=1, tasks=[(1, 8)],
+                      ns=f"team-{team}")  # fmt: skip
+            await until(lambda team=team: running(sim, team, f"reclaim-j{team}"),  # type: ignore[misc]
+                        within=60, what=f"team {team}'s job admitted and Running")  # fmt: skip
+        before = team_uids(sim)
+        await job(api, custom, "reclaim-jc", min_member=1, tasks=[(1, 8)], ns="team-c")
+        await until(lambda: running(sim, "c", "reclaim-jc"), within=60,
+                    what="the new team's job admitted and Running")  # fmt: skip
+        assert {n: u for n, u in team_uids(sim).items() if n in before} == before
+
+
+async def test_reclaim_case_6_no_reclaim_when_overused(tmp_path: Path) -> None:
+    """Mirrors volcano reclaim.go "Reclaim Case 6: New queue with job created no reclaim
+    when overused": each of three queues runs a job; a second job of the third queue
+    reclaims nothing. Volcano leaves it Inqueue (enqueue looks at the cluster's idle
+    room); Baton does not admit a gang beyond its team's quota that may not borrow, so
+    its Volcano PodGroup stays Pending and says it waits for admission."""
+    async with (
+        running_nats() as url,
+        running_sim(nodes=3) as sim,
+        three_teams(url, sim, tmp_path) as (api, custom),
+    ):
+        for team in "abc":
+            await job(api, custom, f"reclaim-j{team}", min_member=1, tasks=[(1, 8)],
+                      ns=f"team-{team}")  # fmt: skip
+        for team in "abc":
+            await until(lambda team=team: running(sim, team, f"reclaim-j{team}"),  # type: ignore[misc]
+                        within=60, what=f"team {team}'s job admitted and Running")  # fmt: skip
+        before = team_uids(sim)
+        await job(api, custom, "reclaim-j4", min_member=1, tasks=[(1, 8)], ns="team-c")
+        await until(lambda: "waiting for admission" in told(sim, "reclaim-j4", "team-c"),
+                    within=60, what="the overused team's second job told it waits")  # fmt: skip
+        assert phase(sim, "reclaim-j4", "team-c") == "Pending"
+        assert not sim.store.get("pods", "team-c", "reclaim-j4-t0-0")["spec"].get("nodeName")
+        assert {n: u for n, u in team_uids(sim).items() if n in before} == before
