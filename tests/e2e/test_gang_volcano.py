@@ -38,7 +38,7 @@ PREEMPTING = gang.Settings(cycle_interval=0.1, preempt_min_run_s=0, preempt_grac
 
 async def job(
     api: Any, custom: Any, name: str, *, min_member: int, tasks: list[tuple[int, int]],
-    priority_class: str = "", with_pods: bool = True, ns: str = NS,
+    priority_class: str = "", with_pods: bool = True, ns: str = NS, **pod_spec: Any,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """A Volcano PodGroup of ``min_member`` (Volcano's job minAvailable) and its pods:
     ``tasks`` is (replicas, GPUs each) per task (0 GPUs: a best-effort task). Without
@@ -50,6 +50,7 @@ async def job(
             "spec": spec}  # fmt: skip
     await custom.create_namespaced_custom_object(*VOLCANO, ns, "podgroups", body)
     extra = {"priorityClassName": priority_class} if priority_class else {}
+    extra.update(pod_spec)
     made = []
     for t, (replicas, gpus) in enumerate(tasks):
         for i in range(replicas):
@@ -387,4 +388,33 @@ async def test_reclaim_case_6_no_reclaim_when_overused(tmp_path: Path) -> None:
                     within=60, what="the overused team's second job told it waits")  # fmt: skip
         assert phase(sim, "reclaim-j4", "team-c") == "Pending"
         assert not sim.store.get("pods", "team-c", "reclaim-j4-t0-0")["spec"].get("nodeName")
+        assert {n: u for n, u in team_uids(sim).items() if n in before} == before
+
+
+async def test_reclaim_case_7_no_reclaim_when_job_not_satisfied_with_predicates(
+    tmp_path: Path,
+) -> None:
+    """Mirrors volcano reclaim.go "Reclaim Case 7: New queue with job created no reclaim
+    when job not satisfied with predicates": a new queue's job that no node admits (it
+    names a node that does not exist) reclaims nothing. Volcano's test expects its
+    PodGroup Running and calls that a bug; Baton's is Inqueue (admitted within its
+    team's quota), Unschedulable with the verdict, and the others keep running."""
+    async with (
+        running_nats() as url,
+        running_sim(nodes=3) as sim,
+        three_teams(url, sim, tmp_path) as (api, custom),
+    ):
+        for team in "ab":
+            await job(api, custom, f"reclaim-j{team}", min_member=1, tasks=[(1, 8)],
+                      ns=f"team-{team}")  # fmt: skip
+        for team in "ab":
+            await until(lambda team=team: running(sim, team, f"reclaim-j{team}"),  # type: ignore[misc]
+                        within=60, what=f"team {team}'s job admitted and Running")  # fmt: skip
+        before = team_uids(sim)
+        await job(api, custom, "reclaim-jc", min_member=1, tasks=[(1, 8)], ns="team-c",
+                  nodeSelector={"kubernetes.io/hostname": "fake-node"})  # fmt: skip
+        await until(lambda: phase(sim, "reclaim-jc", "team-c") == "Inqueue"
+                    and "no ready node matches" in told(sim, "reclaim-jc", "team-c"),
+                    within=60, what="the new team's job Inqueue and told why it waits")  # fmt: skip
+        assert not sim.store.get("pods", "team-c", "reclaim-jc-t0-0")["spec"].get("nodeName")
         assert {n: u for n, u in team_uids(sim).items() if n in before} == before
