@@ -86,6 +86,22 @@ def test_podgroup_schema_is_the_crd_in_deploy() -> None:
         assert _fields(have["properties"][part]) == _fields(want[part])
 
 
+def test_volcano_podgroup_schema_is_the_crd_in_deploy() -> None:
+    crd = yaml.safe_load((ROOT / "deploy/crds/scheduling.volcano.sh_podgroups.yaml").read_text())
+    version = crd["spec"]["versions"][0]
+    want = version["schema"]["openAPIV3Schema"]["properties"]
+    have = kinds.schema_of("scheduling.volcano.sh", "PodGroup")
+    assert have is not None
+    assert set(have["properties"]) == set(want)
+    for part in ("spec", "status"):
+        assert _fields(have["properties"][part]) == _fields(want[part])
+    served = resource("podgroups.scheduling.volcano.sh")
+    assert (served.group, served.version, served.kind) == (
+        crd["spec"]["group"], version["name"], crd["spec"]["names"]["kind"]
+    )  # fmt: skip
+    assert served.short_names == tuple(crd["spec"]["names"]["shortNames"])
+
+
 def test_team_schema_is_the_crd_in_deploy() -> None:
     crd = yaml.safe_load((ROOT / "deploy/crds/baton.io_teams.yaml").read_text())
     version = crd["spec"]["versions"][0]

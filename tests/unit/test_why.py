@@ -11,7 +11,7 @@ import pytest
 from baton.proto import keys
 from baton.proto.actions import ActionResult, Binding
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
-from baton.proto.k8s import GangRef, PodEvent, PodGroupEvent
+from baton.proto.k8s import VOLCANO_API, GangRef, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangUnschedulable, Need
 from baton.services.cli import main as cli
 from baton.services.cli import why
@@ -219,3 +219,10 @@ class _Js:
 async def test_a_read_that_stalls_is_an_error_not_a_partial_answer() -> None:
     with pytest.raises(why.WhyError, match="could not read the gang's state: 2 messages"):
         await why._read(_Js(), "BATON_c1_K8S", "baton.c1.k8s.*.ml.>", within=0.01)
+
+
+def test_a_volcano_podgroup_is_named_as_such() -> None:
+    group = pod_group("job", namespace="ml", min_member=2, api=VOLCANO_API)
+    members = [pod(f"job-{i}", namespace="ml", group="job", gpus=8) for i in range(2)]
+    lines = why.explain(why.Facts(key="ml/job", group=group, pods=members, history=[]))
+    assert lines[0].startswith("gang ml/job (Volcano PodGroup): Pending, 0 of 2 members bound")

@@ -105,6 +105,7 @@ SPEC = Spec(
         Input("k8s.machinedeployment.>", MachineDeploymentEvent),
         Input("k8s.podgroup.>", PodGroupEvent),
         Input("k8s.upstream-podgroup.>", PodGroupEvent),
+        Input("k8s.volcano-podgroup.>", PodGroupEvent),
         Input("k8s.pod.>", PodEvent),
         Input("admission.teams", TeamsLoaded),
     ),

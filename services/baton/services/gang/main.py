@@ -85,6 +85,7 @@ SPEC = Spec(
         Input("k8s.pod.>", PodEvent),
         Input("k8s.podgroup.>", PodGroupEvent),
         Input("k8s.upstream-podgroup.>", PodGroupEvent),
+        Input("k8s.volcano-podgroup.>", PodGroupEvent),
         Input("result.bind-gang.>", ActionResult),
     ),
     routes=shell.ROUTES,

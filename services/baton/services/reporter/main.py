@@ -48,6 +48,7 @@ SPEC = Spec(
         Input("k8s.pod.>", PodEvent),
         Input("k8s.podgroup.>", PodGroupEvent),
         Input("k8s.upstream-podgroup.>", PodGroupEvent),
+        Input("k8s.volcano-podgroup.>", PodGroupEvent),
         Input("k8s.node.>", NodeEvent),
         Input("placement.>", AnyPlacement),
         Input("admission.admitted.>", GangAdmitted),

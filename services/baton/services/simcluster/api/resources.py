@@ -120,6 +120,10 @@ RESOURCES: tuple[Resource, ...] = (
         "scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True, ("status",),
         ("pg", "pgs"),
     ),
+    Resource(  # Volcano's (deploy/crds/scheduling.volcano.sh_podgroups.yaml)
+        "scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True, ("status",),
+        ("podgroup-v1beta1",), storage="podgroups.scheduling.volcano.sh",
+    ),
     # upstream gang scheduling (KEP-4671): one set of objects, served at two versions
     Resource(_SCHED, "v1", "priorityclasses", "PriorityClass", False, (), ("pc",)),
     Resource(_SCHED, "v1beta1", "workloads", "Workload", True, ("status",), storage=_WORKLOADS),

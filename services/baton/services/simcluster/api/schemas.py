@@ -236,6 +236,33 @@ _PODGROUP = kind(  # as deploy/crds/scheduling.x-k8s.io_podgroups.yaml
         ),
     ),
 )
+_VOLCANO_PODGROUP = kind(  # as deploy/crds/scheduling.volcano.sh_podgroups.yaml
+    "Volcano's PodGroup: a gang of pods placed all together or not at all.",
+    spec=opened(
+        "minTaskMember networkTopology",  # Volcano's; Baton does not read them
+        minMember=_PODGROUP["properties"]["spec"]["properties"]["minMember"],
+        minResources=_PODGROUP["properties"]["spec"]["properties"]["minResources"],
+        queue=described(STRING, "Volcano's queue; Baton's queues are its teams (docs/gang.md)."),
+        priorityClassName=described(STRING, "Volcano's; Baton orders gangs by pod priority."),
+    ),
+    status=obj(
+        phase=described(STRING, "Pending, Inqueue, Running, Unknown or Completed."),
+        running=_INT32,
+        succeeded=_INT32,
+        failed=_INT32,
+        conditions=array(
+            obj(
+                type=STRING,
+                status=STRING,
+                reason=STRING,
+                message=STRING,
+                lastTransitionTime=TIME,
+                transitionID=STRING,
+            ),
+            "Scheduled (True once placed) or Unschedulable (True with Baton's verdict).",
+        ),
+    ),
+)
 _MACHINE_DEPLOYMENT = kind(
     "A Cluster API MachineDeployment (a node pool).",
     spec=opened(
@@ -289,6 +316,7 @@ SCHEMAS: dict[tuple[str, str], Obj] = {
     ("discovery.k8s.io", "EndpointSlice"): _ENDPOINT_SLICE,
     ("scheduling.k8s.io", "PriorityClass"): _PRIORITY_CLASS,
     ("scheduling.x-k8s.io", "PodGroup"): _PODGROUP,
+    ("scheduling.volcano.sh", "PodGroup"): _VOLCANO_PODGROUP,
     ("cluster.x-k8s.io", "MachineDeployment"): _MACHINE_DEPLOYMENT,
     ("baton.io", "Team"): _TEAM,
     ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"): _WEBHOOKS,
