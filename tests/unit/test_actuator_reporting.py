@@ -11,10 +11,13 @@ import pytest
 from baton.proto.actions import (
     GroupStatus,
     ObjectRef,
+    PodRef,
     RecordEvent,
     SetGroupStatus,
+    SetPodCondition,
     SetTaint,
     SetTeamStatus,
+    StatusCondition,
     TeamStatus,
 )
 from baton.proto.k8s import Taint
@@ -137,6 +140,43 @@ def test_one_object_s_status_writes_never_race() -> None:
     assert of(arrive(state, newer, 2, 1.0), Apply) == []  # parked, not in flight with s1
     out = core.step(state, Finished(action_id="s1", outcome="applied"), 2.0)[1]
     assert [a.action.id for a in of(out, Apply)] == ["s2"]
+
+
+def told(id_: str, *pods: str, message: str = "waiting for members") -> SetPodCondition:
+    condition = StatusCondition(type="PodScheduled", status="False", reason="Unschedulable",
+                                message=message)  # fmt: skip
+    return SetPodCondition(id=id_, by="reporter", at=0.0, priority="status", gang="ml/job",
+                           namespace="ml", pods=tuple(PodRef(name=p) for p in pods),
+                           condition=condition)  # fmt: skip
+
+
+def test_a_condition_for_other_pods_of_a_gang_does_not_replace_the_queued_one() -> None:
+    """Members that join one by one are told one by one (a Job creating its pods): a
+    write for pod b must not drop the queued write for pod a, or a is never told."""
+    state = core.initial(Limits(qps=0, concurrency=1), now=0.0)
+    taint = SetTaint(id="busy", by="health", at=0.0, node="n1", taint=Taint(key="k"))
+    arrive(state, taint, 1, 0.0)  # holds the only slot
+    arrive(state, told("c1", "a"), 2, 0.0)
+    assert of(arrive(state, told("c2", "b"), 3, 0.0), Report) == []
+    (stale,) = of(arrive(state, told("c3", "b", message="need 1 more node"), 4, 0.0), Report)
+    assert (stale.result.action_id, stale.result.outcome) == ("c2", "stale")  # same pods
+    out = core.step(state, Finished(action_id="busy", outcome="applied"), 1.0)[1]
+    assert [a.action.id for a in of(out, Apply)] == ["c1"]
+    out = core.step(state, Finished(action_id="c1", outcome="applied"), 2.0)[1]
+    assert [a.action.id for a in of(out, Apply)] == ["c3"]
+
+
+def test_two_condition_writes_of_one_gang_are_never_in_flight_together() -> None:
+    """Two writes naming different pods may name the same pod (a re-telling of every
+    pending pod beside one for a pod that just joined): the newer waits aside."""
+    state = core.initial(Limits(qps=0, concurrency=8), now=0.0)
+    (_first,) = of(arrive(state, told("c1", "a"), 1, 0.0), Apply)
+    assert of(arrive(state, told("c2", "a", "b", message="need 1 more node"), 2, 0.0), Apply) == []
+    assert of(arrive(state, told("c3", "c"), 3, 0.0), Apply) == []
+    out = core.step(state, Finished(action_id="c1", outcome="applied"), 1.0)[1]
+    assert [a.action.id for a in of(out, Apply)] == ["c2"]
+    out = core.step(state, Finished(action_id="c2", outcome="applied"), 2.0)[1]
+    assert [a.action.id for a in of(out, Apply)] == ["c3"]
 
 
 def test_a_redelivered_older_status_is_stale_behind_a_newer_one() -> None:

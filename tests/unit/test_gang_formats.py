@@ -315,3 +315,26 @@ def test_an_exclusive_jobset_keeps_out_of_a_rack_another_one_runs_in() -> None:
     state = make(racks(4, 2, 2), running, jobset_members(2, 2))
     (bind,) = binds(tick(state, 1.0))
     assert {b.node[:2] for b in bind.bindings} == {"r1", "r2"}
+
+
+def test_only_the_replicated_jobs_marked_exclusive_get_a_domain_each() -> None:
+    """JobSet "exclusive placement for a ReplicatedJob": the annotation on one replicated
+    Job's template reaches its pods only. Its two Jobs get a rack each; the other Job (3
+    pods, racks of 2) is not confined to one rack, but keeps out of theirs, as upstream's
+    anti-affinity on the job key keeps any other Job's pods out."""
+    ref = GangRef(name="llm", source="jobset", min_member=7)
+    workers = jobset_members(2, 2)
+    driver = [
+        pod(f"llm-d-{i}", namespace="ml", gpus=8, ref=ref,
+            labels={keys.JOBSET_NAME: "llm", keys.JOBSET_JOB_KEY: "keyd"})
+        for i in range(3)
+    ]  # fmt: skip
+    workers = [msgspec.structs.replace(p, group=ref) for p in workers]
+    state = make(racks(2, 2, 2, 2), *workers, *driver)
+    (bind,) = binds(tick(state, 1.0))
+    by_job: dict[str, set[str]] = {}
+    for b in bind.bindings:
+        by_job.setdefault(b.pod.rsplit("-", 1)[0], set()).add(b.node[:2])
+    assert len(by_job["llm-w-0"]) == len(by_job["llm-w-1"]) == 1, by_job
+    assert len(by_job["llm-d"]) == 2, by_job
+    assert len(set.union(*by_job.values())) == 4, by_job

@@ -196,6 +196,19 @@ def test_pods_naming_a_missing_group_are_told_which_and_how(ref: GangRef, said: 
     assert told.condition.message == f"gang {NS}/job: {said}"
 
 
+def test_pods_whose_podgroup_is_deleted_are_told_they_wait_for_it() -> None:
+    """scheduler-plugins rejects a pod whose PodGroup does not exist; the pods of a group
+    deleted while they wait hear so at once (they said they wait for members)."""
+    state = core.initial(core.ReportPolicy(pod_every=0.0))
+    group = pod_group("job", namespace=NS, min_member=4)
+    step(state, group, *members(2), at=1.0)
+    out = step(state, PodGroupEvent(op="delete", at=2.0, pod_group=group), at=2.0)
+    (told,) = of(out, SetPodCondition)
+    assert {p.name for p in told.pods} == {"job-0", "job-1"}
+    said = f"waiting for PodGroup {NS}/job (named by label {keys.POD_GROUP}) to be created"
+    assert told.condition.message == f"gang {NS}/job: {said}"
+
+
 def test_a_gang_waiting_for_admission_says_why() -> None:
     state = core.initial()
     step(state, pod_group("job", namespace=NS, min_member=1), *members(1))

@@ -14,6 +14,7 @@ from baton.services.simcluster.api.resources import resource
 from baton.services.simcluster.api.store import Store
 from baton.services.simcluster.world import mixes
 from baton.services.simcluster.world.controlled import batch_job, controlled_objects, kind_of
+from baton.services.simcluster.world.jobsets import job_for
 from baton.services.simcluster.world.simulation import build
 from baton.services.simcluster.world.workload import DURATION_ANNOTATION, Job
 from tests.pipeline import until
@@ -140,3 +141,29 @@ def test_the_llm_mix_is_sized_to_the_cluster_with_most_gpu_time_in_large_gangs()
     assert mixes.llm_jobs(seed=1, gpus=512) == jobs  # seeded
     with pytest.raises(ValueError, match="gpus must be > 0"):
         mixes.llm_jobs(seed=1, gpus=0)
+
+
+def test_exclusive_placement_on_a_replicated_job_reaches_its_pods_only() -> None:
+    """As upstream's labelAndAnnotateObject: the annotation on the JobSet, or on a
+    replicated Job's template (which wins), goes on that Job and its pods."""
+
+    def rj(name: str, **notes: str) -> Obj:
+        job = {"metadata": {"annotations": notes}, "spec": {"template": {}}}
+        return {"name": name, "replicas": 1, "template": job}
+
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"name": "llm", "namespace": "ml", "uid": "u1"},
+              "spec": {"replicatedJobs": [rj("w", **{keys.JOBSET_EXCLUSIVE: keys.RACK}),
+                                          rj("d")]}}  # fmt: skip
+    made = {r["name"]: job_for(jobset, r, 0, restarts=0) for r in jobset["spec"]["replicatedJobs"]}
+    notes = {n: j["spec"]["template"]["metadata"]["annotations"] for n, j in made.items()}
+    assert notes["w"][keys.JOBSET_EXCLUSIVE] == keys.RACK
+    assert made["w"]["metadata"]["annotations"][keys.JOBSET_EXCLUSIVE] == keys.RACK
+    assert keys.JOBSET_EXCLUSIVE not in notes["d"]
+    jobset["metadata"]["annotations"] = {keys.JOBSET_EXCLUSIVE: keys.BLOCK}
+    on_set = job_for(jobset, jobset["spec"]["replicatedJobs"][1], 0, restarts=0)
+    assert (
+        on_set["spec"]["template"]["metadata"]["annotations"][keys.JOBSET_EXCLUSIVE] == keys.BLOCK
+    )
+    on_rj = job_for(jobset, jobset["spec"]["replicatedJobs"][0], 0, restarts=0)
+    assert on_rj["spec"]["template"]["metadata"]["annotations"][keys.JOBSET_EXCLUSIVE] == keys.RACK

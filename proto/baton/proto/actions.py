@@ -268,7 +268,8 @@ class PodRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 class SetPodCondition(Action, frozen=True, tag="action.pod-condition.v1"):
     """Set one condition (``PodScheduled``, Baton's reason) on a gang's pending pods, as
     kube-scheduler does on a pod it cannot place; bound pods are left as binding set
-    them. Only the latest per gang and condition type matters (coalesced)."""
+    them. Only the latest per gang, condition type and set of pods matters (coalesced;
+    a write naming other pods replaces nothing)."""
 
     gang: str  # "<namespace>/<group>"
     namespace: str

@@ -3,9 +3,10 @@ never race (the older landing last): pure bookkeeping for the actuator's core.
 
 An action with a coalescing key (``key_of``) replaces the queued one with the same key;
 one published before what was already queued or started for its key (a redelivery
-after a retry: its ACTIONS stream sequence is lower) is stale at once. While one with
-that key is in flight, the next waits aside (*parked*) and is queued again when it
-finishes.
+after a retry: its ACTIONS stream sequence is lower) is stale at once. While one of a
+*lane* (``lane_of``: the same key, or the same gang's pod conditions, whichever pods
+they name) is in flight, the next ones wait aside (*parked*) and are queued again one at
+a time, oldest first, as each finishes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from baton.proto import ids
 from baton.proto.actions import AnyAction, SetGroupStatus, SetPodCondition, SetTeamStatus
 
 REMEMBERED = 100_000  # keys whose newest time is kept (oldest forgotten first)
@@ -23,11 +25,20 @@ def key_of(action: AnyAction) -> str:
     match action:
         case SetGroupStatus():
             return f"status/{action.api}/{action.namespace}/{action.name}"
-        case SetPodCondition():
-            return f"condition/{action.gang}/{action.condition.type}"
+        case SetPodCondition():  # the pods it names: a write for others drops nothing
+            pods = ids.digest(*sorted(f"{p.name}/{p.uid}" for p in action.pods))
+            return f"condition/{action.gang}/{action.condition.type}/{pods}"
         case SetTeamStatus():
             return f"team/{action.team}"
     return ""
+
+
+def lane_of(action: AnyAction) -> str:
+    """Writes that must not be in flight together: those of one key, and a gang's pod
+    conditions whatever pods each names (two may name the same pod)."""
+    if isinstance(action, SetPodCondition):
+        return f"condition/{action.gang}/{action.condition.type}"
+    return key_of(action)
 
 
 STALE = "\x00stale"  # ``arrive``'s answer for an action older than its key's newest
@@ -36,8 +47,8 @@ STALE = "\x00stale"  # ``arrive``'s answer for an action older than its key's ne
 @dataclass(slots=True)
 class Latest:
     queued: dict[str, str] = field(default_factory=dict)  # key -> the newest waiting id
-    busy: dict[str, str] = field(default_factory=dict)  # key -> the id in flight
-    parked: set[str] = field(default_factory=set)  # ids waiting for their key's flight
+    busy: dict[str, str] = field(default_factory=dict)  # lane -> the id in flight
+    parked: dict[str, list[str]] = field(default_factory=dict)  # lane -> ids aside, oldest first
     newest: OrderedDict[str, int] = field(default_factory=OrderedDict)  # key -> newest seq
 
     def arrive(self, action: AnyAction, seq: int = 0) -> str:
@@ -54,29 +65,38 @@ class Latest:
             self.newest.popitem(last=False)
         older = self.queued.get(key, "")
         self.queued[key] = action.id
-        self.parked.discard(older)
+        self._unpark(lane_of(action), older)
         return older
 
     def may_start(self, action: AnyAction) -> bool:
-        """False (and parked) while another write of the same object is in flight."""
-        key = key_of(action)
-        if key and key in self.busy:
-            self.parked.add(action.id)
+        """False (and parked) while another write of the same lane is in flight."""
+        key, lane = key_of(action), lane_of(action)
+        if lane and lane in self.busy:
+            self.parked.setdefault(lane, []).append(action.id)
             return False
-        if key:
-            self.busy[key] = action.id
+        if lane:
+            self.busy[lane] = action.id
             if self.queued.get(key) == action.id:
                 del self.queued[key]
         return True
 
     def finished(self, action: AnyAction) -> str:
-        """The id to queue again now that its key is free ('' if none)."""
-        key = key_of(action)
-        if not key or self.busy.get(key) != action.id:
+        """The id to queue again now that its lane is free ('' if none)."""
+        lane = lane_of(action)
+        if not lane or self.busy.get(lane) != action.id:
             return ""
-        del self.busy[key]
-        waiting = self.queued.get(key, "")
-        if waiting in self.parked:
-            self.parked.discard(waiting)
-            return waiting
-        return ""
+        del self.busy[lane]
+        waiting = self.parked.get(lane)
+        if not waiting:
+            return ""
+        first = waiting.pop(0)
+        if not waiting:
+            del self.parked[lane]
+        return first
+
+    def _unpark(self, lane: str, older: str) -> None:
+        waiting = self.parked.get(lane)
+        if older and waiting and older in waiting:
+            waiting.remove(older)
+            if not waiting:
+                del self.parked[lane]

@@ -83,8 +83,9 @@ def place(cluster: Cluster, ask: Ask, *, excluded: frozenset[str]) -> Search:
     (``topology.search``)."""
     if ask.kind.exclusive:
         return exclusive.search_exclusive(
-            cluster, ask.parts, level=ask.kind.exclusive, excluded=excluded
-        )
+            cluster, ask.parts, level=ask.kind.exclusive, excluded=excluded,
+            members=ask.members,
+        )  # fmt: skip
     return search(cluster, ask.members, required=ask.required, preferred=ask.preferred,
                   excluded=excluded)  # fmt: skip
 

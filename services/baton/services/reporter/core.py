@@ -112,6 +112,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             out.report(gang_key(pod))
         case PodGroupEvent(op="delete", pod_group=group):
             view.delete_group(group)
+            out.report(group.key)  # its pods now wait for it
         case PodGroupEvent(pod_group=group):
             view.upsert_group(group)
             out.report(group.key)

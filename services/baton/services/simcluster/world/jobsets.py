@@ -4,8 +4,8 @@ Each ``replicatedJobs[i]`` becomes ``replicas`` Jobs named ``<jobset>-<replicate
 <index>``, its template with the labels and annotations JobSet puts on Jobs and their
 pods (``jobset.sigs.k8s.io/jobset-name``, ``replicatedjob-name``, ``replicatedjob-
 replicas``, ``job-index``, ``job-global-index``, ``global-replicas``, ``job-key``,
-``restart-attempt``, ``jobset-uid``) and the JobSet's
-``alpha.jobset.sigs.k8s.io/exclusive-topology`` annotation.
+``restart-attempt``, ``jobset-uid``) and the ``alpha.jobset.sigs.k8s.io/exclusive-
+topology`` annotation of the JobSet or of the replicated Job's template (which wins).
 
 - ``startupPolicy.startupPolicyOrder: InOrder`` creates a replicated job's Jobs once
   every Job of the one before is ready (all its pods ready or succeeded).
@@ -204,7 +204,9 @@ def job_for(jobset: Obj, rj: Obj, index: int, *, restarts: int) -> Obj:
     if jobset["spec"].get("suspend"):
         template.setdefault("spec", {})["suspend"] = True
     notes = dict(marks)
-    if exclusive := (meta.get("annotations") or {}).get(EXCLUSIVE):
+    job_notes = (template.get("metadata") or {}).get("annotations") or {}
+    # the JobSet's, else the replicated Job's template (which wins, as upstream)
+    if exclusive := job_notes.get(EXCLUSIVE) or (meta.get("annotations") or {}).get(EXCLUSIVE):
         notes[EXCLUSIVE] = exclusive
     pod = template.setdefault("spec", {}).setdefault("template", {})
     pod_meta = pod.setdefault("metadata", {})
