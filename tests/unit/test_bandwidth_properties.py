@@ -71,6 +71,15 @@ def test_a_tiny_want_beside_a_capped_one_gets_the_spare_not_infinity() -> None:
     assert shares.pods["t0"] == [1e7, CAPACITY - 1e7]
 
 
+def test_a_want_whose_share_of_the_total_underflows_keeps_its_want() -> None:
+    """Found by hypothesis: 5e-324 / 1e7 is 0.0, a zero weight the water level divided by."""
+    team = TeamEgress(name="t0", tier="critical", weight=1.0, minimum_bps=0, namespaces=())
+    claim = allocating.Claim(team=team, uids=["0-0", "0-1"], wants=[1e7, 5e-324],
+                             caps=[INF, 5e-324])  # fmt: skip
+    shares = allocating.allocate(CAPACITY, tiers=DEFAULT_TIERS, claims=[claim])
+    assert shares.pods["t0"] == [CAPACITY - 5e-324, 5e-324]
+
+
 @settings(max_examples=300, deadline=None)
 @given(claims())
 def test_the_sum_never_exceeds_capacity_and_is_used_when_wanted(cs: list[allocating.Claim]) -> None:

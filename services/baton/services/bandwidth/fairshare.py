@@ -33,7 +33,7 @@ def water_fill(
     # A growing claimant's share is its part of the room left, (w / growing) * room: no
     # overflow where level * w would be inf * tiny (weights 1e300 apart, found by hypothesis).
     return [
-        room * (w / growing) if i in active else min(max(level * w, lo), hi)
+        room * (w / growing) if i in active else lo if w <= 0 else min(max(level * w, lo), hi)
         for i, (w, lo, hi) in enumerate(zip(weights, lows, highs, strict=True))
     ]
 
@@ -49,6 +49,8 @@ def _level(
     """
     events: list[tuple[float, bool, int]] = []  # (level, is a stop, claimant)
     for i, (w, lo, hi) in enumerate(zip(weights, lows, highs, strict=True)):
+        if w <= 0:
+            continue  # never grows (a weight that underflowed): it keeps its low
         events.append((lo / w, False, i))
         if hi < INF:
             events.append((hi / w, True, i))
