@@ -25,7 +25,7 @@ from baton.libs.kube.quantities import InvalidQuantity
 from baton.proto import keys
 from baton.proto.admission import Kind, PodMutated, PodRejected
 from baton.proto.k8s import SCHEDULER_NAME
-from baton.services.admission import formats, groups, updates
+from baton.services.admission import formats, groups, shapes, updates
 from baton.services.admission.core.state import State
 from baton.services.admission.formats import managed
 from baton.services.admission.objects import (
@@ -276,7 +276,10 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
         problem = formats.too_big(
             state, team=team, need=pod.gpus(keys.GPU), how="one pod", fix="ask for fewer GPUs"
         )
-        return f"{where}: {problem}" if problem else None
+        if problem:
+            return f"{where}: {problem}"
+    if problem := shapes.never_fits(shapes.requests(pod), shapes.shapes(state)):
+        return f"{where}: {problem}"
     if claim is None or not team:
         return None
     gang = state.gangs.get(f"{namespace}/{claim.name}")
