@@ -134,7 +134,7 @@ def test_a_hand_built_recording_replays_to_the_expected_decisions(tmp_path: Path
     assert [p.gang for p in placed] == ["default/job7"]
     assert sorted(b.node for b in placed[0].bindings) == ["n1", "n2"]
     assert [w.gang for w in waiting] == ["default/big"]
-    assert "no ready node matches" in waiting[0].reason
+    assert "no node takes a member: 0/" in waiting[0].reason
     assert [type(a.event).__name__ for a in run.actions] == ["BindGang"]
     assert all(d.cause.line == 9 for d in run.decisions)  # the tick's line
 
@@ -145,7 +145,7 @@ def test_the_cli_prints_one_line_per_decision_and_the_speed(
     assert replay.run(["--from", str(write(tmp_path / "s.jsonl", session()))]) == 0
     out = capsys.readouterr().out.splitlines()
     assert any("placed default/job7: 2 pods in baton.io/rack=r1" in line for line in out)
-    assert any("unschedulable default/big: no ready node" in line for line in out)
+    assert any("unschedulable default/big: no node takes a member" in line for line in out)
     assert any("-> bind-gang default/job7" in line for line in out)
     assert "replayed 8 inputs (1 ticks; order: as the live runner fed them (1 run(s)" in out[-1]
     assert "events/s" in out[-1] and "real time (recorded span 3.0 s" in out[-1]
