@@ -135,6 +135,9 @@ def _serve(state: State, team: str, now: float, outputs: list[Output]) -> bool:
     ceiling = state.ceiling(team)
     for _, key in list(state.queues.get(team, ())):
         gang = state.gangs[key]
+        if gang.retry_at > now:  # given back unplaced: it backs off (``unplaced``)
+            outputs.extend(_wait(state, gang, now, reason=gang.reason))
+            continue
         need, known = gang.gpus, gang.known
         if known and need in tried and need <= ceiling and len(gang.members) >= gang.min_member:
             if tried[need] != gang.reason:  # the common case, cheaply: nothing new to say
@@ -192,7 +195,7 @@ def _aside(state: State, gang: Gang, now: float) -> str:
 def wants_tick(state: State, now: float) -> bool:
     """Time alone changes decisions while gangs wait: a gang starts to starve, a PodGroup
     short of members is set aside, a running gang passes its minimum run time."""
-    return any(state.queues.values()) or bool(state.short) or bool(state.paused)
+    return any(state.queues.values()) or bool(state.short or state.paused or state.unplaced)
 
 
 def grow_paused(state: State, now: float) -> list[Output]:
@@ -416,6 +419,8 @@ def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Ou
     state.dequeue(gang)
     gang.admitted, gang.reason, gang.admitted_at = True, "", now
     state.hold(gang, gang.gpus, borrowing=borrowing)
+    if not gang.bound:
+        state.unplaced.add(gang.key)
     borrowed = gang.borrowed
     annotations: dict[str, str | None] = {
         keys.ADMITTED: "true",

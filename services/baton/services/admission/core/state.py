@@ -54,6 +54,7 @@ class State:
     floor: dict[str, int] = field(default_factory=dict)  # team -> least in-quota holder priority
     short: set[str] = field(default_factory=set)  # admitted PodGroups whose pods never all came
     paused: set[str] = field(default_factory=set)  # admitted gangs whose new members wait
+    unplaced: set[str] = field(default_factory=set)  # admitted, no member bound yet (may be stale)
     # Team objects (``showing``): the status last sent per team; inputs since then
     shown: dict[str, TeamStatus] = field(default_factory=dict)
     stale: bool = True
