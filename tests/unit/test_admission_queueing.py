@@ -248,3 +248,18 @@ def test_an_admitted_gang_not_placed_in_time_gives_its_quota_back_and_backs_off(
     out = feed(state, [Tick(at=1000.0)], now=1000.0)
     assert state.gangs["a/stuck"].admitted and of(out, Annotate) == []
     assert state.gangs["a/stuck"].releases == 0
+
+
+def test_a_gang_no_node_could_take_holds_no_quota_and_says_why() -> None:
+    """The webhook refuses a pod larger than every node; one that got in before the
+    nodes shrank (or with the webhook off) is set aside rather than admitted, so it
+    holds none of its team's quota and blocks nobody."""
+    state = cluster(ONE, NODES3)
+    out = feed(state, submit("a", "wide", 1, at=1.0, gpus=9) + submit("a", "ok", 1, at=2.0))
+    assert admitted(out) == ["a/ok"] and state.used["a"] == 8
+    told = [q for q in of(out, GangQueued) if q.gang == "a/wide"][-1]
+    assert told.set_aside and "a member asks 9 GPUs but no node has more than 8" in told.reason
+    # a larger node comes and the quota has room: it is admitted in its turn
+    out = feed(state, [node("n4", "p", gpus=16), *pods("a", "ok", 1, phase="Succeeded"),
+                       Tick(at=3.0)], now=3.0)  # fmt: skip
+    assert admitted(out) == ["a/wide"]

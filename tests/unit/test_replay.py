@@ -279,10 +279,11 @@ def test_admission_replay_admits_within_quota_and_queues_beyond_it(
     path = write(tmp_path / "s.jsonl", session())  # no admission start: defaults, file order
     assert replay.run(["--from", str(path), "--service", "admission"]) == 0
     out = capsys.readouterr().out
-    # The default team owns both nodes: 16 GPUs. big (16) is admitted, job7 waits.
-    assert "admission.admitted.v1 gang=default/big" in out
-    assert "gang=default/job7 team=default reason=team 'default' uses 16 of its 16 GPU" in out
-    assert "action.annotate.v1 kind=PodGroup namespace=default name=big" in out
+    # The default team owns both nodes: 16 GPUs. big asks a 16-GPU pod that no 8-GPU
+    # node takes: set aside, holding none of them; job7 (two 8-GPU pods) is admitted.
+    assert "gang=default/big team=default reason=set aside: a member asks 16 GPUs" in out
+    assert "admission.admitted.v1 gang=default/job7" in out
+    assert "action.annotate.v1 kind=PodGroup namespace=default name=job7" in out
     assert "order: recorded order (no start record" in out
 
 

@@ -61,6 +61,8 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
     if not _relevant(event):
         return state, ()
     outputs: list[Output] = []
+    if isinstance(event, NodeEvent | MachineDeploymentEvent):
+        state.largest = None  # the largest node shape is found again when asked
     match event:
         case NodeEvent(op="upsert", node=node):
             outputs += nodes.upsert(state, node, now)

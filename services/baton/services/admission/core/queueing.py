@@ -178,6 +178,8 @@ def _aside(state: State, gang: Gang, now: float) -> str:
             f"most {state.borrow_limit(team)}), so at most {state.ceiling(team)}; {fix} "
             "or ask for a larger quota"
         )
+    if problem := _no_node(state, gang):
+        return problem
     if gang.lone or gang.carrier:
         return ""
     active = sum(1 for m in gang.members.values() if m.phase in ACTIVE)
@@ -190,6 +192,22 @@ def _aside(state: State, gang: Gang, now: float) -> str:
             "pods the webhook refused"
         )
     return ""
+
+
+def _no_node(state: State, gang: Gang) -> str:
+    """A member asks more GPUs than any node has (the nodes shrank or went since the
+    webhook let it in): it could never be placed, so it holds no quota."""
+    widest = max((m.gpus for m in gang.members.values() if m.phase in ACTIVE), default=0)
+    widest = max(widest, gang.gpus_per_pod or 0)
+    if not widest:
+        return ""
+    most, name = state.largest_node()
+    if not name or widest <= most:
+        return ""
+    return (
+        f"set aside: a member asks {widest} GPUs but no node has more than {most} (the "
+        f"largest: {name}); use pods of at most {most} GPUs, or wait for larger nodes"
+    )
 
 
 def wants_tick(state: State, now: float) -> bool:
