@@ -145,7 +145,11 @@ def beyond_quorum(
 def _counts(cluster: Cluster, shape: Shape) -> str:
     """``; 2/16 nodes are available: 9 node(s) didn't match ...``: the nodes refused
     by reason, when more than room refuses some (a taint, selector, affinity, a node
-    down); '' when room alone is short (then the need says it)."""
+    down); '' when room alone is short (then the need says it). Every node taking a
+    member when empty (the kept count) means none is refused by more than room: the
+    pass over the nodes is skipped."""
+    if cluster.eligible(shape, empty=True).eligible == len(cluster.nodes):
+        return ""
     found = refusals(cluster, shape)
     return f"; {found.text(shape)}" if found.constrained else ""
 
