@@ -22,7 +22,7 @@ from baton.proto.actions import (
     StatusCondition,
     TeamStatus,
 )
-from baton.proto.k8s import UPSTREAM_API
+from baton.proto.k8s import UPSTREAM_API, VOLCANO_API
 from baton.services.actuator import applying
 from baton.services.actuator.calling import Api
 from baton.services.actuator.eventing import EventWrite
@@ -50,6 +50,11 @@ async def world() -> AsyncIterator[tuple[Sim, Api]]:
                  "metadata": {"name": "train"},
                  "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}},
             )  # fmt: skip
+            await custom.create_namespaced_custom_object(
+                "scheduling.volcano.sh", "v1beta1", NS, "podgroups",
+                {"apiVersion": VOLCANO_API, "kind": "PodGroup", "metadata": {"name": "vc"},
+                 "spec": {"minMember": 2, "queue": "default"}},
+            )  # fmt: skip
             for name in ("w-0", "w-1"):
                 pod = {"metadata": {"name": name},
                        "spec": {"containers": [{"name": "c", "image": "x"}]}}  # fmt: skip
@@ -75,7 +80,8 @@ def status_action(api: str, name: str, message: str, since: float) -> SetGroupSt
 @pytest.mark.parametrize(
     ("api", "name", "key"),
     [("scheduling.x-k8s.io/v1alpha1", "job", "podgroups"),
-     (UPSTREAM_API, "train", "podgroups.scheduling.k8s.io")],
+     (UPSTREAM_API, "train", "podgroups.scheduling.k8s.io"),
+     (VOLCANO_API, "vc", "podgroups.scheduling.volcano.sh")],
 )  # fmt: skip
 async def test_group_status_of_either_api_keeps_its_transition_time(
     world: tuple[Sim, Api], api: str, name: str, key: str
@@ -91,6 +97,7 @@ async def test_group_status_of_either_api_keeps_its_transition_time(
     assert condition["message"] == "still no room"
     assert condition["lastTransitionTime"] == "1970-01-01T00:00:01Z"  # status unchanged
     assert ("phase" in stored) == (api != UPSTREAM_API)  # upstream: conditions only
+    assert ("scheduled" in stored) == (api == "scheduling.x-k8s.io/v1alpha1")  # plugins' own
 
 
 async def test_pod_condition_skips_bound_and_replaced_pods(world: tuple[Sim, Api]) -> None:

@@ -263,8 +263,8 @@ async def test_six_consumers_cost_the_api_server_one_watch_per_kind(nats_url: st
                 res: sim.metric("apiserver_longrunning_requests", verb="WATCH", resource=res)
                 for res in ("nodes", "pods", "podgroups", "endpointslices")
             }
-            # podgroups: scheduler-plugins' and upstream's (scheduling.k8s.io), one each
-            assert watches == {"nodes": 1, "pods": 1, "podgroups": 2, "endpointslices": 1}
+            # podgroups: scheduler-plugins', upstream's (scheduling.k8s.io) and Volcano's
+            assert watches == {"nodes": 1, "pods": 1, "podgroups": 3, "endpointslices": 1}
             lists = sim.metric(
                 "apiserver_request_total", verb="LIST", resource="pods", subresource="", code="200"
             )

@@ -63,6 +63,22 @@ async def test_kubectl_refuses_a_podgroup_with_a_typo(sim: Sim, tmp_path: Path) 
 
 
 @needs_kubectl
+async def test_kubectl_refuses_a_volcano_podgroup_with_a_typo_and_keeps_a_valid_one(
+    sim: Sim, tmp_path: Path
+) -> None:
+    body = {**podgroup("g", minMembers=3), "apiVersion": "scheduling.volcano.sh/v1beta1"}
+    code, err = await kubectl_create(sim, tmp_path, body)
+    assert code != 0
+    assert 'strict decoding error: unknown field "spec.minMembers"' in err
+    spec = {"minMember": 3, "queue": "default", "priorityClassName": "high",
+            "minResources": {"nvidia.com/gpu": "24"}, "minTaskMember": {"worker": 3}}  # fmt: skip
+    body = {**podgroup("g", **spec), "apiVersion": "scheduling.volcano.sh/v1beta1"}
+    code, err = await kubectl_create(sim, tmp_path, body)
+    assert code == 0, err
+    assert sim.store.get("podgroups.scheduling.volcano.sh", "default", "g")["spec"] == spec
+
+
+@needs_kubectl
 async def test_kubectl_refuses_a_pod_with_a_typo(sim: Sim, tmp_path: Path) -> None:
     code, err = await kubectl_create(sim, tmp_path, pod("p", schedulerNmae="baton"))
     assert code != 0

@@ -12,7 +12,7 @@ import pytest
 from baton.libs.kube import kinds, slimming, wire
 from baton.libs.view import quorum
 from baton.proto import keys
-from baton.proto.k8s import UPSTREAM_API, GangRef, Node, PodGroupEvent
+from baton.proto.k8s import UPSTREAM_API, VOLCANO_API, GangRef, Node, PodGroupEvent
 from baton.services.bridge import core as bridge
 from tests.support.builders import RACK, node, pod, pod_group, view
 from tests.unit.gang_helpers import binds, make, tick, verdicts
@@ -133,6 +133,25 @@ def test_upstream_pod_groups_travel_on_their_own_subjects() -> None:
     assert bridge.subject_of("c1", event) == "baton.c1.k8s.upstream-podgroup.ml.train"
     plugins = PodGroupEvent(op="upsert", at=1.0, pod_group=pod_group("train", namespace="ml"))
     assert bridge.subject_of("c1", plugins) == "baton.c1.k8s.podgroup.ml.train"
+
+
+def test_volcano_pod_groups_decode_and_travel_on_their_own_subjects() -> None:
+    body = {
+        "apiVersion": VOLCANO_API, "metadata": {"resourceVersion": "9"},
+        "items": [{"metadata": {"name": "train", "namespace": "ml", "uid": "u"},
+                   "spec": {"minMember": 3, "minResources": {keys.GPU: "24", "cpu": "1500m"},
+                            "queue": "research", "priorityClassName": "high"},
+                   "status": {"phase": "Inqueue"}}],
+    }  # fmt: skip
+    (group,) = kinds.VOLCANO_POD_GROUPS.decode_page(json.dumps(body).encode()).items
+    assert isinstance(group, type(pod_group("x")))
+    assert (group.api, group.min_member, group.min_resources, group.phase) == (
+        VOLCANO_API, 3, {keys.GPU: 24, "cpu": 1500}, "Inqueue"
+    )  # fmt: skip
+    assert group.volcano and not group.upstream
+    event = PodGroupEvent(op="upsert", at=1.0, pod_group=group)
+    assert bridge.subject_of("c1", event) == "baton.c1.k8s.volcano-podgroup.ml.train"
+    assert kinds.KINDS["volcano-podgroup"] is kinds.VOLCANO_POD_GROUPS
 
 
 def test_min_resources_are_canonical_and_a_malformed_one_is_dropped() -> None:

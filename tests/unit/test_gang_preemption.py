@@ -9,10 +9,10 @@ import pytest
 
 from baton.proto import keys
 from baton.proto.actions import EvictGang, RecreatePod
-from baton.proto.k8s import Node
+from baton.proto.k8s import GangRef, Node
 from baton.proto.placement import GangRestarted
 from baton.services.gang import core
-from tests.support.builders import gang, node
+from tests.support.builders import RACK, gang, node, pod
 from tests.unit.gang_helpers import apply, binds, feed, make, tick
 
 pytestmark = pytest.mark.unit
@@ -158,3 +158,41 @@ def test_the_hourly_budget_counts_moves_already_made() -> None:
     assert taken_off(tick(state, 600.0)) == []
     assert len(taken_off(tick(state, 3700.0))) == 2  # the first has aged out
     assert state.moved == (590.0, 3700.0, 3700.0)
+
+
+def exclusive_jobset(name: str, jobs: int, pods: int, *, priority: int, at: float) -> list[object]:
+    """A JobSet's pods with exclusive rack placement, as its controller labels them."""
+    ref = GangRef(name=name, source="jobset", min_member=jobs * pods)
+    return [
+        pod(f"{name}-w-{j}-{i}", gpus=8, ref=ref, priority=priority, created_at=at,
+            annotations={keys.JOBSET_EXCLUSIVE: RACK},
+            labels={keys.JOBSET_NAME: name, keys.JOBSET_JOB_KEY: f"{name}{j}"})
+        for j in range(jobs) for i in range(pods)
+    ]  # fmt: skip
+
+
+def rack_nodes(*sizes: int) -> list[Node]:
+    return [node(f"r{r}n{i}", gpus=8).in_rack(f"r{r}").build()
+            for r, size in enumerate(sizes) for i in range(size)]  # fmt: skip
+
+
+def test_no_gang_is_taken_off_for_an_exclusive_jobset_that_still_would_not_fit() -> None:
+    """Freeing GPUs is not freeing racks: two Jobs that each need two nodes of a rack of
+    their own cannot start where one rack holds three nodes and the other one, so the
+    low gang in the big rack is not preempted for them (it was, when the victims were
+    tried against the members as one flat set)."""
+    state = make(rack_nodes(3, 1))
+    run(state, "low", 1, at=1.0)
+    feed(state, exclusive_jobset("llm", 2, 2, priority=10, at=500.0), at=500.0)
+    out = tick(state, 500.0)
+    assert taken_off(out) == [] and binds(out) == []
+
+
+def test_an_exclusive_jobset_takes_off_what_frees_a_rack_for_each_of_its_jobs() -> None:
+    """Two racks of two: a low gang in each; both go, since each Job needs a whole rack
+    and freeing one rack's node would give GPUs but no second rack."""
+    state = make(rack_nodes(2, 2))
+    run(state, "low-a", 1, at=1.0)
+    run(state, "low-b", 1, at=1.0)
+    feed(state, exclusive_jobset("llm", 2, 2, priority=10, at=500.0), at=500.0)
+    assert taken_off(tick(state, 500.0)) == ["default/low-a", "default/low-b"]

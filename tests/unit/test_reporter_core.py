@@ -10,7 +10,15 @@ import pytest
 from baton.proto import keys
 from baton.proto.actions import Binding, RecordEvent, SetGroupStatus, SetPodCondition
 from baton.proto.admission import GangQueued
-from baton.proto.k8s import GangRef, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
+from baton.proto.k8s import (
+    VOLCANO_API,
+    GangRef,
+    NodeEvent,
+    Pod,
+    PodEvent,
+    PodGroup,
+    PodGroupEvent,
+)  # fmt: skip
 from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable, Need
 from baton.proto.runner import Tick
 from baton.services.reporter import core, telling
@@ -66,6 +74,42 @@ def test_phases_follow_scheduler_plugins(
     case: str, counts: telling.Counts, need: int, want: str
 ) -> None:
     assert telling.phase(counts, need) == want
+
+
+VOLCANO_PHASES = [
+    # (case, counts, minMember, admitted, phase) — as Volcano's scheduler sets them
+    ("not admitted", telling.Counts(members=4, pending=4), 4, False, "Pending"),
+    ("admitted, waiting", telling.Counts(members=4, pending=4), 4, True, "Inqueue"),
+    ("bound, not running", telling.Counts(members=4, scheduled=4), 4, True, "Running"),
+    ("running", telling.Counts(members=4, scheduled=4, running=4), 4, True, "Running"),
+    ("all succeeded", telling.Counts(members=4, scheduled=4, succeeded=4), 4, True, "Completed"),
+    ("some run, quorum lost", telling.Counts(members=4, scheduled=3, running=2, failed=1),
+     3, True, "Unknown"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "counts", "need", "admitted", "want"), VOLCANO_PHASES,
+    ids=[c[0] for c in VOLCANO_PHASES],
+)  # fmt: skip
+def test_volcano_phases_follow_volcanos_scheduler(
+    case: str, counts: telling.Counts, need: int, admitted: bool, want: str
+) -> None:
+    assert telling.volcano_phase(counts, need, admitted=admitted) == want
+
+
+def test_a_volcano_podgroup_gets_volcanos_phase_and_conditions() -> None:
+    state = core.initial()
+    group = pod_group("job", namespace=NS, min_member=2, api=VOLCANO_API,
+                      annotations={keys.ADMITTED: "true"})  # fmt: skip
+    waiting = of(step(state, group, *members(2)), SetGroupStatus)[-1]
+    assert (waiting.api, waiting.status.phase) == (VOLCANO_API, "Inqueue")
+    kinds = {c.type: c.status for c in waiting.status.conditions}
+    assert kinds == {"Unschedulable": "True", "Scheduled": "False"}
+    placed = of(step(state, *members(2, bound="n", phase="Running"), at=2.0), SetGroupStatus)
+    assert placed[-1].status.phase == "Running"
+    kinds = {c.type: c.status for c in placed[-1].status.conditions}
+    assert kinds == {"Unschedulable": "False", "Scheduled": "True"}
 
 
 def test_a_gang_short_of_members_says_so_on_its_podgroup_and_pods() -> None:

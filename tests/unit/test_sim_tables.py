@@ -259,3 +259,20 @@ def test_team_columns_are_the_crds_printer_columns_and_cells_follow_their_paths(
     ]  # fmt: skip
     empty = {"metadata": {"name": "b", "creationTimestamp": CREATED}}
     assert tables.row("teams", empty, now=T0)["cells"][1:6] == [None] * 5
+
+
+def test_volcano_podgroup_columns_are_the_crds_printer_columns() -> None:
+    """``kubectl get podgroups.scheduling.volcano.sh`` prints what Volcano's users see:
+    STATUS, MINMEMBER, RUNNINGS, AGE (deploy/crds/scheduling.volcano.sh_podgroups.yaml)."""
+    crd = yaml.safe_load((ROOT / "deploy/crds/scheduling.volcano.sh_podgroups.yaml").read_text())
+    want = [
+        (c["name"], c["type"], 0) for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    ]
+    key = "podgroups.scheduling.volcano.sh"
+    have = [(c["name"], c["type"], c["priority"]) for c in tables.columns(key)]
+    assert have[1:] == want and have[0][0] == "Name"
+    group = {
+        "metadata": {"name": "job", "creationTimestamp": CREATED},
+        "spec": {"minMember": 4}, "status": {"phase": "Running", "running": 3},
+    }  # fmt: skip
+    assert tables.row(key, group, now=T0 + 60)["cells"] == ["job", "Running", 4, 3, "60s"]

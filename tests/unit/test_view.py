@@ -11,7 +11,15 @@ import pytest
 
 from baton.libs.view import GangView, View, is_bare, is_preemptible
 from baton.proto import keys
-from baton.proto.k8s import NodeEvent, Pod, PodEvent, PodGroupEvent
+from baton.proto.k8s import (
+    PLUGINS_API,
+    UPSTREAM_API,
+    VOLCANO_API,
+    NodeEvent,
+    Pod,
+    PodEvent,
+    PodGroupEvent,
+)
 from tests.support.builders import GPU, balloon, node, pod, pod_group, view
 
 pytestmark = pytest.mark.unit
@@ -203,6 +211,23 @@ def test_deleting_the_pod_group_drops_an_empty_gang() -> None:
     group = pod_group("job")
     found = view(group)
     found.delete_group(group)
+    assert found.gangs == {}
+
+
+@pytest.mark.parametrize("deleted", [0, 1, 2])
+def test_pod_groups_of_different_apis_with_one_name_are_one_gang_and_deleting_one_keeps_the_rest(
+    deleted: int,
+) -> None:
+    """docs/gang.md: a gang is one whichever of its PodGroups' APIs said it; deleting
+    one PodGroup (even the one read last) keeps the others as the gang's group."""
+    groups = [msgspec.structs.replace(pod_group("job", min_member=n + 2, api=api), uid=api)
+              for n, api in enumerate((PLUGINS_API, UPSTREAM_API, VOLCANO_API))]  # fmt: skip
+    found = view(*groups)
+    found.delete_group(groups[deleted])
+    group = found.gangs["default/job"].group
+    assert group is not None and group.api != groups[deleted].api
+    for gone in groups:
+        found.delete_group(gone)
     assert found.gangs == {}
 
 

@@ -205,6 +205,10 @@ def gang_pod(gpus: str, *, where: str = "limits", init: str = "") -> dict[str, A
          "PodGroup", ("scheduling.x-k8s.io", "v1alpha1"), "more than the 4096 members"),
         ({"metadata": {"name": "g"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 5000}}}},
          "PodGroup", ("scheduling.k8s.io", "v1beta1"), "more than the 4096 members"),
+        ({"metadata": {"name": "g"}, "spec": {"minMember": 4097, "queue": "q"}},
+         "PodGroup", ("scheduling.volcano.sh", "v1beta1"), "more than the 4096 members"),
+        ({"metadata": {"name": "g"}, "spec": {"minMember": 2, "minResources": {GPU: "-16"}}},
+         "PodGroup", ("scheduling.volcano.sh", "v1beta1"), "minResources"),
     ],
 )  # fmt: skip
 def test_absurd_quantities_are_refused_with_a_message_a_user_can_act_on(

@@ -11,7 +11,7 @@ import pytest
 from baton.proto import keys
 from baton.proto.actions import ActionResult, Binding
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
-from baton.proto.k8s import GangRef, PodEvent, PodGroupEvent
+from baton.proto.k8s import VOLCANO_API, GangRef, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangUnschedulable, Need
 from baton.proto.runner import Tick
 from baton.services.cli import main as cli
@@ -247,3 +247,10 @@ def test_a_gang_given_back_unplaced_says_so_and_when_it_is_admitted_again() -> N
         "waits for: waiting for admission: admitted but not placed within 100 s "
         "(queueing.place_within_s): its 16 GPUs went back to team 'default'"
     ), lines
+
+
+def test_a_volcano_podgroup_is_named_as_such() -> None:
+    group = pod_group("job", namespace="ml", min_member=2, api=VOLCANO_API)
+    members = [pod(f"job-{i}", namespace="ml", group="job", gpus=8) for i in range(2)]
+    lines = why.explain(why.Facts(key="ml/job", group=group, pods=members, history=[]))
+    assert lines[0].startswith("gang ml/job (Volcano PodGroup): Pending, 0 of 2 members bound")

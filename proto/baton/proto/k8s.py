@@ -23,10 +23,11 @@ MAX_GANG_MEMBERS = 4096
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 SCHEDULER_NAME = "baton"
 
-# The PodGroup kinds Baton reads: scheduler-plugins' CRD and upstream Kubernetes' gang
-# scheduling API (KEP-4671), served as v1beta1 (1.37) or v1alpha2 (1.36).
+# The PodGroup kinds Baton reads: scheduler-plugins' CRD, upstream Kubernetes' gang
+# scheduling API (KEP-4671), served as v1beta1 (1.37) or v1alpha2 (1.36), and Volcano's.
 PLUGINS_API = "scheduling.x-k8s.io/v1alpha1"
 UPSTREAM_API = "scheduling.k8s.io"  # every served version shows the same objects
+VOLCANO_API = "scheduling.volcano.sh/v1beta1"
 
 # Which format named a pod's group (``libs.kube.slimming.gang_ref`` decides, once).
 GangSource = Literal["scheduler-plugins", "kubernetes", "volcano", "kueue", "jobset"]
@@ -163,8 +164,9 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class PodGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A PodGroup: scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1`` (``api`` default)
-    or upstream Kubernetes' ``scheduling.k8s.io`` one (any served version).
+    """A PodGroup: scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1`` (``api`` default),
+    upstream Kubernetes' ``scheduling.k8s.io`` one (any served version) or Volcano's
+    ``scheduling.volcano.sh/v1beta1``.
 
     ``min_resources``: what the whole gang needs at least (scheduler-plugins
     ``spec.minResources``, canonical units); ``topology``: a node label key the whole
@@ -181,7 +183,7 @@ class PodGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     schedule_timeout_seconds: int | None = None
     phase: str = ""
     created_at: float = 0.0
-    api: str = PLUGINS_API  # or UPSTREAM_API
+    api: str = PLUGINS_API  # or UPSTREAM_API, VOLCANO_API
     min_resources: Resources = {}
     topology: str = ""
 
@@ -193,6 +195,11 @@ class PodGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     def upstream(self) -> bool:
         """Upstream Kubernetes' PodGroup (``scheduling.k8s.io``), not scheduler-plugins'."""
         return self.api == UPSTREAM_API
+
+    @property
+    def volcano(self) -> bool:
+        """Volcano's PodGroup (``scheduling.volcano.sh/v1beta1``)."""
+        return self.api == VOLCANO_API
 
 
 class Endpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -13,6 +13,7 @@ from baton.libs.kube.kinds import (
     POD_GROUPS,
     PODS,
     UPSTREAM_POD_GROUPS,
+    VOLCANO_POD_GROUPS,
     Kind,
     obj_of,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "PODS",
     "POD_GROUPS",
     "UPSTREAM_POD_GROUPS",
+    "VOLCANO_POD_GROUPS",
     "ApiError",
     "Expired",
     "InvalidQuantity",

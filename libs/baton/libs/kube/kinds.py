@@ -57,7 +57,7 @@ class Page(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass(frozen=True, kw_only=True)
 class Kind:
-    name: str  # the subject token: node, pod, podgroup, upstream-podgroup, endpointslice
+    name: str  # the subject token: node, pod, podgroup, volcano-podgroup, ...
     path: str  # collection path across all namespaces
     namespaced: bool
     wire_type: type[Any]
@@ -165,6 +165,15 @@ UPSTREAM_POD_GROUPS = Kind(
     slim=slimming.upstream_pod_group,
     event=lambda op, obj, at: k8s.PodGroupEvent(op=op, at=at, pod_group=obj),
 )
+# Volcano's PodGroup; absent CRD: nothing to list.
+VOLCANO_POD_GROUPS = Kind(
+    name="volcano-podgroup",
+    path="/apis/scheduling.volcano.sh/v1beta1/podgroups",
+    namespaced=True,
+    wire_type=wire.WireVolcanoPodGroup,
+    slim=slimming.volcano_pod_group,
+    event=lambda op, obj, at: k8s.PodGroupEvent(op=op, at=at, pod_group=obj),
+)
 # Cluster API node pools (the autoscaler resizes them); absent CRD: nothing to list.
 MACHINE_DEPLOYMENTS = Kind(
     name="machinedeployment",
@@ -186,8 +195,8 @@ CAPACITY_BUFFERS = Kind(
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
-        NODES, PODS, ENDPOINT_SLICES, POD_GROUPS, UPSTREAM_POD_GROUPS, MACHINE_DEPLOYMENTS,
-        CAPACITY_BUFFERS,
+        NODES, PODS, ENDPOINT_SLICES, POD_GROUPS, UPSTREAM_POD_GROUPS, VOLCANO_POD_GROUPS,
+        MACHINE_DEPLOYMENTS, CAPACITY_BUFFERS,
     )
 }  # fmt: skip
 

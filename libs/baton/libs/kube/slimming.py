@@ -237,6 +237,27 @@ def upstream_pod_group(raw: wire.WireUpstreamPodGroup) -> k8s.PodGroup:
     )
 
 
+def volcano_pod_group(raw: wire.WireVolcanoPodGroup) -> k8s.PodGroup:
+    """Volcano's PodGroup (``scheduling.volcano.sh/v1beta1``): ``minMember`` and
+    ``minResources`` as scheduler-plugins' (same meaning). ``queue`` and
+    ``priorityClassName`` are not carried: a gang's team (Baton's queue) is its
+    namespace's, and its priority its pods' (docs/gang.md, "Gang formats")."""
+    meta = raw.metadata
+    return k8s.PodGroup(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        annotations=kept_annotations(meta.annotations),
+        min_member=raw.spec.min_member,
+        min_resources=_min_resources(raw.spec.min_resources),
+        phase=raw.status.phase,
+        created_at=_created(meta),
+        api=k8s.VOLCANO_API,
+    )
+
+
 def endpoint_slice(raw: wire.WireEndpointSlice) -> k8s.EndpointSlice:
     meta = raw.metadata
     return k8s.EndpointSlice(

@@ -197,6 +197,22 @@ class WireUpstreamPodGroup(_Wire):
     spec: UpstreamPodGroupSpec = msgspec.field(default_factory=UpstreamPodGroupSpec)
 
 
+# --- PodGroup (scheduling.volcano.sh/v1beta1, Volcano) ---------------------------
+
+
+class VolcanoPodGroupSpec(_Wire):
+    min_member: int = 1
+    min_resources: Quantities | None = None
+    queue: str = ""
+    priority_class_name: str = ""
+
+
+class WireVolcanoPodGroup(_Wire):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: VolcanoPodGroupSpec = msgspec.field(default_factory=VolcanoPodGroupSpec)
+    status: PodGroupStatus = msgspec.field(default_factory=PodGroupStatus)
+
+
 # --- EndpointSlice (discovery.k8s.io/v1) --------------------------------------
 
 

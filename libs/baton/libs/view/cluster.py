@@ -76,10 +76,13 @@ class GangView:
     state per gang; override the hooks when that state holds the gang in place."""
 
     key: str  # "<ns>/<podgroup>" or "<ns>/<pod>"
-    group: PodGroup | None = None
+    group: PodGroup | None = None  # the one read last of ``groups``
     lone: bool = False  # a pod without a pod-group label
     pending: set[str] = field(default_factory=set)  # unbound pods of Baton's scheduler
     bound: set[str] = field(default_factory=set)  # bound, not finished
+    # its PodGroups by API: one name in several APIs (scheduler-plugins', upstream's,
+    # Volcano's) is one gang, and deleting one keeps the others
+    groups: dict[str, PodGroup] = field(default_factory=dict)
 
     def holds(self, pod: str) -> bool:
         """Hook: the unbound member ``pod`` stays accounted where it is (a placement in
@@ -230,12 +233,19 @@ class View(Generic[G]):
         gang = self.gangs.get(group.key)
         if gang is None:
             gang = self.gangs[group.key] = self.new_gang(group.key)
+        gang.groups.pop(group.api, None)  # (re)inserted last: ``group`` is the one read last
+        gang.groups[group.api] = group
         gang.group = group
 
     def delete_group(self, group: PodGroup) -> None:
         gang = self.gangs.get(group.key)
-        if gang is not None and (gang.group is None or gang.group.uid == group.uid):
-            gang.group = None  # (a PodGroup of the other API with the same name stays)
+        if gang is None:
+            return
+        held = gang.groups.get(group.api)
+        if held is not None and held.uid == group.uid:
+            del gang.groups[group.api]
+        if gang.group is None or gang.group.uid == group.uid:
+            gang.group = next(reversed(gang.groups.values()), None)  # another API's stays
             self._settle(gang)
 
     def _gang_of(self, pod: Pod) -> G:

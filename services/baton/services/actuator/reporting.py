@@ -3,9 +3,9 @@
 
 Each reads before it writes and reports ``already`` when the object already says so;
 a condition keeps the API's ``lastTransitionTime`` while its status is unchanged, as
-the API conventions ask. Both PodGroup APIs are written: scheduler-plugins'
-(``scheduling.x-k8s.io/v1alpha1``) and upstream's (``scheduling.k8s.io``, whichever
-version is served: v1beta1, else v1alpha2).
+the API conventions ask. Every PodGroup API is written: scheduler-plugins'
+(``scheduling.x-k8s.io/v1alpha1``), upstream's (``scheduling.k8s.io``, whichever
+version is served: v1beta1, else v1alpha2) and Volcano's (``scheduling.volcano.sh/v1beta1``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from baton.proto.actions import (
     SetPodCondition,
     StatusCondition,
 )
-from baton.proto.k8s import PLUGINS_API, UPSTREAM_API
+from baton.proto.k8s import PLUGINS_API, UPSTREAM_API, VOLCANO_API
 from baton.services.actuator.calling import MERGE, ApiError, Obj, Session
 from baton.services.actuator.eventing import EventWrite
 
@@ -97,7 +97,12 @@ async def set_group_status(s: Session, action: SetGroupStatus) -> Applied:
 def _group_status(action: SetGroupStatus, have: Obj) -> Obj:
     status = action.status
     want: Obj = {"conditions": conditions(have.get("conditions") or [], status.conditions)}
-    if action.api != UPSTREAM_API:  # scheduler-plugins' phase and counts
+    if action.api == VOLCANO_API:  # Volcano's phase and counts (no ``scheduled``)
+        want.update(
+            phase=status.phase, running=status.running, succeeded=status.succeeded,
+            failed=status.failed,
+        )  # fmt: skip
+    elif action.api != UPSTREAM_API:  # scheduler-plugins' phase and counts
         want.update(
             phase=status.phase, scheduled=status.scheduled, running=status.running,
             succeeded=status.succeeded, failed=status.failed,

@@ -35,6 +35,12 @@ RULES = [
         "operations": ["CREATE", "UPDATE"],
         "resources": ["podgroups", "workloads"],
     },
+    {
+        "apiGroups": ["scheduling.volcano.sh"],
+        "apiVersions": ["v1beta1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["podgroups"],
+    },
 ]
 
 

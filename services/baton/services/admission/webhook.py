@@ -73,6 +73,9 @@ OBJECTS: dict[tuple[str, str], tuple[msgspec.json.Decoder[Any], Kind]] = {
     ("", "Pod"): (msgspec.json.Decoder(KPod), "Pod"),
     ("scheduling.x-k8s.io", "PodGroup"): (msgspec.json.Decoder(KPodGroup), "PodGroup"),
     ("scheduling.k8s.io", "PodGroup"): (msgspec.json.Decoder(KUpstreamPodGroup), "PodGroup"),
+    # Volcano's spec has scheduler-plugins' minMember and minResources (queue and
+    # priorityClassName are not read): the same checks, the same messages
+    ("scheduling.volcano.sh", "PodGroup"): (msgspec.json.Decoder(KPodGroup), "PodGroup"),
     ("scheduling.k8s.io", "Workload"): (msgspec.json.Decoder(KWorkload), "Workload"),
 }
 

@@ -72,6 +72,8 @@ def kind_of(event: k8s.K8sEvent) -> str:
         case k8s.PodEvent():
             return "pod"
         case k8s.PodGroupEvent(pod_group=group):
+            if group.volcano:
+                return "volcano-podgroup"
             return "upstream-podgroup" if group.upstream else "podgroup"
         case k8s.EndpointSliceEvent():
             return "endpointslice"

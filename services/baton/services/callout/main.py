@@ -40,7 +40,7 @@ from baton.libs.runtime import (
     serve_ops,
 )
 from baton.libs.runtime.nkey import account_pair
-from baton.libs.runtime.settings import Base, require
+from baton.libs.runtime.settings import Base, policy_from, require
 from baton.services.callout import core, shell
 
 PREFIX = "BATON_CALLOUT_"
@@ -65,9 +65,7 @@ class Settings(Base, frozen=True, kw_only=True):
                          "SERVICE_ACCOUNT": bool(self.service_account)})  # fmt: skip
 
     def policy(self) -> core.Policy:
-        return core.Policy(cluster=self.cluster, namespace=self.namespace,
-                           service_account=self.service_account, audience=self.audience,
-                           max_s=self.max_s)  # fmt: skip
+        return policy_from(self, core.Policy)
 
 
 def issuer_seed(settings: Settings) -> str:

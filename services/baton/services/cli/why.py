@@ -51,6 +51,7 @@ SOURCES = {
     "scheduler-plugins": "scheduler-plugins PodGroup",
     "kubernetes": "upstream PodGroup",
     "volcano": "Volcano group",
+    "volcano-podgroup": "Volcano PodGroup",
     "kueue": "Kueue pod group",
     "jobset": "JobSet",
 }
@@ -224,7 +225,9 @@ def _line(
 
 def _format(facts: Facts) -> str:
     if facts.group is not None:
-        return SOURCES["kubernetes" if facts.group.upstream else "scheduler-plugins"]
+        group = facts.group
+        named = "volcano-podgroup" if group.volcano else "kubernetes" if group.upstream else ""
+        return SOURCES[named or "scheduler-plugins"]
     refs = [p.group for p in facts.pods if p.group is not None]
     if not refs:
         return "a pod of its own"

@@ -77,6 +77,18 @@ def _levels(gang: Gang) -> tuple[str, str]:
     return notes.get(keys.TOPOLOGY_REQUIRED, constraint), notes.get(keys.TOPOLOGY_PREFERRED, "")
 
 
+def place(cluster: Cluster, ask: Ask, *, excluded: frozenset[str]) -> Search:
+    """Where the ask's members go, outside ``excluded``: an exclusive JobSet's Jobs each in
+    a domain of their own (``exclusive``), any other gang's members together
+    (``topology.search``)."""
+    if ask.kind.exclusive:
+        return exclusive.search_exclusive(
+            cluster, ask.parts, level=ask.kind.exclusive, excluded=excluded
+        )
+    return search(cluster, ask.members, required=ask.required, preferred=ask.preferred,
+                  excluded=excluded)  # fmt: skip
+
+
 Verdict = tuple[GangUnschedulable, tuple[object, ...]]  # the event and its ``identity``
 
 
@@ -98,16 +110,12 @@ class Refused:
         return fits
 
     def search(self, cluster: Cluster, ask: Ask, *, excluded: frozenset[str]) -> Search:
-        """``topology.search`` for the ask's members, outside ``excluded``."""
+        """``place``, remembering within the cycle what found no plan (not for exclusive
+        JobSets: where others' Jobs run changes as gangs are placed)."""
         found = self.searches.get((ask.kind, excluded))
-        if found is None and ask.kind.exclusive:
-            found = exclusive.search_exclusive(
-                cluster, ask.parts, level=ask.kind.exclusive, excluded=excluded
-            )
         if found is None:
-            found = search(cluster, ask.members, required=ask.required,
-                           preferred=ask.preferred, excluded=excluded)  # fmt: skip
-            if found.plan is None:
+            found = place(cluster, ask, excluded=excluded)
+            if found.plan is None and not ask.kind.exclusive:
                 self.searches[ask.kind, excluded] = found
         return found
 

@@ -172,9 +172,8 @@ def cycle(state: State, now: float) -> list[Output]:
             if not tried and _may_make_room(state, gang, now):
                 tried = True  # one try a cycle: each costs searches
                 room = preempting.make_room(
-                    cl, gang, members, required=required, preferred=preferred, excluded=held,
-                    limits=_limits(state), now=now,
-                )  # fmt: skip
+                    cl, gang, asked, excluded=held, limits=_limits(state), now=now
+                )
                 gang.room_after = now + policy.verdict_refresh_s
                 refused = Refused()  # what making room looked at is not trusted further
                 if room is not None:

@@ -13,7 +13,7 @@ Pure functions.
 
 from __future__ import annotations
 
-from baton.libs.view import Shape, group_by_shape, holds_resources
+from baton.libs.view import Shape, group_by_shape
 from baton.proto import keys
 from baton.proto.k8s import Pod
 from baton.services.gang.gangs import Cluster
@@ -62,10 +62,11 @@ def _others(cluster: Cluster, parts: Parts, *, level: str, index: int) -> set[st
     anti-affinity keeps every Job with a job key out of a domain another one holds)."""
     first = next(iter(parts[0].values()))[0] if parts else ""
     own = cluster.pods[first].labels.get(keys.JOBSET_NAME, "") if first in cluster.pods else ""
-    held = {
-        cluster.nodes[p.node_name].paths[index]
-        for p in cluster.pods.values()
-        if p.annotations.get(keys.JOBSET_EXCLUSIVE) == level and holds_resources(p)
-        and p.labels.get(keys.JOBSET_NAME) != own and p.node_name in cluster.nodes
-    }  # fmt: skip
+    held = set()
+    for key, (node, _) in cluster.accounted.items():  # bound or assumed, not taken off
+        p = cluster.pods.get(key)
+        if (p is not None and node in cluster.nodes
+                and p.annotations.get(keys.JOBSET_EXCLUSIVE) == level
+                and p.labels.get(keys.JOBSET_NAME) != own):  # fmt: skip
+            held.add(cluster.nodes[node].paths[index])
     return {name for name, state in cluster.nodes.items() if state.paths[index] in held}

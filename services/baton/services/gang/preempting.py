@@ -24,13 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from baton.libs.view import Shape
 from baton.proto import keys
 from baton.proto.k8s import GPU
 from baton.services.gang import ordering
-from baton.services.gang.gangs import Cluster, Gang
+from baton.services.gang.asks import place
+from baton.services.gang.gangs import Ask, Cluster, Gang
 from baton.services.gang.needs import shortfall
-from baton.services.gang.topology import search
 
 MAX_VICTIMS = 32  # candidates tried for one waiting gang (each try is one search)
 HOUR = 3600.0
@@ -53,31 +52,26 @@ class Limits:
 
 
 def make_room(
-    cluster: Cluster,
-    gang: Gang,
-    members: dict[Shape, list[str]],
-    *,
-    required: str,
-    preferred: str,
-    excluded: frozenset[str],
-    limits: Limits,
-    now: float,
+    cluster: Cluster, gang: Gang, ask: Ask, *, excluded: frozenset[str], limits: Limits, now: float
 ) -> Room | None:
-    """Running gangs to take off so that ``gang`` fits, or None (nothing will do)."""
+    """Running gangs to take off so that ``gang`` (asking ``ask``) fits, or None (nothing
+    will do). Tried with ``asks.place``, as the gang will be placed: an exclusive JobSet
+    needs a domain freed for each of its Jobs, not only GPUs."""
+    members = ask.members
     mine = ordering.priority(cluster, gang)
     running = [g for g in cluster.gangs.values() if _runs(g) and g.key != gang.key]
     if limits.preemption:
         lower = [
             g for g in running if priority(cluster, g) < mine and _ran(cluster, g, limits, now)
         ]
-        found = _victims(cluster, gang, members, lower, required, preferred, excluded, now)
+        found = _victims(cluster, ask, lower, excluded, now)
         if found is not None:
             victims, nodes = found
             why = f"preempted for {gang.key} (priority {mine})"
             return Room(victims=victims, nodes=nodes, why=why)
     if limits.loans:  # EASY backfill on a head's nodes is a loan: a head may take it back
         loaned = [g for g in running if g.backfilled and priority(cluster, g) <= mine]
-        found = _victims(cluster, gang, members, loaned, required, preferred, excluded, now)
+        found = _victims(cluster, ask, loaned, excluded, now)
         if found is not None:
             victims, nodes = found
             why = f"backfilled on reserved nodes, taken back for {gang.key}"
@@ -92,7 +86,7 @@ def make_room(
         and priority(cluster, g) <= mine
         and _ran(cluster, g, limits, now)
     ]
-    found = _victims(cluster, gang, members, movable, required, preferred, excluded, now)
+    found = _victims(cluster, ask, movable, excluded, now)
     if found is None or len(found[0]) > budget:
         return None
     victims, nodes = found
@@ -140,14 +134,7 @@ def _started(cluster: Cluster, gang: Gang) -> float:
 
 
 def _victims(
-    cluster: Cluster,
-    gang: Gang,
-    members: dict[Shape, list[str]],
-    candidates: list[Gang],
-    required: str,
-    preferred: str,
-    excluded: frozenset[str],
-    now: float,
+    cluster: Cluster, ask: Ask, candidates: list[Gang], excluded: frozenset[str], now: float
 ) -> tuple[tuple[Gang, ...], frozenset[str]] | None:
     """Greedy: take candidates off in order until the gang fits, then put back those
     not needed. The cluster is left as it was."""
@@ -161,7 +148,7 @@ def _victims(
         for key in g.bound:
             for res, amount in cluster.accounted.get(key, ("", {}))[1].items():
                 freed[res] = freed.get(res, 0) + amount
-    if shortfall(members, freed, floor={}):
+    if shortfall(ask.members, freed, floor={}):
         return None  # even all of them would not free enough
     taken: dict[str, list[tuple[str, str, dict[str, int]]]] = {}
     chosen: list[Gang] = []
@@ -170,16 +157,14 @@ def _victims(
         for g in order:
             taken[g.key] = _take_off(cluster, g)
             chosen.append(g)
-            plan = search(cluster, members, required=required, preferred=preferred,
-                          excluded=excluded).plan  # fmt: skip
+            plan = place(cluster, ask, excluded=excluded).plan
             if plan is not None:
                 break
         if plan is None:
             return None
         for g in reversed(chosen[:-1]):  # keep those it turns out we do not need
             _put_back(cluster, taken.pop(g.key))
-            again = search(cluster, members, required=required, preferred=preferred,
-                           excluded=excluded).plan  # fmt: skip
+            again = place(cluster, ask, excluded=excluded).plan
             if again is None:
                 taken[g.key] = _take_off(cluster, g)
             else:

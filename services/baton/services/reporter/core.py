@@ -214,8 +214,13 @@ class _Out:
     def status(self, gang: Told, counts: telling.Counts, need: int, message: str) -> None:
         group = gang.group
         assert group is not None
-        status = telling.group_status(counts, need, message=message, placed=gang.placed,
-                                      since=self.now)  # fmt: skip
+        if group.volcano:
+            admitted = group.annotations.get(keys.ADMITTED) == "true"
+            status = telling.volcano_status(counts, need, admitted=admitted, message=message,
+                                            placed=gang.placed, since=self.now)  # fmt: skip
+        else:
+            status = telling.group_status(counts, need, message=message, placed=gang.placed,
+                                          since=self.now)  # fmt: skip
         if telling.same_status(gang.status, status):
             gang.status_owed = False
             return
@@ -283,7 +288,7 @@ class _Out:
         """The gang's group object, or each of its pods when it has none."""
         group = gang.group
         if group is not None:
-            version = PLUGINS_API if not group.upstream else UPSTREAM_VERSION
+            version = UPSTREAM_VERSION if group.upstream else group.api or PLUGINS_API
             ref = ObjectRef(kind="PodGroup", name=group.name, namespace=group.namespace,
                             uid=group.uid, api_version=version)  # fmt: skip
             return [ref]

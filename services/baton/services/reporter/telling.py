@@ -1,5 +1,6 @@
 """What a gang is, in the words Kubernetes users read: its PodGroup status (phase and
-counts as scheduler-plugins' controller writes them), what it waits for, and the
+counts as scheduler-plugins' controller writes them, or Volcano's scheduler for a
+Volcano PodGroup), what it waits for, and the
 verdict in one line ("need 10 more nodes with 8 nvidia.com/gpu in one rack").
 
 Pure functions over slim objects, shared by the reporter's core and ``baton why``.
@@ -66,6 +67,19 @@ def phase(c: Counts, need: int) -> str:
     if c.scheduled >= need:
         return "Scheduled"
     return "Pending"
+
+
+def volcano_phase(c: Counts, need: int, *, admitted: bool) -> str:
+    """Volcano's phases as its scheduler sets them: ``Running`` once minMember members
+    are bound or done (``Completed`` when all of those succeeded), ``Unknown`` when some
+    run but fewer than minMember hold a node, else ``Inqueue`` once admitted (Volcano's
+    enqueue; Baton's admission) and ``Pending`` before."""
+    allocated = c.scheduled - c.failed
+    if allocated >= max(need, 1):
+        return "Completed" if c.succeeded == allocated else "Running"
+    if c.running:
+        return "Unknown"
+    return "Inqueue" if admitted else "Pending"
 
 
 def waiting(
@@ -136,6 +150,28 @@ def group_status(c: Counts, need: int, *, message: str, placed: str, since: floa
     return GroupStatus(
         phase=current, scheduled=c.scheduled, running=c.running, succeeded=c.succeeded,
         failed=c.failed, conditions=(condition,),
+    )  # fmt: skip
+
+
+def volcano_status(
+    c: Counts, need: int, *, admitted: bool, message: str, placed: str, since: float
+) -> GroupStatus:  # fmt: skip
+    """The status to write on a Volcano PodGroup: Volcano's phase and counts, and its two
+    conditions, ``Scheduled`` and ``Unschedulable`` (the verdict), one True at a time."""
+    current = volcano_phase(c, need, admitted=admitted)
+    on = current in ("Running", "Completed")
+    told = (placed or f"{c.scheduled} members bound") if on else (message or "waiting to be placed")
+    conditions = (
+        StatusCondition(type="Scheduled", status="True" if on else "False",
+                        reason="Scheduled" if on else "NotEnoughResources", message=told,
+                        since=since),
+        StatusCondition(type="Unschedulable", status="False" if on else "True",
+                        reason="Scheduled" if on else "NotEnoughResources", message=told,
+                        since=since),
+    )  # fmt: skip
+    return GroupStatus(
+        phase=current, scheduled=c.scheduled, running=c.running, succeeded=c.succeeded,
+        failed=c.failed, conditions=conditions,
     )  # fmt: skip
 
 

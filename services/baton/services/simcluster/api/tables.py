@@ -282,6 +282,26 @@ def podgroup_cells(pg: Obj, now: float) -> list[Any]:
     ]
 
 
+VOLCANO_PODGROUP_COLUMNS = (  # as deploy/crds/scheduling.volcano.sh_podgroups.yaml
+    NAME,
+    _col("Status", "The gang's phase."),
+    _col("MinMember", "Members placed together or not at all.", type_="integer"),
+    _col("Runnings", "Members running.", type_="integer"),
+    _col("Age", _AGE_DOC, type_="date"),
+)
+
+
+def volcano_podgroup_cells(pg: Obj, now: float) -> list[Any]:
+    status = pg.get("status") or {}
+    return [
+        _meta(pg).get("name", ""),
+        status.get("phase"),
+        (pg.get("spec") or {}).get("minMember"),
+        status.get("running"),
+        age(_meta(pg).get("creationTimestamp"), now),
+    ]
+
+
 MACHINEDEPLOYMENT_COLUMNS = (
     NAME,
     _col("Replicas", "Total number of machines targeted by this deployment.", type_="integer"),
@@ -384,6 +404,7 @@ PRINTERS: dict[str, tuple[Sequence[Column], CellsOf]] = {
     "pods": (POD_COLUMNS, pod_cells),
     "nodes": (NODE_COLUMNS, node_cells),
     "podgroups": (PODGROUP_COLUMNS, podgroup_cells),
+    "podgroups.scheduling.volcano.sh": (VOLCANO_PODGROUP_COLUMNS, volcano_podgroup_cells),
     "machinedeployments": (MACHINEDEPLOYMENT_COLUMNS, machinedeployment_cells),
     "teams": (TEAM_COLUMNS, team_cells),
 }
