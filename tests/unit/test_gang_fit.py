@@ -198,3 +198,13 @@ def test_room_alone_short_gives_no_counts_but_the_nodes_it_needs() -> None:
     group, members = gang("job", 5, gpus=8)
     (v,) = verdicts(tick(make(nodes_from(lambda n: node(n, gpus=8)), group, members)))
     assert v.reason == "4 of 5 members fit" and v.need.nodes == 1
+
+
+def test_a_requirement_written_twice_is_named_once() -> None:
+    twice = (NodeSelectorTerm(match_expressions=(
+        Requirement(key="team", operator="In", values=("c",)),
+        Requirement(key="team", operator="In", values=("c",)),
+    )),)  # fmt: skip
+    group, members = gang("job", 1, gpus=8, affinity=twice)
+    (v,) = verdicts(tick(make([node("n0").labelled(team="a").build()], group, members)))
+    assert v.reason.endswith("(node affinity team In (c))"), v.reason

@@ -174,8 +174,8 @@ def asked_nodes(shape: Shape) -> str:
     said = []
     if shape.node_selector:
         said.append("nodeSelector " + ", ".join(f"{k}={v}" for k, v in shape.node_selector))
-    for term in shape.affinity:
-        said.append("node affinity " + " and ".join(
+    for term in shape.affinity:  # a requirement written twice is said once
+        said.append("node affinity " + " and ".join(dict.fromkeys(
             f"{r.key} {r.operator} ({', '.join(r.values)})" if r.values else f"{r.key} {r.operator}"
-            for r in term.match_expressions))  # fmt: skip
+            for r in term.match_expressions)))  # fmt: skip
     return "; ".join(said)
