@@ -31,8 +31,8 @@ def requests(pod: KPod) -> dict[str, int]:
 def shapes(state: State) -> Iterator[tuple[str, dict[str, int]]]:
     """(what to call it, allocatable) of every node shape the cluster has or may grow;
     lazily, since the first that fits ends the search (a homogeneous cluster: one node);
-    none when an autoscaled pool's shape is unknown (``State.largest_node``)."""
-    if not state.largest_node()[1]:
+    none when an autoscaled pool's shape is unknown (``State.unknown_pool``)."""
+    if state.pools and state.unknown_pool():
         return
     for name, view in state.nodes.items():
         yield f"node {name}", view.node.allocatable

@@ -69,7 +69,7 @@ class State:
         """The most GPUs one node has, and which (a known node, ready or not, or a new
         node of a pool, by its capacity annotations); (0, '') when none is known, or
         when an autoscaled pool's node shape is not (it may grow nodes of any size)."""
-        if self.largest is None and self._unknown_pool():
+        if self.largest is None and self.unknown_pool():
             self.largest = (0, "")
         if self.largest is None:
             shapes = [(n.node.allocatable.get(keys.GPU, 0), f"node {name}")
@@ -79,13 +79,13 @@ class State:
             self.largest = min(shapes, key=lambda s: (-s[0], s[1]), default=(0, ""))
         return self.largest
 
-    def _unknown_pool(self) -> bool:
+    def unknown_pool(self) -> bool:
         """An autoscaled pool whose node shape is unknown: no capacity annotations and
         no node of it seen (a pool scaled from zero)."""
         return any(
-            md.max_size and not md.capacity
+            md.max_size and not md.capacity and not self.pool_gpus.get(name)
             and not any(owns(md, n.node) for n in self.nodes.values())
-            for md in self.pools.values()
+            for name, md in self.pools.items()
         )  # fmt: skip
 
     # -- teams ----------------------------------------------------------------
