@@ -10,15 +10,19 @@ actuator over a real nats-server.
   gang ends.
 - A member that joins a gang already admitted is not counted past the quota: the
   gang's admission mark is taken back until the team has room, then put back.
+- A member no node could ever take (9 GPUs on 8-GPU nodes) is refused at the webhook,
+  naming the largest node it could have used, and holds no quota.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.e2e.admitting import admitting, gpu_pod, submit
 from tests.pipeline import until
@@ -214,4 +218,30 @@ async def test_a_member_joining_an_admitted_gang_past_its_quota_waits_for_room(
                 marked_again, what="the worker counted and the gang marked admitted again",
                 within=30,
             )  # fmt: skip
+        await api.close()
+
+
+async def test_a_member_no_node_could_take_is_refused_naming_the_largest_node(
+    tmp_path: Path,
+) -> None:
+    """kube-scheduler would keep such a pod Pending for ever ("0/4 nodes are available:
+    4 Insufficient nvidia.com/gpu") while its gang held quota; the webhook knows the
+    node shapes (the view the bridge feeds) and refuses it at once."""
+    teams = "teams:\n  - name: a\n    namespaces: [team-a]\n    pools: [pa]\n"
+    async with running_nats() as url, running_sim(nodes=2) as sim:
+        api = await sim.api_client()
+        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        nodes = await _cluster(core_api, ["pa"] * 2)
+        async with admitting(url, sim, custom, teams=teams, folder=tmp_path) as admission:
+            await _ready(core_api, admission)
+            await _group(custom, "team-a", "big", 2)
+            with pytest.raises(ApiException) as denied:
+                await core_api.create_namespaced_pod(
+                    "team-a", gpu_pod("big-0", labels={LABEL: "big"}, gpus=9)
+                )
+            assert denied.value.status == 403
+            message = json.loads(denied.value.body)["message"]
+            assert "asks 9 nvidia.com/gpu, more than any node has" in message, message
+            assert f"the largest it could use, node {nodes[0]}, has 8 of the 9" in message
+            assert admission.state.gangs["team-a/big"].held == 0
         await api.close()

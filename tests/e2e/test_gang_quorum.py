@@ -97,7 +97,8 @@ async def test_three_groups_of_min_member_2_each_start() -> None:
         await api.create_namespace({"metadata": {"name": "ml"}})
         for name in ("a", "b", "c"):
             await group(api, custom, "ml", name, need=2, size=8, gpus=4)
-        await until(lambda: "no ready node" in condition(sim, "ml", "c-0"), within=30,
+        cordoned = "4 node(s) were unschedulable"
+        await until(lambda: cordoned in condition(sim, "ml", "c-0"), within=30,
                     what="the last group told no node takes it while all are cordoned")  # fmt: skip
         for name in nodes:
             await api.patch_node(name, {"spec": {"unschedulable": False}})

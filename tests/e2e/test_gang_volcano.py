@@ -414,7 +414,9 @@ async def test_reclaim_case_7_no_reclaim_when_job_not_satisfied_with_predicates(
         await job(api, custom, "reclaim-jc", min_member=1, tasks=[(1, 8)], ns="team-c",
                   nodeSelector={"kubernetes.io/hostname": "fake-node"})  # fmt: skip
         await until(lambda: phase(sim, "reclaim-jc", "team-c") == "Inqueue"
-                    and "no ready node matches" in told(sim, "reclaim-jc", "team-c"),
+                    and "no node takes a member: 0/3 nodes are available: 1 node(s) didn't "
+                    "match Pod's node affinity/selector, 1 node(s) had untolerated taint "
+                    "{baton.io/team: a}" in told(sim, "reclaim-jc", "team-c"),
                     within=60, what="the new team's job Inqueue and told why it waits")  # fmt: skip
         assert not sim.store.get("pods", "team-c", "reclaim-jc-t0-0")["spec"].get("nodeName")
         assert {n: u for n, u in team_uids(sim).items() if n in before} == before

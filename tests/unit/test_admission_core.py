@@ -52,8 +52,16 @@ def group(ns: str, name: str, members: int, at: float, **annotations: str) -> Po
 
 
 def pods(
-    ns: str, gang: str, members: int, *, gpus: int = 8, phase: str = "Pending", priority: int = 0
+    ns: str,
+    gang: str,
+    members: int,
+    *,
+    gpus: int = 8,
+    phase: str = "Pending",
+    priority: int = 0,
+    node: str = "",
 ) -> list[PodEvent]:
+    """``node``: bound there (the gang service placed it), else pending."""
     return [
         PodEvent(
             op="upsert",
@@ -67,6 +75,7 @@ def pods(
                 requests={GPU: gpus},
                 priority=priority,
                 scheduler_name="baton",
+                node_name=node,
             ),
         )
         for i in range(members)

@@ -3,6 +3,7 @@ but within what the pools may become is admitted (the autoscaler then grows the 
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from baton.proto.admission import GangAdmitted, GangQueued
@@ -41,3 +42,21 @@ def test_a_teams_own_pool_grows_only_that_teams_capacity() -> None:
     feed(state, [pool("pa", ready=1, hi=4), pool("other", ready=0, hi=10)])
     assert state.growth == {"a": 24}  # "other" is no team's pool
     assert state.room("a") == 32 and state.room("b") == 8
+
+
+def test_a_member_wider_than_todays_nodes_waits_while_a_pool_of_unknown_shape_may_grow() -> None:
+    """A 16-GPU pod on 8-GPU nodes is set aside (no node takes it), unless an autoscaled
+    pool whose node shape is unknown (no capacity annotations, none of its nodes seen:
+    scaled from zero) may bring larger nodes; a pool's capacity annotations say."""
+    state = cluster(None, [node("n1", "gpu"), node("n2", "gpu")])
+    out = feed(state, submit("ml", "wide", 1, at=1.0, gpus=16))
+    assert "no node has more than 8" in of(out, GangQueued)[-1].reason
+    out = feed(state, [pool("big", ready=0, hi=4)])  # its nodes' shape is unknown
+    assert [a.gang for a in of(out, GangAdmitted)] == ["ml/wide"]
+    state = cluster(None, [node("n1", "gpu"), node("n2", "gpu")])
+    sized = pool("big", ready=0, hi=4).machine_deployment
+    sized = msgspec.structs.replace(sized, capacity={"nvidia.com/gpu": 8})
+    out = feed(state, [MachineDeploymentEvent(op="upsert", at=0.0, machine_deployment=sized),
+                       *submit("ml", "wide", 1, at=1.0, gpus=16)])  # fmt: skip
+    assert "no node has more than 8" in of(out, GangQueued)[-1].reason
+    assert not of(out, GangAdmitted)

@@ -131,8 +131,8 @@ def test_teams_are_served_by_weighted_share_of_what_they_hold(weight: int, to_y:
 
 def test_a_higher_priority_gang_over_quota_preempts_lower_ones_of_its_team_whole() -> None:
     state = cluster(ONE, NODES3)
-    feed(state, submit("a", "old", 1, at=0.0), now=0.0)
-    feed(state, submit("a", "new", 1, at=100.0), now=100.0)  # 16 of 16 used
+    feed(state, submit("a", "old", 1, at=0.0, node="n1"), now=0.0)
+    feed(state, submit("a", "new", 1, at=100.0, node="n2"), now=100.0)  # 16 of 16 used
     early = feed(state, submit("a", "urgent", 1, at=200.0, priority=10), now=200.0)
     assert admitted(early) == []  # neither has run preempt_min_run_s (300 s)
     out = feed(state, [Tick(at=400.0)], now=400.0)
@@ -160,7 +160,7 @@ def test_no_gang_is_preempted_for_one_that_still_would_not_fit_the_teams_nodes(
     # minimum run time) preempted again in the same cycle, forever
     config = {**ONE, "queueing": {"preempt_min_run_s": min_run}}
     state = cluster(config, [node("n1", "p")])
-    feed(state, submit("a", "old", 1, at=0.0), now=0.0)
+    feed(state, submit("a", "old", 1, at=0.0, node="n1"), now=0.0)
     out = feed(state, [*submit("a", "urgent", 2, at=500.0, priority=10)], now=500.0)
     out += feed(state, [Tick(at=900.0)], now=900.0)
     assert of(out, GangPreempted) == [] and admitted(out) == []
@@ -209,3 +209,57 @@ def test_a_gang_entering_an_empty_queue_is_told_it_is_first_not_behind_0() -> No
     out = feed(state, submit("a", "big", 3, at=2.0) + submit("a", "second", 1, at=3.0), now=3.0)
     said = [q.reason for q in of(out, GangQueued) if q.gang == "a/second"]
     assert said and "behind 1 earlier" in said[0], said
+
+
+def test_an_admitted_gang_not_placed_in_time_gives_its_quota_back_and_backs_off() -> None:
+    """As Kueue's waitForPodsReady (a timeout, then requeued with exponential backoff):
+    a gang admitted but never placed (nodes shrank, a selector no node matches) holds
+    its team's quota for nothing; past ``place_within_s`` it gives it back, the next gang
+    is admitted, and it is admitted again in its turn only after a backoff that doubles
+    each time, so it does not flap between admitted and queued."""
+    state = cluster(with_queueing(place_within_s=100, place_backoff_s=50), NODES3)
+    out = feed(state, submit("a", "stuck", 2, at=0.0), now=0.0)
+    assert admitted(out) == ["a/stuck"] and state.used["a"] == 16
+    out = feed(state, [*submit("a", "next", 1, at=10.0), Tick(at=99.0)], now=99.0)
+    assert admitted(out) == [] and state.gangs["a/stuck"].admitted  # not yet
+    out = feed(state, [Tick(at=100.0)], now=100.0)
+    (unadmit,) = [a for a in of(out, Annotate) if a.name == "stuck"]
+    assert unadmit.annotations == {"baton.io/admitted": None, "baton.io/borrowing": None}
+    (told,) = [q for q in of(out, GangQueued) if q.gang == "a/stuck"]
+    assert "admitted but not placed within 100 s (queueing.place_within_s)" in told.reason
+    assert "its 16 GPUs went back to team 'a'" in told.reason, told.reason
+    assert admitted(out) == ["a/next"]  # the quota it held goes to the next gang
+    # the next gang is placed and ends: room again, but the stuck one backs off 50 s
+    feed(state, pods("a", "next", 1, node="n3"), now=110.0)
+    out = feed(state, [*pods("a", "next", 1, phase="Succeeded"), Tick(at=149.0)], now=149.0)
+    assert admitted(out) == [] and "again from 150 s" in state.gangs["a/stuck"].reason
+    out = feed(state, [Tick(at=150.0)], now=150.0)
+    assert admitted(out) == ["a/stuck"]  # in its turn, after the backoff
+    out = feed(state, [Tick(at=250.0)], now=250.0)  # still not placed: the backoff doubles
+    assert (
+        not state.gangs["a/stuck"].admitted and "again from 350 s" in state.gangs["a/stuck"].reason
+    )
+    out = feed(state, [Tick(at=349.0)], now=349.0)
+    assert admitted(out) == []
+    out = feed(state, [Tick(at=350.0)], now=350.0)
+    assert admitted(out) == ["a/stuck"]
+    # placed this time: it keeps its quota however long it runs, and the count restarts
+    feed(state, pods("a", "stuck", 2, node="n1"), now=360.0)
+    out = feed(state, [Tick(at=1000.0)], now=1000.0)
+    assert state.gangs["a/stuck"].admitted and of(out, Annotate) == []
+    assert state.gangs["a/stuck"].releases == 0
+
+
+def test_a_gang_no_node_could_take_holds_no_quota_and_says_why() -> None:
+    """The webhook refuses a pod larger than every node; one that got in before the
+    nodes shrank (or with the webhook off) is set aside rather than admitted, so it
+    holds none of its team's quota and blocks nobody."""
+    state = cluster(ONE, NODES3)
+    out = feed(state, submit("a", "wide", 1, at=1.0, gpus=9) + submit("a", "ok", 1, at=2.0))
+    assert admitted(out) == ["a/ok"] and state.used["a"] == 8
+    told = [q for q in of(out, GangQueued) if q.gang == "a/wide"][-1]
+    assert told.set_aside and "a member asks 9 GPUs but no node has more than 8" in told.reason
+    # a larger node comes and the quota has room: it is admitted in its turn
+    out = feed(state, [node("n4", "p", gpus=16), *pods("a", "ok", 1, phase="Succeeded"),
+                       Tick(at=3.0)], now=3.0)  # fmt: skip
+    assert admitted(out) == ["a/wide"]

@@ -69,7 +69,7 @@ def test_a_change_asks_for_a_tick_even_with_no_gang_waiting() -> None:
     state = cluster(ONE, [node("n1", "p"), node("n2", "p")])
     feed(state, [Tick(at=1.0)], now=1.0)
     assert not core.wants_tick(state.state, 1.5)  # nothing waits, nothing to show
-    feed(state, submit("a", "g", 1, at=2.0), now=2.0)  # admitted at once: queues empty
+    feed(state, submit("a", "g", 1, at=2.0, node="n1"), now=2.0)  # admitted at once: placed
     assert core.wants_tick(state.state, 2.5)
     status = shown(feed(state, [Tick(at=3.0)], now=3.0))["a"].status
     assert (status.used, status.waiting) == (8, 0)

@@ -152,3 +152,59 @@ def test_a_lone_baton_pod_is_a_gang_of_one_and_other_schedulers_are_ignored() ->
     (bind,) = binds(tick(state))
     assert bind.gang == "default/solo"
     assert [b.pod for b in bind.bindings] == ["solo"]
+
+
+NOT_POOL_A = (
+    NodeSelectorTerm(match_expressions=(Requirement(key="pool", operator="NotIn", values=("a",)),)),
+)
+SAYS = [
+    # (case, nodes, gang size, pod args, what the verdict says): kube-scheduler's
+    # FailedScheduling counts, one reason per node, sorted as it sorts them
+    ("a selector that 12 free nodes miss",
+     [node(f"a{i}").labelled(pool="a") for i in range(4)]
+     + [node(f"b{i:02}").labelled(pool="b") for i in range(12)],
+     6, {"node_selector": {"pool": "a"}},
+     "4 of 6 members fit; 4/16 nodes are available: 12 node(s) didn't match Pod's node "
+     "affinity/selector (nodeSelector pool=a)"),
+    ("a selector no node matches", [node(f"n{i}").labelled(pool="b") for i in range(4)],
+     4, {"node_selector": {"pool": "a"}},
+     "no node takes a member: 0/4 nodes are available: 4 node(s) didn't match Pod's node "
+     "affinity/selector (nodeSelector pool=a)"),
+    ("an affinity that excludes every node", [node(f"n{i}").labelled(pool="a") for i in range(4)],
+     4, {"affinity": NOT_POOL_A},
+     "4 node(s) didn't match Pod's node affinity/selector (node affinity pool NotIn (a))"),
+    ("9 GPUs a pod on 8-GPU nodes", [node(f"n{i}") for i in range(4)], 2, {"gpus": 9},
+     "no node takes a member: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu"),
+    ("a team taint not tolerated", [node(f"n{i}").tainted("team", "b") for i in range(4)], 4, {},
+     "0/4 nodes are available: 4 node(s) had untolerated taint {team: b}"),
+    ("nodes down, cordoned, quarantined, and one too small",
+     [node("n0").not_ready(), node("n1").not_ready(), node("n2").cordoned(),
+      node("n3").tainted("baton.io/unhealthy"), node("n4", gpus=4)], 1, {},
+     "0/5 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated "
+     "taint {baton.io/unhealthy: }, 1 node(s) were unschedulable, 2 node(s) were not ready"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "nodes", "size", "args", "says"), SAYS, ids=[c[0] for c in SAYS])
+def test_the_verdict_counts_the_nodes_refused_by_each_reason(
+    case: str, nodes: list[NodeBuilder], size: int, args: dict[str, Any], says: str
+) -> None:
+    group, members = gang("job", size, **{"gpus": 8, **args})
+    (v,) = verdicts(tick(make([n.build() for n in nodes], group, members)))
+    assert says in v.reason, v.reason
+
+
+def test_room_alone_short_gives_no_counts_but_the_nodes_it_needs() -> None:
+    group, members = gang("job", 5, gpus=8)
+    (v,) = verdicts(tick(make(nodes_from(lambda n: node(n, gpus=8)), group, members)))
+    assert v.reason == "4 of 5 members fit" and v.need.nodes == 1
+
+
+def test_a_requirement_written_twice_is_named_once() -> None:
+    twice = (NodeSelectorTerm(match_expressions=(
+        Requirement(key="team", operator="In", values=("c",)),
+        Requirement(key="team", operator="In", values=("c",)),
+    )),)  # fmt: skip
+    group, members = gang("job", 1, gpus=8, affinity=twice)
+    (v,) = verdicts(tick(make([node("n0").labelled(team="a").build()], group, members)))
+    assert v.reason.endswith("(node affinity team In (c))"), v.reason

@@ -134,7 +134,7 @@ def test_a_hand_built_recording_replays_to_the_expected_decisions(tmp_path: Path
     assert [p.gang for p in placed] == ["default/job7"]
     assert sorted(b.node for b in placed[0].bindings) == ["n1", "n2"]
     assert [w.gang for w in waiting] == ["default/big"]
-    assert "no ready node matches" in waiting[0].reason
+    assert "no node takes a member: 0/" in waiting[0].reason
     assert [type(a.event).__name__ for a in run.actions] == ["BindGang"]
     assert all(d.cause.line == 9 for d in run.decisions)  # the tick's line
 
@@ -145,7 +145,7 @@ def test_the_cli_prints_one_line_per_decision_and_the_speed(
     assert replay.run(["--from", str(write(tmp_path / "s.jsonl", session()))]) == 0
     out = capsys.readouterr().out.splitlines()
     assert any("placed default/job7: 2 pods in baton.io/rack=r1" in line for line in out)
-    assert any("unschedulable default/big: no ready node" in line for line in out)
+    assert any("unschedulable default/big: no node takes a member" in line for line in out)
     assert any("-> bind-gang default/job7" in line for line in out)
     assert "replayed 8 inputs (1 ticks; order: as the live runner fed them (1 run(s)" in out[-1]
     assert "events/s" in out[-1] and "real time (recorded span 3.0 s" in out[-1]
@@ -279,10 +279,11 @@ def test_admission_replay_admits_within_quota_and_queues_beyond_it(
     path = write(tmp_path / "s.jsonl", session())  # no admission start: defaults, file order
     assert replay.run(["--from", str(path), "--service", "admission"]) == 0
     out = capsys.readouterr().out
-    # The default team owns both nodes: 16 GPUs. big (16) is admitted, job7 waits.
-    assert "admission.admitted.v1 gang=default/big" in out
-    assert "gang=default/job7 team=default reason=team 'default' uses 16 of its 16 GPU" in out
-    assert "action.annotate.v1 kind=PodGroup namespace=default name=big" in out
+    # The default team owns both nodes: 16 GPUs. big asks a 16-GPU pod that no 8-GPU
+    # node takes: set aside, holding none of them; job7 (two 8-GPU pods) is admitted.
+    assert "gang=default/big team=default reason=set aside: a member asks 16 GPUs" in out
+    assert "admission.admitted.v1 gang=default/job7" in out
+    assert "action.annotate.v1 kind=PodGroup namespace=default name=job7" in out
     assert "order: recorded order (no start record" in out
 
 

@@ -13,9 +13,11 @@ from baton.proto.actions import ActionResult, Binding
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
 from baton.proto.k8s import VOLCANO_API, GangRef, PodEvent, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangUnschedulable, Need
+from baton.proto.runner import Tick
 from baton.services.cli import main as cli
 from baton.services.cli import why
 from tests.support.builders import pod, pod_group
+from tests.unit.test_admission_core import cluster, feed, node, of, submit
 
 pytestmark = pytest.mark.unit
 
@@ -219,6 +221,32 @@ class _Js:
 async def test_a_read_that_stalls_is_an_error_not_a_partial_answer() -> None:
     with pytest.raises(why.WhyError, match="could not read the gang's state: 2 messages"):
         await why._read(_Js(), "BATON_c1_K8S", "baton.c1.k8s.*.ml.>", within=0.01)
+
+
+def test_a_gang_given_back_unplaced_says_so_and_when_it_is_admitted_again() -> None:
+    """The release the admission core publishes (``core/unplaced.py``) is what ``why``
+    says the gang waits for, after the verdict that kept it off every node."""
+    state = cluster({"queueing": {"place_within_s": 100}}, [node("n1"), node("n2")])
+    feed(state, submit("ml", "job", 2, at=0.0), now=0.0)
+    (released,) = of(feed(state, [Tick(at=100.0)], now=100.0), GangQueued)
+    group = pod_group("job", namespace="ml", min_member=2)
+    members = [pod(f"job-{i}", namespace="ml", group="job", gpus=8) for i in range(2)]
+    said = (
+        "no node takes a member: 0/2 nodes are available: 2 node(s) didn't match Pod's node "
+        "affinity/selector (nodeSelector pool=x)"
+    )
+    verdict = GangUnschedulable(gang="ml/job", at=5.0, reason=said, need=Need(nodes=2))
+    history = [
+        PodGroupEvent(op="upsert", at=0.0, pod_group=group),
+        GangAdmitted(at=0.0, gang="ml/job", team="default", gpus=16),
+        verdict,
+        released,
+    ]
+    lines = why.explain(why.Facts(key="ml/job", group=group, pods=members, history=history))
+    assert lines[-2].startswith(
+        "waits for: waiting for admission: admitted but not placed within 100 s "
+        "(queueing.place_within_s): its 16 GPUs went back to team 'default'"
+    ), lines
 
 
 def test_a_volcano_podgroup_is_named_as_such() -> None:

@@ -48,11 +48,17 @@ class Queueing(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     ``members_timeout_s``: a gang with fewer member pods than it needs after that long
     (or after its PodGroup's ``scheduleTimeoutSeconds``) is set aside, as is one larger
     than its team could ever hold; neither blocks nor reserves.
+    ``place_within_s``: a gang admitted but with no member bound that long gives its
+    GPUs back and queues again; it is admitted again in its turn, not before
+    ``place_backoff_s`` x 2^(n-1) after its n-th such release (at most an hour), as
+    Kueue's ``waitForPodsReady`` timeout and requeuing backoff.
     """
 
     strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
     starvation_s: Annotated[float, msgspec.Meta(ge=0)] = 1800.0
     members_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    place_within_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    place_backoff_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # a gang over its team's quota preempts lower-priority gangs of its team (whole,
     # least GPU-time lost first) that have run at least preempt_min_run_s
     preempt_within_team: bool = True

@@ -26,6 +26,7 @@ from baton.libs.view.fitting import (
     count_fits,
     eligible_counts,
     group_by_shape,
+    refusals,
     shape_of,
 )
 
@@ -33,5 +34,5 @@ __all__ = [
     "Counts", "Eligible", "GangView", "Index", "NodeView", "Shape", "View", "admits",
     "count_fits", "domain_paths", "domain_value", "eligible_counts", "gang_key",
     "group_by_shape", "holds_resources", "is_bare", "is_pending_baton", "is_preemptible",
-    "is_usable", "narrowest", "quorum", "shape_of",
+    "is_usable", "narrowest", "quorum", "refusals", "shape_of",
 ]  # fmt: skip

@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from baton.proto.k8s import NodeSelectorTerm, Pod, Toleration
+from baton.proto import keys
+from baton.proto.k8s import NodeSelectorTerm, Pod, Taint, Toleration
 
 if TYPE_CHECKING:
     from baton.libs.view.cluster import NodeView, View
@@ -94,3 +95,87 @@ def eligible_counts(
         if n > 0:
             out.append((state, n))
     return out
+
+
+# kube-scheduler's FailedScheduling wording, one reason per filter (its filters' order)
+UNREADY = "node(s) were not ready"
+CORDONED = "node(s) were unschedulable"
+UNMATCHED = "node(s) didn't match Pod's node affinity/selector"
+
+
+def refusal(state: NodeView, shape: Shape, free: dict[str, int]) -> tuple[str, ...]:
+    """Why the node takes no pod of ``shape`` with ``free`` left, as kube-scheduler says
+    it: the first filter that fails (several ``Insufficient`` at once); () when it takes
+    one. A quarantine or preflight taint refuses whatever the pod tolerates (``usable``)."""
+    node = state.node
+    if not node.ready:
+        return (UNREADY,)
+    if node.unschedulable:
+        return (CORDONED,)
+    for taint in node.taints:  # never tolerated: the actuator binds no gang there
+        if taint.key in (keys.UNHEALTHY, keys.PREFLIGHT):
+            return (_untolerated(taint),)
+    for taint in node.taints:
+        if taint.effect != "PreferNoSchedule" and not any(
+            t.tolerates(taint) for t in shape.tolerations
+        ):
+            return (_untolerated(taint),)
+    labels = node.labels
+    if any(labels.get(k) != v for k, v in shape.node_selector) or (
+        shape.affinity and not any(term.matches(labels) for term in shape.affinity)
+    ):
+        return (UNMATCHED,)
+    return tuple(f"Insufficient {r}" for r, n in shape.requests if free.get(r, 0) < n)
+
+
+def _untolerated(taint: Taint) -> str:
+    return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusals:
+    """How many nodes refuse a shape, by reason (a node may count under several
+    ``Insufficient`` reasons, as in kube-scheduler), and how many take it."""
+
+    available: int
+    nodes: int
+    counts: tuple[tuple[str, int], ...]
+
+    @property
+    def constrained(self) -> bool:
+        """Some node is refused by more than room: a taint, selector, affinity, state."""
+        return any(not r.startswith("Insufficient ") for r, _ in self.counts)
+
+    def text(self, shape: Shape) -> str:
+        """``0/16 nodes are available: 16 node(s) didn't match Pod's node
+        affinity/selector (nodeSelector disk=ssd)``: counts sorted as kube-scheduler
+        sorts them, the selector or affinity named."""
+        listed = ", ".join(sorted(f"{n} {r}" for r, n in self.counts))
+        said = f"{self.available}/{self.nodes} nodes are available: {listed}"
+        if any(r == UNMATCHED for r, _ in self.counts):
+            said += f" ({asked_nodes(shape)})"
+        return said
+
+
+def refusals(view: View[Any], shape: Shape, *, empty: bool = False) -> Refusals:
+    """Every node's ``refusal`` of ``shape``, counted (``empty``: as if nodes ran nothing)."""
+    counts: dict[str, int] = {}
+    available = 0
+    for state in view.nodes.values():
+        why = refusal(state, shape, state.node.allocatable if empty else state.free)
+        available += not why
+        for reason in why:
+            counts[reason] = counts.get(reason, 0) + 1
+    return Refusals(available, len(view.nodes), tuple(sorted(counts.items())))
+
+
+def asked_nodes(shape: Shape) -> str:
+    """``nodeSelector disk=ssd; node affinity gpu In (h100)``: which nodes the shape asks."""
+    said = []
+    if shape.node_selector:
+        said.append("nodeSelector " + ", ".join(f"{k}={v}" for k, v in shape.node_selector))
+    for term in shape.affinity:  # a requirement written twice is said once
+        said.append("node affinity " + " and ".join(dict.fromkeys(
+            f"{r.key} {r.operator} ({', '.join(r.values)})" if r.values else f"{r.key} {r.operator}"
+            for r in term.match_expressions)))  # fmt: skip
+    return "; ".join(said)

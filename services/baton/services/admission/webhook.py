@@ -25,7 +25,7 @@ from baton.libs.kube.quantities import InvalidQuantity
 from baton.proto import keys
 from baton.proto.admission import Kind, PodMutated, PodRejected
 from baton.proto.k8s import SCHEDULER_NAME
-from baton.services.admission import formats, groups, updates
+from baton.services.admission import formats, groups, shapes, updates
 from baton.services.admission.core.state import State
 from baton.services.admission.formats import managed
 from baton.services.admission.objects import (
@@ -274,20 +274,28 @@ def validate_pod(state: State, pod: KPod, namespace: str) -> str | None:
         return f"{where}: {problem}"
     if problem := formats.containers_gpus_problem(pod) or formats.gpus_problem(pod.gpus(keys.GPU)):
         return f"{where}: {problem}"
+    if problem := _quota_problem(state, pod, namespace, team):
+        return f"{where}: {problem}"
+    if problem := shapes.never_fits(shapes.requests(pod), shapes.shapes(state)):
+        return f"{where}: {problem}"
+    return None
+
+
+def _quota_problem(state: State, pod: KPod, namespace: str, team: str) -> str | None:
+    """A Baton pod whose gang (itself, for a lone pod) its team could never hold."""
     claim = formats.gang_of(pod)
-    if claim is None and team:  # a lone Baton pod is a gang of one
-        problem = formats.too_big(
+    if not team:
+        return None
+    if claim is None:  # a lone Baton pod is a gang of one
+        return formats.too_big(
             state, team=team, need=pod.gpus(keys.GPU), how="one pod", fix="ask for fewer GPUs"
         )
-        return f"{where}: {problem}" if problem else None
-    if claim is None or not team:
-        return None
     gang = state.gangs.get(f"{namespace}/{claim.name}")
     if gang is None or not gang.team:
         return None  # its first member: what the others ask is not known yet
-    name = meta.name or meta.generate_name
+    name = pod.metadata.name or pod.metadata.generate_name
     problem = formats.joining_problem(state, gang, pod=name, gpus=pod.gpus(keys.GPU))
-    return f"{where}: gang {namespace}/{claim.name} {problem}" if problem else None
+    return f"gang {namespace}/{claim.name} {problem}" if problem else None
 
 
 def validate(state: State, obj: KObject, namespace: str) -> str | None:

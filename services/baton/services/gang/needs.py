@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from baton.libs.view import Shape
+from baton.libs.view import Shape, refusals
 from baton.proto.k8s import MAX_GANG_MEMBERS
 from baton.proto.placement import GangUnschedulable, Need
 from baton.services.gang.gangs import Cluster
@@ -35,7 +35,7 @@ def verdict(
         return GangUnschedulable(
             gang=gang,
             at=now,
-            reason="no ready node matches the members' requests, selector, affinity, tolerations",
+            reason=f"no node takes a member: {refusals(cluster, shape, empty=True).text(shape)}",
             need=Need(nodes=total, shape=request, within=within),
             members=total,
         )
@@ -55,7 +55,7 @@ def verdict(
     return GangUnschedulable(
         gang=gang,
         at=now,
-        reason=reason,
+        reason=reason + _counts(cluster, shape),
         need=Need(nodes=-(-missing // per_node), shape=node_shape, within=within),
         members=total,
         fits_when_free=when_free >= total,
@@ -81,8 +81,8 @@ def _mixed(
         if not empty.eligible:
             return GangUnschedulable(
                 gang=gang, at=now, members=total,
-                reason=(f"no ready node matches the requests, selector, affinity, tolerations "
-                        f"of the {len(names)} members asking {text(shape)}"),
+                reason=(f"no node takes the {len(names)} members asking {text(shape)}: "
+                        f"{refusals(cluster, shape, empty=True).text(shape)}"),
                 need=Need(nodes=len(names), shape=_shape(dict(shape.requests)), within=within),
             )  # fmt: skip
         best = found.by_shape.get(shape, {}).get(within, 0)
@@ -98,6 +98,7 @@ def _mixed(
         shape, count, best = short
         missing = count - best
         reason = f"{fits} of {total} members fit{where}: {best} of the {count} asking {text(shape)}"
+        reason += _counts(cluster, shape)
     empty = cluster.eligible(shape, empty=True)
     per_node, name = max((n, name) for name, n in empty.tally.n.items())
     node = cluster.nodes[name].node
@@ -128,7 +129,7 @@ def beyond_quorum(
     reason = f"{running} members run (minMember {quorum}); {left} more wait for room{where}"
     empty = cluster.eligible(shape, empty=True)
     if not empty.eligible:
-        reason += ": no ready node matches their requests, selector, affinity, tolerations"
+        reason += f": no node takes them: {refusals(cluster, shape, empty=True).text(shape)}"
         need = Need(nodes=len(names), shape=_shape(dict(shape.requests)), within=within)
         return GangUnschedulable(gang=gang, at=now, reason=reason, need=need, members=left)
     per_node, name = max((n, name) for name, n in empty.tally.n.items())
@@ -139,6 +140,18 @@ def beyond_quorum(
                   shape=_shape({r: node.allocatable.get(r, 0) for r, _ in shape.requests})),
         fits_when_free=_when_free(cluster, shape, within) - running >= len(names),
     )  # fmt: skip
+
+
+def _counts(cluster: Cluster, shape: Shape) -> str:
+    """``; 2/16 nodes are available: 9 node(s) didn't match ...``: the nodes refused
+    by reason, when more than room refuses some (a taint, selector, affinity, a node
+    down); '' when room alone is short (then the need says it). Every node taking a
+    member when empty (the kept count) means none is refused by more than room: the
+    pass over the nodes is skipped."""
+    if cluster.eligible(shape, empty=True).eligible == len(cluster.nodes):
+        return ""
+    found = refusals(cluster, shape)
+    return f"; {found.text(shape)}" if found.constrained else ""
 
 
 def _when_free(cluster: Cluster, shape: Shape, within: str) -> int:

@@ -24,7 +24,7 @@ from baton.proto.k8s import (
     PodGroupEvent,
 )
 from baton.proto.runner import Tick
-from baton.services.admission.core import nodes, queueing, showing
+from baton.services.admission.core import nodes, queueing, showing, unplaced
 from baton.services.admission.core.gangs import ACTIVE, Gang, Member
 from baton.services.admission.core.members import grow, resume
 from baton.services.admission.core.state import State, recount_growth
@@ -61,6 +61,8 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
     if not _relevant(event):
         return state, ()
     outputs: list[Output] = []
+    if isinstance(event, NodeEvent | MachineDeploymentEvent):
+        state.largest = None  # the largest node shape is found again when asked
     match event:
         case NodeEvent(op="upsert", node=node):
             outputs += nodes.upsert(state, node, now)
@@ -87,8 +89,8 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             outputs += nodes.reassign_all(state, now)
             _rehome_gangs(state)
             _growth(state)
-        case Tick():
-            pass  # time passed: a starving gang may reserve, a memberless one is set aside
+        case Tick():  # time passed: a starving gang may reserve, a memberless one is set
+            outputs += unplaced.release(state, now)  # aside, an unplaced one gives GPUs back
     outputs += queueing.admit(state, now, every=isinstance(event, Tick | TeamsLoaded))
     if isinstance(event, Tick):
         outputs += showing.show(state, now)  # what kubectl users see, once a tick at most
@@ -274,6 +276,9 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
         state.short.discard(gang.key)
     if gang.admitted:
         state.floor.pop(gang.team, None)  # its priority may have changed
+        if gang.key in state.unplaced and gang.bound:
+            state.unplaced.discard(gang.key)
+            gang.releases = 0
         if _done(gang):
             return _release(state, gang, now, finished=True)
         if gang.gpus > gang.held or gang.paused:  # members joined (or left a paused gang)

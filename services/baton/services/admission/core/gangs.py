@@ -47,6 +47,8 @@ class Gang:
     complete: bool = False  # it has had all its member pods at once (any phase)
     qneed: int | None = None  # its demand as counted in the team's ``needs`` (queued, known)
     paused: bool = False  # admitted, its marks taken back: new members beyond its quota
+    releases: int = 0  # times given back unplaced since it last had a member bound
+    retry_at: float = 0.0  # given back unplaced: not admitted again before then
 
     @property
     def demand(self) -> int:
@@ -91,6 +93,11 @@ class Gang:
         if self.lone or len(self.members) >= self.min_member:
             return False
         return not self.declared or self.complete
+
+    @property
+    def bound(self) -> bool:
+        """A member is bound to a node: placement has begun."""
+        return any(m.node for m in self.members.values())
 
     @property
     def priority(self) -> int:

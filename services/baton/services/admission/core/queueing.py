@@ -135,6 +135,9 @@ def _serve(state: State, team: str, now: float, outputs: list[Output]) -> bool:
     ceiling = state.ceiling(team)
     for _, key in list(state.queues.get(team, ())):
         gang = state.gangs[key]
+        if gang.retry_at > now:  # given back unplaced: it backs off (``unplaced``)
+            outputs.extend(_wait(state, gang, now, reason=gang.reason))
+            continue
         need, known = gang.gpus, gang.known
         if known and need in tried and need <= ceiling and len(gang.members) >= gang.min_member:
             if tried[need] != gang.reason:  # the common case, cheaply: nothing new to say
@@ -175,6 +178,8 @@ def _aside(state: State, gang: Gang, now: float) -> str:
             f"most {state.borrow_limit(team)}), so at most {state.ceiling(team)}; {fix} "
             "or ask for a larger quota"
         )
+    if problem := _no_node(state, gang):
+        return problem
     if gang.lone or gang.carrier:
         return ""
     active = sum(1 for m in gang.members.values() if m.phase in ACTIVE)
@@ -189,10 +194,26 @@ def _aside(state: State, gang: Gang, now: float) -> str:
     return ""
 
 
+def _no_node(state: State, gang: Gang) -> str:
+    """A member asks more GPUs than any node has (the nodes shrank or went since the
+    webhook let it in): it could never be placed, so it holds no quota."""
+    widest = max((m.gpus for m in gang.members.values() if m.phase in ACTIVE), default=0)
+    widest = max(widest, gang.gpus_per_pod or 0)
+    if not widest:
+        return ""
+    most, name = state.largest_node()
+    if not name or widest <= most:
+        return ""
+    return (
+        f"set aside: a member asks {widest} GPUs but no node has more than {most} (the "
+        f"largest: {name}); use pods of at most {most} GPUs, or wait for larger nodes"
+    )
+
+
 def wants_tick(state: State, now: float) -> bool:
     """Time alone changes decisions while gangs wait: a gang starts to starve, a PodGroup
     short of members is set aside, a running gang passes its minimum run time."""
-    return any(state.queues.values()) or bool(state.short) or bool(state.paused)
+    return any(state.queues.values()) or bool(state.short or state.paused or state.unplaced)
 
 
 def grow_paused(state: State, now: float) -> list[Output]:
@@ -416,6 +437,8 @@ def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Ou
     state.dequeue(gang)
     gang.admitted, gang.reason, gang.admitted_at = True, "", now
     state.hold(gang, gang.gpus, borrowing=borrowing)
+    if not gang.bound:
+        state.unplaced.add(gang.key)
     borrowed = gang.borrowed
     annotations: dict[str, str | None] = {
         keys.ADMITTED: "true",

@@ -12,6 +12,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from baton.libs.view import GangView, NodeView, View
+from baton.libs.view.pools import owns
 from baton.proto import keys
 from baton.proto.actions import TeamStatus
 from baton.proto.k8s import MachineDeployment
@@ -54,6 +55,8 @@ class State:
     floor: dict[str, int] = field(default_factory=dict)  # team -> least in-quota holder priority
     short: set[str] = field(default_factory=set)  # admitted PodGroups whose pods never all came
     paused: set[str] = field(default_factory=set)  # admitted gangs whose new members wait
+    unplaced: set[str] = field(default_factory=set)  # admitted, no member bound yet (may be stale)
+    largest: tuple[int, str] | None = None  # (GPUs, name) of the largest node shape; None: stale
     # Team objects (``showing``): the status last sent per team; inputs since then
     shown: dict[str, TeamStatus] = field(default_factory=dict)
     stale: bool = True
@@ -61,6 +64,29 @@ class State:
     @property
     def nodes(self) -> dict[str, NodeView]:
         return self.view.nodes
+
+    def largest_node(self) -> tuple[int, str]:
+        """The most GPUs one node has, and which (a known node, ready or not, or a new
+        node of a pool, by its capacity annotations); (0, '') when none is known, or
+        when an autoscaled pool's node shape is not (it may grow nodes of any size)."""
+        if self.largest is None and self.unknown_pool():
+            self.largest = (0, "")
+        if self.largest is None:
+            shapes = [(n.node.allocatable.get(keys.GPU, 0), f"node {name}")
+                      for name, n in self.nodes.items()]  # fmt: skip
+            shapes += [(md.capacity.get(keys.GPU, 0), f"a new node of pool {name}")
+                       for name, md in self.pools.items() if md.capacity]  # fmt: skip
+            self.largest = min(shapes, key=lambda s: (-s[0], s[1]), default=(0, ""))
+        return self.largest
+
+    def unknown_pool(self) -> bool:
+        """An autoscaled pool whose node shape is unknown: no capacity annotations and
+        no node of it seen (a pool scaled from zero)."""
+        return any(
+            md.max_size and not md.capacity and not self.pool_gpus.get(name)
+            and not any(owns(md, n.node) for n in self.nodes.values())
+            for name, md in self.pools.items()
+        )  # fmt: skip
 
     # -- teams ----------------------------------------------------------------
 
