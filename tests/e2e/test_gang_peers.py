@@ -91,7 +91,7 @@ async def test_a_higher_priority_group_created_later_starts_first() -> None:
         await api.create_namespace({"metadata": {"name": "ml"}})
         await prioritised(api, custom, "ml", "pg1", need=3, priority_class="mid")
         await prioritised(api, custom, "ml", "pg2", need=3, priority_class="high")
-        await until(lambda: "no ready node" in condition(sim, "ml", "pg1-0"), within=30,
+        await until(lambda: "were unschedulable" in condition(sim, "ml", "pg1-0"), within=30,
                     what="pg1 told no node takes it while all are cordoned")  # fmt: skip
         await cordoned(api, False)
         await until(lambda: bound(sim, "ml") == ["pg2-0", "pg2-1", "pg2-2"], within=60,
