@@ -130,3 +130,35 @@ def test_the_callout_stops_naming_a_bad_kick_seed(tmp_path: Path) -> None:
         callout.settings_from({**env, "BATON_CALLOUT_KICK_SEED_FILE": str(issuer)})
     good = {**env, "BATON_CALLOUT_KICK_SEED_FILE": str(seed)}
     assert callout.settings_from(good).kick_seed_file == str(seed)
+
+
+async def test_a_pod_deleted_while_its_token_is_reviewed_is_refused() -> None:
+    """The deletion arrives between the TokenReview (which still found the pod) and the
+    answer: no user for it; another pod on that node is let in; after GONE_KEPT_S the
+    name is forgotten (a new pod of that name, with its own token, may come)."""
+    now = [NOW]
+    callout_: shell.Callout
+
+    async def reviewed(token: str, audience: str) -> core.Review:
+        pod = token  # the test's tokens name their pod
+        if pod == "agent-x":
+            await callout_.revoke(encode(pod_deleted("agent-x", uid="")))
+        return review(extra={core.NODE_NAME: ["gpu-0"], core.POD_NAME: [pod]})
+
+    async def kick(server_id: str, cid: int) -> str:
+        return ""
+
+    callout_ = shell.Callout(issuer_seed=new_account_seed(), policy=POLICY, review=reviewed,
+                             kick=kick, clock=lambda: now[0])  # fmt: skip
+
+    async def nats_said(token: str) -> dict[str, Any]:
+        answer = await callout_.answer(server_request(token, cid=1))
+        assert answer is not None
+        return dict(shell.claims.decode(answer.decode(), kind="authorization_response")["nats"])
+
+    assert (await nats_said("agent-x")).get("error") == "not authorized"
+    assert "jwt" in await nats_said("agent-y")
+    assert [c.pod for c in callout_.connections] == ["agent-y"]
+    now[0] += revoking.GONE_KEPT_S
+    callout_.gone = revoking.recent(callout_.gone, None, now[0])
+    assert callout_.gone == ()

@@ -5,8 +5,10 @@ A token the callout let in names its pod (and that pod's uid) and its node. When
 pod is deleted, or its node removed, the connection must not outlive it: the shell asks
 the server the connection is on to close it (``$SYS.REQ.SERVER.<id>.KICK``), and a
 reconnect with the same token is refused by the TokenReview (the pod it is bound to is
-gone). A connection is known by its server's id and its client id there; a restarted
-server has a new id, so a stale entry can never close another client.
+gone). A pod that goes while its token is being reviewed is remembered for
+``GONE_KEPT_S``: a grant for it is then refused. A connection is known by its server's
+id and its client id there; a restarted server has a new id, so a stale entry can never
+close another client.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 
 from baton.proto import k8s
 from baton.services.callout.core import Grant, Request
+
+GONE_KEPT_S = 120.0  # longer than any TokenReview (the API client's timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +39,7 @@ class Gone:
     pod: str = ""
     uid: str = ""
 
-    def takes(self, conn: Connection) -> bool:
+    def takes(self, conn: Connection | Grant) -> bool:
         if not self.pod:
             return conn.node == self.node
         if conn.pod != self.pod:
@@ -72,3 +76,17 @@ def revoked(
     if gone is None:
         return live, ()
     return tuple(c for c in live if not gone.takes(c)), tuple(c for c in live if gone.takes(c))
+
+
+def recent(
+    gone: tuple[tuple[Gone, float], ...], new: Gone | None, now: float
+) -> tuple[tuple[Gone, float], ...]:
+    """The pods and nodes gone in the last ``GONE_KEPT_S`` (with when), ``new`` added."""
+    kept = tuple((g, at) for g, at in gone if now - at < GONE_KEPT_S)
+    return kept if new is None else (*kept, (new, now))
+
+
+def still_there(grant: Grant, gone: tuple[tuple[Gone, float], ...]) -> bool:
+    """Whether ``grant``'s pod and node are not among those just gone (its review may
+    have started before they went)."""
+    return not any(g.takes(grant) for g, _ in gone)

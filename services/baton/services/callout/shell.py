@@ -130,6 +130,7 @@ class Callout:
         self.kick = kick  # None: connections are not remembered, nor closed
         self.clock = clock
         self.connections: tuple[revoking.Connection, ...] = ()
+        self.gone: tuple[tuple[revoking.Gone, float], ...] = ()  # just deleted: refused
 
     def rights(self, node: str) -> tuple[str, Permissions]:
         return agent_token_user(self.policy.cluster, node)
@@ -155,6 +156,8 @@ class Callout:
                 decision = core.Refusal(f"TokenReview failed: {_described(exc)}")
             else:
                 decision = core.decide(found, self.policy, self.clock(), self.rights)
+        if isinstance(decision, core.Grant) and not revoking.still_there(decision, self.gone):
+            decision = core.Refusal(f"pod {decision.pod!r} or node {decision.node!r} just went")
         if isinstance(decision, core.Grant) and self.kick is not None:
             self._remember(revoking.connection(decision, request))
         return self._respond(request, decision).encode()
@@ -195,6 +198,7 @@ class Callout:
             log.warning("callout: unreadable object event", error=str(exc))
             return []
         gone = revoking.gone_of(event, self.policy.namespace)
+        self.gone = revoking.recent(self.gone, gone, self.clock())
         self.connections, closing = revoking.revoked(self.connections, gone, self.clock())
         for conn in closing:
             assert self.kick is not None  # nothing is remembered without one
