@@ -31,7 +31,9 @@ from baton.proto.telemetry import Heartbeat
 from baton.services.bridge import main as bridge
 from baton.services.callout import claims
 from baton.services.callout import main as callout
-from baton.services.cli.natsconfig import specs
+from baton.services.callout import shell as callout_shell
+from baton.services.cli.natsconfig import run as nats_config
+from baton.services.cli.natsconfig import seed_path, specs
 from baton.services.gang import main as gang
 from tests.connected.test_nats_auth import hello, write_seeds
 from tests.pipeline import running, stop, until
@@ -384,3 +386,37 @@ async def _delete_agents_pod_and_node(
     await setup.core.delete_node(B)
     await until(lambda: not agents[B].nc.is_connected, within=10,
                 what="agent-b's connection closed once its node was removed")  # fmt: skip
+
+
+async def test_the_kick_user_of_an_included_auth_only_config_closes_a_client(
+    tmp_path: Path,
+) -> None:
+    """``deploy/``'s way: nats.conf includes ``nats-config --callout --auth-only``'s
+    file; its ``callout-kick`` user (system account) closes a client by its id, and
+    is told when there is no such client."""
+    creds = tmp_path / "creds"
+    out = tmp_path / "auth.conf"
+    assert nats_config(["--cluster", C, "--credentials", str(creds), "--callout",
+                        "--auth-only", "--out", str(out)]) == 0  # fmt: skip
+    conf = tmp_path / "nats.conf"
+    conf.write_text("include auth.conf\n")
+    async with running_nats(config=conf) as server:
+        closed = asyncio.Event()
+
+        async def on_closed() -> None:
+            closed.set()
+
+        admin_seed = str(seed_path(creds, "admin"))
+        admin = await nats.connect(server, allow_reconnect=False, closed_cb=on_closed,
+                                   **auth_options(seed_file=admin_seed))  # fmt: skip
+        kick_seed = str(seed_path(creds, access.CALLOUT_KICK))
+        kicker = await nats.connect(server, **auth_options(seed_file=kick_seed))
+        try:
+            server_id = admin._server_info["server_id"]
+            said = await callout_shell.nats_kicker(kicker)(server_id, admin.client_id or 0)
+            assert said == ""
+            await until(closed.is_set, what="the kicked client closed")
+            assert "no such client" in (await callout_shell.nats_kicker(kicker)(server_id, 999_999))
+        finally:
+            await kicker.close()
+            await admin.close()

@@ -16,7 +16,7 @@ from baton.proto import k8s
 from baton.proto.codec import encode
 from baton.services.callout import core, revoking, shell
 from baton.services.callout import main as callout
-from baton.services.cli.natsconfig import specs
+from baton.services.cli.natsconfig import render, specs
 from tests.unit.test_callout import NOW, POLICY, review, server_request
 
 pytestmark = pytest.mark.unit
@@ -162,3 +162,14 @@ async def test_a_pod_deleted_while_its_token_is_reviewed_is_refused() -> None:
     now[0] += revoking.GONE_KEPT_S
     callout_.gone = revoking.recent(callout_.gone, None, now[0])
     assert callout_.gone == ()
+
+
+def test_auth_only_carries_the_system_account_when_the_callout_has_one() -> None:
+    """``deploy/`` includes ``--auth-only``'s file: without the system account the kick
+    user would not exist there."""
+    found = access.users(specs(), C, callout=True)
+    text = render(access.server_config(found, callout_issuer="A" + "B" * 55), auth_only=True)
+    assert text.startswith("authorization: {") and '\nsystem_account: "SYS"' in text
+    assert "\naccounts: {" in text
+    plain = render(access.server_config(access.users(specs(), C)), auth_only=True)
+    assert "accounts" not in plain and "system_account" not in plain
