@@ -187,11 +187,15 @@ async def until(
     what: str,
     within: float = 10.0,
     step: float = 0.02,
+    guard: Callable[[], None] | None = None,
 ) -> T:
     """Poll ``check`` (plain or async) until it returns something truthy, and return it;
-    fail naming ``what`` (and the last value) after ``within`` seconds."""
+    fail naming ``what`` (and the last value) after ``within`` seconds. ``guard``, when
+    given, runs before each look and raises to fail at once (a child process that exited)."""
     deadline = time.monotonic() + within
     while True:
+        if guard is not None:
+            guard()
         value = check()
         if inspect.isawaitable(value):
             value = await value

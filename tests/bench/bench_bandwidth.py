@@ -127,7 +127,8 @@ def allocation() -> None:
 def apply_110() -> None:
     from pyroute2 import IPRoute
 
-    from baton.services.agent.shaping import Layout, Shaper
+    from baton.services.agent.shaping import Shaper
+    from baton.services.agent.tc import Layout
     from tests.netns.topology import missing, sh
 
     if missing():
@@ -172,7 +173,8 @@ def apply_110() -> None:
 def achieved() -> None:
     from pyroute2 import IPRoute
 
-    from baton.services.agent.shaping import Layout, Shaper
+    from baton.services.agent.shaping import Shaper
+    from baton.services.agent.tc import Layout
     from tests.netns.topology import (
         INTERNAL,
         INTERNET_HOST,

@@ -378,12 +378,16 @@ async def test_a_push_consumer_cannot_deliver_a_decision_into_the_actions_stream
         await js.publish(subjects.subject(C, subjects.PLACEMENT, "placed", "a", "g"),
                          encode(forged))  # fmt: skip
         events = subjects.stream_name(C, "events")
-        await js.add_consumer(events, ConsumerConfig(deliver_subject=target, ack_policy="none"))
+        push = await js.add_consumer(
+            events, ConsumerConfig(deliver_subject=target, ack_policy="none")
+        )
         await nc.subscribe(target)  # gang listening there itself: refused
         await until(lambda: violations.saw(target), what="gang's subscription refused")
         await admin.nc.subscribe(subjects.wildcard(C))  # what `nats sub 'baton.c1.>'` does
-        await admin.nc.flush()
-        await asyncio.sleep(1.0)  # give a delivery the time it would take
+        await admin.nc.flush()  # the server has the subscription: the consumer saw it
+        held = await admin.js.consumer_info(events, push.name)
+        assert not held.push_bound and held.delivered.consumer_seq == 0, held  # no listener
+        assert held.num_pending == 1, held  # the forged decision waits in the consumer
         actions = subjects.stream_name(C, "actions")
         assert (await admin.js.stream_info(actions)).state.messages == 0
         await admin.nc.subscribe(target)  # the one door left: a subscription on that subject
@@ -443,8 +447,9 @@ async def test_the_operators_live_tail_reads_actions_from_their_stream(tmp_path:
                                   encode(taint("forged", "gpu-1", by="admission")))  # fmt: skip
             events = subjects.stream_name(C, "events")
             push = ConsumerConfig(deliver_subject=target, ack_policy="none")
-            await gang.js.add_consumer(events, push)
-            await asyncio.sleep(1.0)  # give a delivery the time it would take
+            made = await gang.js.add_consumer(events, push)
+            held = await admin.js.consumer_info(events, made.name)  # the tail is no listener:
+            assert not held.push_bound and held.delivered.consumer_seq == 0, held
             actions = subjects.stream_name(C, "actions")
             assert (await admin.js.stream_info(actions)).state.messages == sent
             await gang.close()

@@ -113,10 +113,12 @@ async def test_a_service_started_before_the_owner_waits_then_runs(tmp_path: Path
                 started.set()
                 await asyncio.Event().wait()  # until cancelled
 
-        task = asyncio.create_task(run_gang(), name="gang-before-owner")
+        with capture_logs() as looked:
+            task = asyncio.create_task(run_gang(), name="gang-before-owner")
+            await until(lambda: any(e["event"] == "waiting for streams" for e in looked),
+                        what="gang looking for its streams")  # fmt: skip
         try:
-            await asyncio.sleep(1.0)  # the time gang would need to start if it could
-            assert not started.is_set() and not task.done()
+            assert not started.is_set() and not task.done()  # it looked, and waits
             owner = await nats_.bus("actuator")
             await prepare_streams(owner, actuator.SPEC, authenticated=True)  # makes every stream
             await owner.close()

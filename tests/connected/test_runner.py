@@ -183,14 +183,20 @@ async def test_poison_on_an_object_is_refused_and_its_last_good_state_kept(bus: 
 
 async def test_the_core_sees_history_order_across_inputs_and_ticks(bus: Bus) -> None:
     """Ticks go through the bus: a tick lands between the inputs it followed, live."""
+    asked: list[float] = []  # when the timer asked whether the core wants a tick
+
+    def wants(state: Toy, now: float) -> bool:
+        asked.append(now)
+        return state.wants_ticks
+
     spec = Spec(
         name="ticker", settings=Base, initial=lambda policy: Toy(), step=step,
         inputs=SPEC.inputs, routes=SPEC.routes,
-        timer=Timer(every=lambda s: 0.05, wants=lambda state, now: state.wants_ticks),
+        timer=Timer(every=lambda s: 0.05, wants=wants),
     )  # fmt: skip
     async with running(bus, spec) as runner:
         await until(lambda: runner.ready, what="caught up")
-        await asyncio.sleep(0.3)
+        await until(lambda: len(asked) >= 3, what="the timer asking the core thrice")
         assert runner.state.seen == []  # no ticks while the core wants none
         runner.state.wants_ticks = True
         await until(lambda: len(runner.state.seen) >= 2, what="ticks")
@@ -320,9 +326,11 @@ async def test_a_bootstrapped_telemetry_report_is_in_the_snapshot_and_not_fed_tw
         await until(lambda: runner.ready, what="caught up")
         await bus.publish(telemetry.subject(CLUSTER, "gpu", "n1"), GpuReport(node="n1", at=3.0))
         await until(lambda: len(runner.state.seen) >= 2, what="the live report")
-        await asyncio.sleep(0.3)  # nothing else may come
+        marker = GpuReport(node="n2", at=4.0)  # fed after whatever else was coming
+        await bus.publish(telemetry.subject(CLUSTER, "gpu", "n2"), marker)
+        await until(lambda: "n2@4" in runner.state.seen, what="the report after it")
         seen = list(runner.state.seen)
-    assert seen == ["n1@2", "n1@3"]
+    assert seen == ["n1@2", "n1@3", "n2@4"]
     (started,) = await bus.snapshot(subjects.runner(CLUSTER, "started", "watcher"), Started)
     assert started.telemetry_seq == 2 and started.k8s_seq == 0
 

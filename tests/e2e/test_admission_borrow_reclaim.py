@@ -11,16 +11,14 @@ resources come back) and Kueue's ClusterQueue reclaim-within-cohort preemption t
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable, Coroutine
+import functools
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
 from tests.e2e.admitting import admitting, gpu_pod, submit
+from tests.pipeline import until
 from tests.support.nats import running_nats
 from tests.support.sim import running_sim
 
@@ -38,21 +36,7 @@ teams:
     priority: 10
 """
 
-
-async def until(
-    check: Callable[[], Coroutine[Any, Any, Any]], what: str, within: float = 45.0
-) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        for task in asyncio.all_tasks():  # a crashed service fails the test at once
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
+wait = functools.partial(until, within=45.0, step=0.2)  # every wait here
 
 
 async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) -> None:
@@ -74,8 +58,8 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
                     any(t.key == "baton.io/team" for t in n.spec.taints or []) for n in items
                 )
 
-            await until(tainted, "team taints on every node")
-            await until(lambda: _true(admission.ready), "admission caught up")
+            await wait(tainted, what="team taints on every node")
+            await wait(lambda: admission.ready, what="admission caught up")
 
             async def placement(ns: str) -> dict[str, str]:
                 pods = (await core_api.list_namespaced_pod(ns)).items
@@ -90,7 +74,7 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
                 got = await placement("team-a")
                 return got if len(got) == 3 and all(got.values()) else None
 
-            first = await until(a_running, "team a's two gangs bound")
+            first = await wait(a_running, what="team a's two gangs bound")
             uids = {p.metadata.name: p.metadata.uid
                     for p in (await core_api.list_namespaced_pod("team-a")).items}  # fmt: skip
             assert {first["extra-0"], first["extra-1"]} == {nodes[1], nodes[2]}  # b's nodes
@@ -107,7 +91,7 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
                 a = await placement("team-a")
                 return bool(b.get("mine-0")) and "extra-0" not in a and "extra-1" not in a
 
-            await until(owner_runs, "the borrower evicted whole and the owner bound")
+            await wait(owner_runs, what="the borrower evicted whole and the owner bound")
             after = await placement("team-a")
             assert after["own-0"] == first["own-0"]  # the in-quota gang kept running
 
@@ -121,7 +105,7 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
                 }  # fmt: skip
                 return copies if len(copies) == 2 and all(copies.values()) else None
 
-            copies = await until(recreated, "the reclaimed gang's bare pods recreated unbound")
+            copies = await wait(recreated, what="the reclaimed gang's bare pods recreated unbound")
             assert copies == {n: uids[n] for n in ("extra-0", "extra-1")}  # each its own
             waiting = admission.state.gangs["team-a/extra"]
             assert not waiting.admitted and waiting.qkey is not None
@@ -140,7 +124,9 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
                     and ("may not borrow" in waiting.reason)
                 )
 
-            await until(one_solo_runs, "the first lone pod admitted and bound, the second queued")
+            await wait(
+                one_solo_runs, what="the first lone pod admitted and bound, the second queued"
+            )
             assert not (await placement("team-b"))["solo-2"]
 
             # b's work ends: the recreated gang is admitted again and placed whole
@@ -154,9 +140,5 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
                 a = await placement("team-a")
                 return {a.get("extra-0"), a.get("extra-1")} == {nodes[1], nodes[2]}
 
-            await until(placed_again, "the recreated gang placed again on b's idle nodes")
+            await wait(placed_again, what="the recreated gang placed again on b's idle nodes")
         await api.close()
-
-
-async def _true(value: bool) -> bool:
-    return value

@@ -14,9 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,7 +24,7 @@ from baton.proto import subjects
 from baton.proto.actions import ActionResult, AnyAction, SetLabels, action_subject
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from baton.services.cli.processes import Child, baton
-from tests.pipeline import every
+from tests.pipeline import every, until
 from tests.support.actions import take_lease
 from tests.support.builders import gang, node, pod
 from tests.support.nats import running_nats
@@ -77,15 +76,14 @@ async def sigterm(proc: Child, *, what: str) -> float:
     return time.monotonic() - began
 
 
-async def until(check: Any, *, what: str, within: float = 90.0, proc: Child | None = None) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        if proc is not None and not proc.alive:
-            raise AssertionError(f"{proc.name} exited while waiting for {what}:\n{proc.tail(30)}")
-        if time.monotonic() > deadline:
-            tail = f"\n{proc.tail(30)}" if proc is not None else ""
-            raise AssertionError(f"timed out waiting for {what}{tail}")
-        await asyncio.sleep(0.02)
+def alive(proc: Child) -> Callable[[], None]:
+    """A guard for ``until``: fail at once, with its last lines, when ``proc`` exited."""
+
+    def guard() -> None:
+        if not proc.alive:
+            raise AssertionError(f"{proc.name} exited:\n{proc.tail(30)}")
+
+    return guard
 
 
 def add_pods(sim: Sim, count: int) -> None:
@@ -116,8 +114,12 @@ async def test_bridge_stopped_mid_list_exits_in_its_grace_and_loses_nothing(
         first.env["BATON_BRIDGE_PAGE_SIZE"] = "50"
         first.start()
         try:
-            await until(lambda: _more_than(bus, 200), what="the first list publishing",
-                        proc=first)  # fmt: skip
+            await until(
+                lambda: _more_than(bus, 200),
+                what="the first list publishing",
+                within=90,
+                guard=alive(first),
+            )
             assert await k8s_subjects(bus) < objects, "the list ended before the stop"
             await sigterm(first, what="in the middle of the first list")
         finally:
@@ -126,7 +128,12 @@ async def test_bridge_stopped_mid_list_exits_in_its_grace_and_loses_nothing(
         second = child("bridge", url, sim, tmp_path, 2)
         second.start()
         try:
-            await until(lambda: _all_held(bus, objects), what=f"{objects} objects", proc=second)
+            await until(
+                lambda: _all_held(bus, objects),
+                what=f"{objects} objects",
+                within=90,
+                guard=alive(second),
+            )
         finally:
             await sigterm(second, what="idle")
         assert await k8s_subjects(bus) == objects  # every object, none twice
@@ -175,7 +182,9 @@ async def test_a_service_stopped_while_it_bootstraps_exits_in_its_grace(
         first = child(service, url, None, tmp_path, 1)
         first.start()
         try:
-            await until(lambda: _consumer_open(bus), what="its feed open", proc=first)
+            await until(
+                lambda: _consumer_open(bus), what="its feed open", within=90, guard=alive(first)
+            )
             await sigterm(first, what="while it bootstraps")
         finally:
             first.stop()
@@ -185,7 +194,12 @@ async def test_a_service_stopped_while_it_bootstraps_exits_in_its_grace(
         second.start()
         try:
             # 20k objects to read first: on a loaded 2-core machine that alone takes a minute.
-            await until(lambda: _placed(bus), what="the gang placed", within=200, proc=second)
+            await until(
+                lambda: _placed(bus),
+                what="the gang placed",
+                within=200,
+                guard=alive(second),
+            )
         finally:
             await sigterm(second, what="idle")
 
@@ -214,14 +228,21 @@ async def test_actuator_stopped_with_a_backlog_exits_in_its_grace_and_answers_ev
         first.env["BATON_ACTUATOR_QPS"] = "100"  # slow enough to stop it half way
         first.start()
         try:
-            await until(lambda: _results(bus, 50), what="some results", proc=first)
+            await until(
+                lambda: _results(bus, 50), what="some results", within=90, guard=alive(first)
+            )
             await sigterm(first, what="with a backlog")
         finally:
             first.stop()
         second = child("actuator", url, sim, tmp_path, 2)
         second.start()
         try:
-            await until(lambda: _results(bus, len(actions)), what="every result", proc=second)
+            await until(
+                lambda: _results(bus, len(actions)),
+                what="every result",
+                within=90,
+                guard=alive(second),
+            )
         finally:
             await sigterm(second, what="idle")
         results = await every(bus, subjects.wildcard(C, "result", ">"), ActionResult)

@@ -115,14 +115,19 @@ async def test_a_recorded_baton_up_run_replays_identically_for_gang_and_admissio
             "--nats", url, "--services", "bridge,gang,actuator,admission", "--duration", "30",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
-        await asyncio.sleep(8)  # the services start and catch up
+        assert process.stdout is not None
+        every = "".join(f"(?=.* {name}:ok)" for name in ("bridge", "gang", "actuator", "admission"))
+        started = await lines_until(
+            process.stdout, f"^services{every}", within=90,
+            what="every service ready (caught up: /readyz in the status block)",
+        )  # fmt: skip
         jobs = [
             Job(job_id=f"r{i}", submit_s=i * 0.5, gpus=gpus, duration_s=4.0, team="t1")
             for i, gpus in enumerate((8, 16, 32, 8, 64, 16, 8, 32))
         ]
         sim.cluster.replay(jobs)
         out, _ = await asyncio.wait_for(process.communicate(), timeout=150)
-        assert process.returncode == 0, out.decode()[-3000:]
+        assert process.returncode == 0, (started + out.decode())[-3000:]
         path = tmp_path / "up.jsonl"
         with path.open("wb") as file:
             assert await recording.record(url, cluster="c1", out=file) > 0
@@ -135,3 +140,25 @@ async def test_a_recorded_baton_up_run_replays_identically_for_gang_and_admissio
         assert "compare: identical" in text, text
         checked = re.search(r"identical \((\d+) decisions", text)
         assert checked is not None and int(checked.group(1)) > 0, text
+
+
+async def lines_until(
+    stream: asyncio.StreamReader, pattern: str, *, what: str, within: float
+) -> str:
+    """What ``stream`` says up to the first line matching ``pattern``; fail naming
+    ``what`` when it ends or ``within`` seconds pass first."""
+    lines: list[str] = []
+    why = f"timed out after {within}s"
+    try:
+        async with asyncio.timeout(within):
+            while not lines or not re.search(pattern, lines[-1]):
+                line = await stream.readline()
+                if not line:
+                    why = "the output ended"
+                    break
+                lines.append(line.decode())
+            else:
+                return "".join(lines)
+    except TimeoutError:
+        pass
+    raise AssertionError(f"{why} waiting for {what}:\n{''.join(lines)[-3000:]}")

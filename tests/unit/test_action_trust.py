@@ -13,7 +13,7 @@ import itertools
 import msgspec
 import pytest
 
-from baton.libs.runner import access
+from baton.libs.runner import access, action_route
 from baton.proto import subjects
 from baton.proto.actions import ACTION_SUBJECTS, ASKS, CreatePod, action_subject, kind_of
 from baton.services.actuator.trusting import judge
@@ -108,3 +108,10 @@ def _create_pod(epoch: int) -> CreatePod:
     """health's pinned pod ``team-a/evil`` (one_of_each's CreatePod) at ``epoch``."""
     made = [a for a in one_of_each(by="health", epoch=epoch) if isinstance(a, CreatePod)]
     return made[0]
+
+
+def test_every_services_actions_go_to_their_subject_with_their_id() -> None:
+    routes = [r for s in specs() for r in s.routes if r.action]
+    assert routes and all(r.to is action_route for r in routes)
+    for action in one_of_each(by="gang", epoch=1):
+        assert action_route(C, action) == (action_subject(C, action), action.id)

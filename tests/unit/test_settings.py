@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 import pytest
 
 from baton.libs.runtime import SettingsError, load_settings
+from baton.libs.runtime.settings import policy_from
 
 pytestmark = pytest.mark.unit
 
@@ -88,3 +90,31 @@ def test_the_result_is_the_frozen_struct() -> None:
     settings = load({"BATON_GANG_TOKEN": "t"})
     with pytest.raises(AttributeError):
         settings.token = "x"  # type: ignore[misc]
+
+
+class Knobs(msgspec.Struct, frozen=True, kw_only=True):
+    max_gangs: int = 1
+    racks: tuple[str, ...] = ("r0",)
+    share: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
+    rate_bps: int = 0
+
+
+def test_a_policy_takes_the_settings_of_its_field_names() -> None:
+    settings = load({"BATON_GANG_TOKEN": "t", "BATON_GANG_MAX_GANGS": "7",
+                     "BATON_GANG_RACKS": "a,b"})  # fmt: skip
+    assert policy_from(settings, Knobs) == Knobs(max_gangs=7, racks=("a", "b"))
+    assert policy_from(settings, Knobs, share=0.25, rate_bps=10) == Knobs(
+        max_gangs=7, racks=("a", "b"), share=0.25, rate_bps=10
+    )
+
+
+def test_a_policy_value_out_of_range_names_its_field() -> None:
+    settings = load({"BATON_GANG_TOKEN": "t"})
+    with pytest.raises(ValueError, match=r"^share: Expected float <= 1"):
+        policy_from(settings, Knobs, share=2.0)
+
+    class Bad(ValueError):
+        pass
+
+    with pytest.raises(Bad, match=r"^share:"):
+        policy_from(settings, Knobs, share=-1.0, error=Bad)

@@ -13,10 +13,10 @@ from baton.proto.actions import PodTemplate
 from baton.proto.k8s import Toleration
 from baton.services.actuator import podspec
 from baton.services.admission.registration import configurations
-from baton.services.simcluster.api import schemas, validation
+from baton.services.simcluster.api import kinds, validation
 from baton.services.simcluster.api.objects import ApiError
 from baton.services.simcluster.api.resources import RESOURCES, resource
-from baton.services.simcluster.world import topology
+from baton.services.simcluster.world import controlled, dra, topology
 from baton.services.simcluster.world.spec import default_spec
 from baton.services.simcluster.world.workload import Job, job_objects
 
@@ -27,7 +27,7 @@ POD = resource("pods")
 
 def problems(group: str, kind: str, obj: dict[str, Any]) -> validation.Problems:
     found = validation.Problems()
-    schema = schemas.schema_of(group, kind)
+    schema = kinds.schema_of(group, kind)
     assert schema is not None
     validation.prune(schema, obj, "", found)
     return found
@@ -79,7 +79,7 @@ def test_quantities_are_int_or_string(value: Any, ok: bool) -> None:
 def test_podgroup_schema_is_the_crd_in_deploy() -> None:
     crd = yaml.safe_load((ROOT / "deploy/crds/scheduling.x-k8s.io_podgroups.yaml").read_text())
     want = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
-    have = schemas.schema_of("scheduling.x-k8s.io", "PodGroup")
+    have = kinds.schema_of("scheduling.x-k8s.io", "PodGroup")
     assert have is not None
     assert set(have["properties"]) == set(want)
     for part in ("spec", "status"):
@@ -90,7 +90,7 @@ def test_team_schema_is_the_crd_in_deploy() -> None:
     crd = yaml.safe_load((ROOT / "deploy/crds/baton.io_teams.yaml").read_text())
     version = crd["spec"]["versions"][0]
     want = version["schema"]["openAPIV3Schema"]["properties"]
-    have = schemas.schema_of("baton.io", "Team")
+    have = kinds.schema_of("baton.io", "Team")
     assert have is not None
     assert set(have["properties"]) == set(want)
     for part in ("spec", "status"):
@@ -139,4 +139,42 @@ def test_what_baton_and_the_simulation_write_decodes_cleanly() -> None:
 
 def test_every_schema_names_a_served_kind() -> None:
     served = {(r.group, r.kind) for r in RESOURCES}
-    assert set(schemas.SCHEMAS) <= served
+    assert set(kinds.SCHEMAS) <= served
+
+
+def test_the_workload_kinds_the_simulation_writes_decode_cleanly() -> None:
+    """Jobs, JobSets and MPIJobs as `baton up --submit controllers` writes them, and the
+    DRA objects simcluster's drivers publish."""
+    written = []
+    for gpus, job_id in ((8, "small"), (64, "a"), (64, "b"), (64, "c")):  # every kind
+        job = Job(job_id=job_id, submit_s=0, gpus=gpus, duration_s=60, team="a")
+        written += controlled.controlled_objects(job)
+    written += [("deviceclasses", c) for c in dra.device_classes()]
+    slices = dra.node_slices("n1", gpus=8, nics=8, product="H100", memory="80Gi")
+    written += [("resourceslices", s) for s in slices]
+    kinds_written = set()
+    for res, obj in written:
+        r = resource(res)
+        found = problems(r.group, r.kind, obj)
+        assert (found.unknown, found.invalid) == ([], []), (r.kind, found)
+        kinds_written.add(r.kind)
+    assert kinds_written >= {"Job", "JobSet", "MPIJob", "DeviceClass", "ResourceSlice"}
+
+
+@pytest.mark.parametrize(
+    ("group", "kind", "body", "unknown"),
+    [
+        ("batch", "Job", {"spec": {"paralelism": 2}}, ["spec.paralelism"]),
+        ("jobset.x-k8s.io", "JobSet", {"spec": {"replicatedJobs": [{"replica": 2}]}},
+         ["spec.replicatedJobs[0].replica"]),
+        ("kubeflow.org", "MPIJob", {"spec": {"mpiReplicaSpecs": {"Workers": {}}}},
+         ["spec.mpiReplicaSpecs.Workers"]),
+        ("resource.k8s.io", "ResourceClaim",
+         {"spec": {"devices": {"constraints": [{"matchAtribute": "x"}]}}},
+         ["spec.devices.constraints[0].matchAtribute"]),
+    ],
+)  # fmt: skip
+def test_a_typo_in_a_workload_or_dra_kind_is_an_unknown_field(
+    group: str, kind: str, body: dict[str, Any], unknown: list[str]
+) -> None:
+    assert problems(group, kind, {"metadata": {"name": "x"}, **body}).unknown == unknown

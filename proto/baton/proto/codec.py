@@ -65,3 +65,13 @@ def _explain(data: bytes, exc: msgspec.ValidationError) -> str:
             name, _, version = tag.rpartition(".")
             return f"unknown event type or unsupported schema version {tag!r} ({name} {version})"
     return message
+
+
+def field_error(exc: msgspec.ValidationError) -> str:
+    """msgspec's ``Expected `float` <= 1 - at `$.tiers[0].minimum``` as a person reads it:
+    ``tiers[0].minimum: Expected float <= 1`` (``<root>`` when no field is named)."""
+    what, sep, where = str(exc).rpartition(" - at ")
+    if not sep:
+        return str(exc)
+    path = where.strip("`").removeprefix("$").removeprefix(".") or "<root>"
+    return f"{path}: {what.replace('`', '')}"

@@ -5,7 +5,7 @@ See ``docs/runner.md``."""
 from baton.libs.runner.feeding import BusFeed, Cut, Feed, Item
 from baton.libs.runner.running import Runner
 from baton.libs.runner.serving import run_spec, serve
-from baton.libs.runner.spec import Input, Route, Spec, Timer
+from baton.libs.runner.spec import Input, Route, Spec, Timer, action_route
 
 __all__ = [
     "BusFeed",
@@ -17,6 +17,7 @@ __all__ = [
     "Runner",
     "Spec",
     "Timer",
+    "action_route",
     "run_spec",
     "serve",
 ]

@@ -33,6 +33,7 @@ import msgspec
 
 from baton.libs.bus.publishing import Outgoing
 from baton.proto import subjects
+from baton.proto.actions import action_subject
 from baton.proto.runner import Tick
 
 S = TypeVar("S")  # the core's state
@@ -73,6 +74,12 @@ class Route:
     type_: type[Any] | tuple[type[Any], ...]
     to: Callable[[str, Any], tuple[str, str | None] | Outgoing | None]
     action: bool = False
+
+
+def action_route(cluster: str, action: Any) -> tuple[str, str]:
+    """Where every action goes: its subject (``proto.actions.action_subject``, under its
+    producer's name) and its id as the msg id, so a republished action is stored once."""
+    return action_subject(cluster, action), action.id
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,10 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
+from baton.proto.codec import field_error
+
 S = TypeVar("S", bound=msgspec.Struct)
+P = TypeVar("P")
 COMMON_PREFIX = "BATON_"
 
 
@@ -63,6 +66,24 @@ def require(prefix: str, checks: Mapping[str, bool], *, problem: str = "is out o
     bad = [key for key, ok in checks.items() if not ok]
     if bad:
         raise ValueError(f"{prefix}{bad[0]} {problem}")
+
+
+def policy_from(
+    settings: msgspec.Struct, type_: type[P], *, error: type[ValueError] = ValueError, **values: Any
+) -> P:
+    """A service's policy (a msgspec Struct or dataclass) from its settings: each field
+    takes the setting of the same name, or ``values[name]``; a field in neither keeps its
+    default. Checked as a decoded message is: a value the field's type or range refuses
+    raises ``error`` naming the field (``share: Expected float <= 1``)."""
+    info = msgspec.inspect.type_info(type_)
+    if not isinstance(info, msgspec.inspect.StructType | msgspec.inspect.DataclassType):
+        raise TypeError(f"{type_!r}: a policy is a msgspec Struct or a dataclass")
+    data = {f.name: getattr(settings, f.name) for f in info.fields if hasattr(settings, f.name)}
+    data.update(values)
+    try:
+        return msgspec.convert(data, type_, from_attributes=True)
+    except msgspec.ValidationError as exc:
+        raise error(field_error(exc)) from None
 
 
 class SettingsError(ValueError):

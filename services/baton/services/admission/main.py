@@ -44,13 +44,13 @@ from baton.libs.runtime import (
     run_until_signalled,
 )
 from baton.libs.runtime.settings import Base
+from baton.libs.runtime.teams import load_teams
 from baton.proto.admission import TeamsLoaded
 from baton.proto.k8s import MachineDeploymentEvent, NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.teams import TeamConfig
 from baton.services.admission import core, shell
 from baton.services.admission.certificates import CertificateError, self_signed
 from baton.services.admission.serving import tls_context
-from baton.services.admission.shell import load_teams
 from baton.services.admission.teams import TeamConfigError
 from baton.services.admission.webhook import Options
 

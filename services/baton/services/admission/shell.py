@@ -21,11 +21,11 @@ from typing import Any
 
 import msgspec
 import structlog
-import yaml
 
 from baton.libs.bus import Bus, Outgoing
-from baton.libs.runner import Route, Runner
+from baton.libs.runner import Route, Runner, action_route
 from baton.libs.runtime.stopping import checkpoint, retry
+from baton.libs.runtime.teams import load_teams
 from baton.proto import ids, subjects
 from baton.proto.actions import (
     Annotate,
@@ -34,7 +34,6 @@ from baton.proto.actions import (
     SetLabels,
     SetTaint,
     SetTeamStatus,
-    action_subject,
 )
 from baton.proto.admission import (
     SUBJECT_KIND,
@@ -46,32 +45,14 @@ from baton.proto.admission import (
 )
 from baton.services.admission import core, metrics
 from baton.services.admission.serving import Webhook, serve_webhook
-from baton.services.admission.teams import DEFAULT, TeamConfig, TeamConfigError, parse
+from baton.services.admission.teams import TeamConfig, TeamConfigError
 from baton.services.admission.webhook import Options
 
 log = structlog.get_logger("baton.admission")
 
 
-def load_teams(path: str) -> TeamConfig:
-    """Read and validate the team config; '' means the default (one team owns all)."""
-    if not path:
-        return DEFAULT
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise TeamConfigError(f"{path}: {exc}") from None
-    try:
-        return parse(data)
-    except TeamConfigError as exc:
-        raise TeamConfigError(f"{path}: {exc}") from None
-
-
 def teams_subject(cluster: str) -> str:
     return subjects.wildcard(cluster, subjects.ADMISSION, "teams")
-
-
-def _action(cluster: str, action: Any) -> tuple[str, str]:
-    return action_subject(cluster, action), action.id
 
 
 def _node_team(cluster: str, event: NodeTeamChanged) -> tuple[str, str]:
@@ -100,7 +81,7 @@ def _decision(cluster: str, event: AdmissionEvent) -> tuple[str, str]:
 ROUTES = (
     Route(
         (SetTaint, SetLabels, Annotate, EvictGang, RecreatePod, SetTeamStatus),
-        to=_action,
+        to=action_route,
         action=True,
     ),
     Route(NodeTeamChanged, to=_node_team),

@@ -12,7 +12,8 @@ The config is YAML (in a cluster, a ConfigMap mounted as a file)::
         priority: 100          # higher: preempted later when borrowed capacity is reclaimed
         egress: {weight: 2, limit: 10G}
 
-Validation raises ``TeamConfigError`` naming the bad key path
+Validation (``proto.teams.parse``, read from a file by ``libs.runtime.teams``) raises
+``TeamConfigError`` naming the bad key path
 (``teams[2].quota.gpus: expected int >= 0``). With no config, one team ``default``
 owns every node and every namespace and taints nothing, so Baton works out of the box.
 """
@@ -20,9 +21,6 @@ owns every node and every namespace and taints nothing, so Baton works out of th
 from __future__ import annotations
 
 import re
-from typing import Any
-
-import msgspec
 
 from baton.proto.teams import (
     DEFAULT,
@@ -33,79 +31,15 @@ from baton.proto.teams import (
     Name,
     Team,
     TeamConfig,
+    TeamConfigError,
     is_default,
+    parse,
 )
 
 __all__ = [
     "DEFAULT", "DEFAULT_TEAM", "Count", "Egress", "Gpus", "Name", "Team", "TeamConfig",
     "TeamConfigError", "is_default", "parse",
 ]  # fmt: skip
-
-
-class TeamConfigError(ValueError):
-    """The team config is invalid (the operator's fault); the message names the key path."""
-
-
-def parse(data: Any) -> TeamConfig:
-    """Validate decoded YAML/JSON; None or an empty document means the default config."""
-    if data is None or data == {} or data == {"teams": []}:
-        return DEFAULT
-    try:
-        config = msgspec.convert(data, TeamConfig)
-    except msgspec.ValidationError as exc:
-        raise TeamConfigError(_explain(str(exc))) from None
-    if not config.teams:  # only queueing settings: the default team, queued that way
-        return msgspec.structs.replace(DEFAULT, queueing=config.queueing)
-    _check_semantics(config)
-    return config
-
-
-def _explain(message: str) -> str:
-    """msgspec's ``Expected `int` >= 0 - at `$.teams[2].quota.gpus``` -> ours."""
-    what, sep, where = message.rpartition(" - at ")
-    if not sep:
-        return message
-    path = where.strip("`").removeprefix("$").removeprefix(".") or "<root>"
-    what = what.replace("`", "")
-    if what.startswith("Expected "):
-        what = "expected " + what.removeprefix("Expected ")
-    if what.startswith("Object contains unknown field "):
-        field = what.removeprefix("Object contains unknown field ")
-        return f"{path}.{field}: unknown key"
-    if what.startswith("Object missing required field "):
-        field = what.removeprefix("Object missing required field ")
-        return f"{path}.{field}: required key missing"
-    return f"{path}: {what}"
-
-
-def _check_semantics(config: TeamConfig) -> None:
-    seen_names: dict[str, int] = {}
-    namespace_owner: dict[str, int] = {}
-    pool_owner: dict[str, int] = {}
-    for i, team in enumerate(config.teams):
-        if team.name in seen_names:
-            first = seen_names[team.name]
-            raise TeamConfigError(
-                f"teams[{i}].name: {team.name!r} is already the name of teams[{first}]"
-            )
-        seen_names[team.name] = i
-        for j, ns in enumerate(team.namespaces):
-            if ns in namespace_owner:
-                other = config.teams[namespace_owner[ns]].name
-                raise TeamConfigError(
-                    f"teams[{i}].namespaces[{j}]: namespace {ns!r} "
-                    f"is already owned by team {other!r}"
-                )
-            namespace_owner[ns] = i
-        for j, pool in enumerate(team.pools):
-            if pool in pool_owner:
-                other = config.teams[pool_owner[pool]].name
-                raise TeamConfigError(
-                    f"teams[{i}].pools[{j}]: pool {pool!r} is already owned by team {other!r}"
-                )
-            pool_owner[pool] = i
-        if not team.namespaces:
-            raise TeamConfigError(f"teams[{i}].namespaces: team {team.name!r} needs a namespace")
 
 
 _KEY = re.compile(

@@ -46,7 +46,8 @@ from baton.proto.bandwidth import (
 )
 from baton.proto.codec import Undecodable, decode
 from baton.services.agent import counting, metrics, traffic
-from baton.services.agent.shaping import Layout, Shaper, ShapingError
+from baton.services.agent.shaping import Shaper, ShapingError
+from baton.services.agent.tc import Layout
 
 log = structlog.get_logger("baton.agent")
 T = TypeVar("T")

@@ -47,9 +47,9 @@ from baton.services.agent.egress import Egress, FleetEgress, Netlink
 from baton.services.agent.nvml import Nvml
 from baton.services.agent.pods import PodResources
 from baton.services.agent.readings import AnyReading, Tick
-from baton.services.agent.shaping import Layout
 from baton.services.agent.shell import Agent, Emit, Source, nvml_events, polling
 from baton.services.agent.simulated import SimHardware
+from baton.services.agent.tc import Layout
 
 PREFIX = "BATON_AGENT_"
 log = structlog.get_logger("baton.agent")

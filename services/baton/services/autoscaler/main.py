@@ -6,11 +6,9 @@ ones) and an optional file named by ``BATON_AUTOSCALER_CONFIG``. See docs/autosc
 
 from __future__ import annotations
 
-import msgspec
-
 from baton.libs.runner import Input, Spec, Timer, run_spec
 from baton.libs.runtime import OPS_PORTS
-from baton.libs.runtime.settings import Base, require
+from baton.libs.runtime.settings import Base, policy_from, require
 from baton.proto import keys
 from baton.proto.actions import ActionResult
 from baton.proto.admission import GangAdmitted, GangQueued, GangReleased
@@ -22,7 +20,6 @@ from baton.proto.placement import GangPlaced, GangUnschedulable
 from baton.services.autoscaler import core, shell
 
 PREFIX = "BATON_AUTOSCALER_"
-_POLICY_FIELDS = tuple(f.name for f in msgspec.structs.fields(AutoscalerPolicy))
 
 
 class Settings(Base, frozen=True, kw_only=True):
@@ -56,7 +53,7 @@ class Settings(Base, frozen=True, kw_only=True):
         require(PREFIX, checks)
 
     def policy(self) -> AutoscalerPolicy:
-        return AutoscalerPolicy(**{name: getattr(self, name) for name in _POLICY_FIELDS})
+        return policy_from(self, AutoscalerPolicy)
 
 
 SPEC = Spec(

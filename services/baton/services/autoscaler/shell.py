@@ -12,9 +12,9 @@ from typing import Any
 
 import structlog
 
-from baton.libs.runner import Route
+from baton.libs.runner import Route, action_route
 from baton.proto import autoscaler
-from baton.proto.actions import Annotate, MarkNode, ScaleMachineDeployment, action_subject
+from baton.proto.actions import Annotate, MarkNode, ScaleMachineDeployment
 from baton.proto.autoscaler import NodeReplaced, ScaledDown, ScaledUp, ScaleRefused, ScaleReverted
 from baton.services.autoscaler import core, metrics
 
@@ -28,17 +28,13 @@ _KIND: dict[type[Any], str] = {
 }
 
 
-def _action(cluster: str, action: Any) -> tuple[str, str]:
-    return action_subject(cluster, action), action.id
-
-
 def _decision(cluster: str, event: Any) -> tuple[str, str]:
     subject = autoscaler.subject(cluster, event)
     return subject, f"{subject}:{event.at!r}"
 
 
 ROUTES = (
-    Route((ScaleMachineDeployment, MarkNode, Annotate), to=_action, action=True),
+    Route((ScaleMachineDeployment, MarkNode, Annotate), to=action_route, action=True),
     Route((ScaledUp, ScaleRefused, ScaleReverted, ScaledDown, NodeReplaced), to=_decision),
 )
 

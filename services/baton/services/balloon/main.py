@@ -6,11 +6,9 @@ and an optional file named by ``BATON_BALLOON_CONFIG``. See docs/balloon.md.
 
 from __future__ import annotations
 
-import msgspec
-
 from baton.libs.runner import Input, Spec, Timer, run_spec
 from baton.libs.runtime import OPS_PORTS
-from baton.libs.runtime.settings import Base, require
+from baton.libs.runtime.settings import Base, policy_from, require
 from baton.proto.actions import ActionResult
 from baton.proto.balloon import BalloonPolicy
 from baton.proto.k8s import CapacityBufferEvent, MachineDeploymentEvent, NodeEvent, PodEvent
@@ -18,7 +16,6 @@ from baton.proto.placement import GangPlaced
 from baton.services.balloon import core, shell
 
 PREFIX = "BATON_BALLOON_"
-_POLICY_FIELDS = tuple(f.name for f in msgspec.structs.fields(BalloonPolicy))
 MODES = ("off", "static", "demand")
 
 
@@ -53,7 +50,7 @@ class Settings(Base, frozen=True, kw_only=True):
         require(PREFIX, checks)
 
     def policy(self) -> BalloonPolicy:
-        return BalloonPolicy(**{name: getattr(self, name) for name in _POLICY_FIELDS})
+        return policy_from(self, BalloonPolicy)
 
 
 SPEC = Spec(

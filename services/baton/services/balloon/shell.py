@@ -8,21 +8,16 @@ in dry run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import structlog
 
-from baton.libs.runner import Route
+from baton.libs.runner import Route, action_route
 from baton.proto import balloon
-from baton.proto.actions import CreatePod, DeletePod, action_subject
+from baton.proto.actions import CreatePod, DeletePod
 from baton.proto.balloon import Headroom
 from baton.services.balloon import core, metrics
 
 log = structlog.get_logger("baton.balloon")
-
-
-def _action(cluster: str, action: Any) -> tuple[str, str]:
-    return action_subject(cluster, action), action.id
 
 
 def _headroom(cluster: str, event: Headroom) -> tuple[str, str]:
@@ -31,7 +26,7 @@ def _headroom(cluster: str, event: Headroom) -> tuple[str, str]:
 
 
 ROUTES = (
-    Route((CreatePod, DeletePod), to=_action, action=True),
+    Route((CreatePod, DeletePod), to=action_route, action=True),
     Route(Headroom, to=_headroom),
 )
 

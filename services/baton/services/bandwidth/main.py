@@ -10,17 +10,22 @@ docs/bandwidth.md.
 
 from __future__ import annotations
 
-import msgspec
-
 from baton.libs.runner import Input, Spec, Timer, run_spec
 from baton.libs.runtime import OPS_PORTS, SettingsError, load_settings
-from baton.libs.runtime.settings import Base
+from baton.libs.runtime.settings import Base, policy_from
+from baton.libs.runtime.teams import load_teams
 from baton.proto.admission import TeamsLoaded
 from baton.proto.bandwidth import DEFAULT_TIERS, BandwidthPolicy, Capacity, NodeEgress, Tier
 from baton.proto.k8s import EndpointSliceEvent, PodEvent
+from baton.proto.teams import TeamConfigError
 from baton.services.bandwidth import core, shell
-from baton.services.bandwidth.policy import PolicyError, check_teams, parse_rate, with_teams
-from baton.services.bandwidth.policy import load as load_policy
+from baton.services.bandwidth.policy import (
+    PolicyError,
+    check,
+    check_teams,
+    parse_rate,
+    with_teams,
+)
 
 PREFIX = "BATON_BANDWIDTH_"
 
@@ -56,24 +61,12 @@ class Settings(Base, frozen=True, kw_only=True):
 
     def policy(self) -> BandwidthPolicy:
         """The policy the core decides by: these settings and the team file's egress."""
-        policy = load_policy(
-            {
-                "capacity_bps": parse_rate(self.capacity),
-                "tiers": msgspec.to_builtins(self.tiers),
-                "internal_cidrs": self.internal_cidrs,
-                "floor_bps": parse_rate(self.floor),
-                "headroom": self.headroom,
-                "saturated": self.saturated,
-                "stale_s": self.stale_s,
-                "hysteresis": self.hysteresis,
-                "hysteresis_bps": parse_rate(self.hysteresis_min),
-                "endpoint_addresses": self.endpoint_addresses,
-                "annotate": self.annotate,
-                "annotate_per_round": self.annotate_per_round,
-                "annotate_every_s": self.annotate_every_s,
-            }
-        )
-        teams = shell.load_teams(self.teams_file)
+        policy = policy_from(
+            self, BandwidthPolicy, error=PolicyError, capacity_bps=parse_rate(self.capacity),
+            floor_bps=parse_rate(self.floor), hysteresis_bps=parse_rate(self.hysteresis_min),
+        )  # fmt: skip
+        check(policy)
+        teams = load_teams(self.teams_file)
         try:
             check_teams(policy, teams)
         except PolicyError as exc:
@@ -110,7 +103,7 @@ def load(file: str | None) -> Settings:
     settings = load_settings(Settings, PREFIX, file=file)
     try:
         settings.policy()
-    except PolicyError as exc:
+    except (PolicyError, TeamConfigError) as exc:
         raise SettingsError(_key(str(exc), settings)) from None
     return settings
 

@@ -23,7 +23,8 @@ import msgspec
 
 from baton.proto import keys
 from baton.proto.bandwidth import BandwidthPolicy, TeamEgress
-from baton.proto.teams import DEFAULT, TeamConfig
+from baton.proto.codec import field_error
+from baton.proto.teams import TeamConfig
 
 TEAM_LABEL = keys.TEAM
 EGRESS_ANNOTATION = keys.EGRESS_BANDWIDTH
@@ -60,17 +61,9 @@ def load(data: Any) -> BandwidthPolicy:
     try:
         policy = msgspec.convert(data or {}, BandwidthPolicy)
     except msgspec.ValidationError as exc:
-        raise PolicyError(_explain(str(exc))) from exc
+        raise PolicyError(field_error(exc)) from exc
     check(policy)
     return policy
-
-
-def _explain(message: str) -> str:
-    what, sep, where = message.rpartition(" - at ")
-    if not sep:
-        return message
-    path = where.strip("`").removeprefix("$").removeprefix(".") or "<root>"
-    return f"{path}: {what.replace('`', '')}"
 
 
 def check(policy: BandwidthPolicy) -> None:
@@ -110,18 +103,6 @@ def check(policy: BandwidthPolicy) -> None:
             ipaddress.ip_network(cidr)
         except ValueError as exc:
             raise PolicyError(f"internal_cidrs[{i}]: {exc}") from exc
-
-
-def team_config(data: Any) -> TeamConfig:
-    """Decoded YAML/JSON of admission's team file -> its ``TeamConfig`` (the bandwidth
-    service reads the ``egress`` of each team); None or empty: one team owns everything.
-    Admission checks the rest of the file."""
-    if data is None or data == {} or data == {"teams": []}:
-        return DEFAULT
-    try:
-        return msgspec.convert(data, TeamConfig)
-    except msgspec.ValidationError as exc:
-        raise PolicyError(_explain(str(exc))) from exc
 
 
 def with_teams(policy: BandwidthPolicy, config: TeamConfig) -> BandwidthPolicy:

@@ -1,4 +1,4 @@
-"""The bandwidth service's edges: where its outputs go, the team file, logs and metrics.
+"""The bandwidth service's edges: where its outputs go, logs and metrics.
 
 The runner (``libs.runner``) does the I/O: it feeds the core pods, EndpointSlices,
 node agents' egress, admission's ``TeamsLoaded`` and ``Capacity`` in HISTORY's order,
@@ -14,34 +14,16 @@ ticks it every ``interval_s`` while something moved, and publishes the routes be
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import structlog
-import yaml
 
-from baton.libs.runner import Route
-from baton.proto.actions import Annotate, action_subject
+from baton.libs.runner import Route, action_route
+from baton.proto.actions import Annotate
 from baton.proto.bandwidth import Allocation, NodeLimits, allocation_subject, limits_subject
-from baton.proto.teams import TeamConfig
 from baton.services.bandwidth import core, metrics
-from baton.services.bandwidth.policy import PolicyError, team_config
 
 log = structlog.get_logger("baton.bandwidth")
-
-
-def load_teams(path: str) -> TeamConfig:
-    """The team config file (admission's): '' means one team owns everything."""
-    if not path:
-        return team_config(None)
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise PolicyError(f"{path}: {exc}") from None
-    try:
-        return team_config(data)
-    except PolicyError as exc:
-        raise PolicyError(f"{path}: {exc}") from None
 
 
 def _limits(cluster: str, limits: NodeLimits) -> tuple[str, str]:
@@ -52,14 +34,10 @@ def _allocation(cluster: str, allocation: Allocation) -> tuple[str, str]:
     return allocation_subject(cluster), f"allocation:{allocation.at}"
 
 
-def _action(cluster: str, action: Annotate) -> tuple[str, str]:
-    return action_subject(cluster, action), action.id
-
-
 ROUTES = (
     Route(NodeLimits, to=_limits),
     Route(Allocation, to=_allocation),
-    Route(Annotate, to=_action, action=True),
+    Route(Annotate, to=action_route, action=True),
 )
 
 

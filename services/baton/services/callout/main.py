@@ -45,7 +45,7 @@ from baton.libs.runtime import (
     serve_ops,
 )
 from baton.libs.runtime.nkey import account_pair, seed_file_public_key
-from baton.libs.runtime.settings import Base, require
+from baton.libs.runtime.settings import Base, policy_from, require
 from baton.proto import subjects
 from baton.services.callout import core, shell
 
@@ -72,9 +72,7 @@ class Settings(Base, frozen=True, kw_only=True):
                          "SERVICE_ACCOUNT": bool(self.service_account)})  # fmt: skip
 
     def policy(self) -> core.Policy:
-        return core.Policy(cluster=self.cluster, namespace=self.namespace,
-                           service_account=self.service_account, audience=self.audience,
-                           max_s=self.max_s)  # fmt: skip
+        return policy_from(self, core.Policy)
 
 
 def issuer_seed(settings: Settings) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from baton.libs.runner import Input, Spec, Timer, run_spec
 from baton.libs.runtime import OPS_PORTS
-from baton.libs.runtime.settings import Base, require
+from baton.libs.runtime.settings import Base, policy_from, require
 from baton.proto import keys
 from baton.proto.actions import ActionResult
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
@@ -68,20 +68,7 @@ class Settings(Base, frozen=True, kw_only=True):
         require(PREFIX, checks)
 
     def policy(self) -> GangPolicy:
-        return GangPolicy(
-            topology_keys=self.topology_keys, require_admission=self.require_admission,
-            recreate_bare_pods=self.recreate_bare_pods, backoff_s=self.backoff_s,
-            backoff_max_s=self.backoff_max_s, assume_timeout_s=self.assume_timeout_s,
-            verdict_refresh_s=self.verdict_refresh_s, reserve_after_s=self.reserve_after_s,
-            strict_fifo=self.strict_fifo, shortest_first_s=self.shortest_first_s,
-            shortest_first_weight=self.shortest_first_weight,
-            preemption=self.preemption,
-            preempt_min_run_s=self.preempt_min_run_s, preempt_grace_s=self.preempt_grace_s,
-            defrag_moves_per_hour=self.defrag_moves_per_hour,
-            backfill_estimates=self.backfill_estimates, learn_estimates=self.learn_estimates,
-            estimate_percentile=self.estimate_percentile, estimate_samples=self.estimate_samples,
-            estimate_history=self.estimate_history, backfill_loans=self.backfill_loans,
-        )  # fmt: skip
+        return policy_from(self, GangPolicy)
 
 
 SPEC = Spec(

@@ -14,9 +14,9 @@ from typing import Any
 import msgspec
 import structlog
 
-from baton.libs.runner import Route
+from baton.libs.runner import Route, action_route
 from baton.proto import keys, subjects
-from baton.proto.actions import BindGang, EvictGang, RecreatePod, action_subject
+from baton.proto.actions import BindGang, EvictGang, RecreatePod
 from baton.proto.k8s import GPU
 from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
 from baton.services.gang import core, metrics
@@ -30,10 +30,6 @@ _KIND: dict[type[Any], str] = {
 }
 
 
-def _action(cluster: str, action: Any) -> tuple[str, str]:
-    return action_subject(cluster, action), action.id
-
-
 def _decision(cluster: str, event: Any) -> tuple[str, str]:
     namespace, _, name = event.gang.partition("/")
     subject = subjects.subject(cluster, subjects.PLACEMENT, _KIND[type(event)], namespace, name)
@@ -43,7 +39,7 @@ def _decision(cluster: str, event: Any) -> tuple[str, str]:
 
 
 ROUTES = (
-    Route((BindGang, EvictGang, RecreatePod), to=_action, action=True),
+    Route((BindGang, EvictGang, RecreatePod), to=action_route, action=True),
     Route((GangPlaced, GangUnschedulable, GangRestarted), to=_decision),
 )
 

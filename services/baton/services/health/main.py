@@ -24,7 +24,7 @@ from baton.libs.bus import Bus
 from baton.libs.runner import Input, Runner, Spec, Timer, serve
 from baton.libs.runtime import SettingsError, load_settings, run_service
 from baton.libs.runtime.ops import OPS_PORTS
-from baton.libs.runtime.settings import Base, require
+from baton.libs.runtime.settings import Base, policy_from, require
 from baton.proto import health
 from baton.proto.actions import ActionResult
 from baton.proto.health import Control, HealthPolicy, Heard, Silence
@@ -33,7 +33,6 @@ from baton.proto.telemetry import GpuReport, NodeReport, XidEvent
 from baton.services.health import core, heartbeats, shell
 
 PREFIX = "BATON_HEALTH_"
-_POLICY_FIELDS = tuple(f.name for f in msgspec.structs.fields(HealthPolicy))
 
 
 class Settings(Base, frozen=True, kw_only=True):
@@ -100,7 +99,7 @@ class Settings(Base, frozen=True, kw_only=True):
         require(PREFIX, checks)
 
     def policy(self) -> HealthPolicy:
-        return HealthPolicy(**{name: getattr(self, name) for name in _POLICY_FIELDS})
+        return policy_from(self, HealthPolicy)
 
 
 SPEC = Spec(

@@ -18,9 +18,9 @@ import structlog
 
 from baton.libs.bus import Bus
 from baton.libs.bus.streams import EVENTS
-from baton.libs.runner import Route
+from baton.libs.runner import Route, action_route
 from baton.proto import health, subjects
-from baton.proto.actions import CreatePod, DeletePod, Evict, MarkNode, action_subject
+from baton.proto.actions import CreatePod, DeletePod, Evict, MarkNode
 from baton.proto.codec import Undecodable, decode
 from baton.proto.health import Control, Remediate, StateChanged, Withheld
 from baton.services.health import checks, metrics
@@ -39,10 +39,6 @@ _KIND: dict[type[Any], str] = {
 }
 
 
-def _action(cluster: str, action: Any) -> tuple[str, str]:
-    return action_subject(cluster, action), action.id
-
-
 def _decision(cluster: str, event: Any) -> tuple[str, str]:
     kind = _KIND[type(event)]
     what = getattr(event, "state", "") or getattr(event, "rail", "") or getattr(event, "remedy", "")
@@ -50,7 +46,7 @@ def _decision(cluster: str, event: Any) -> tuple[str, str]:
 
 
 ROUTES = (
-    Route(ACTIONS, to=_action, action=True),
+    Route(ACTIONS, to=action_route, action=True),
     Route((StateChanged, Withheld, Remediate), to=_decision),
 )
 

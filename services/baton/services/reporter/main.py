@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from baton.libs.runner import Input, Spec, Timer, run_spec
 from baton.libs.runtime import OPS_PORTS
-from baton.libs.runtime.settings import Base, require
+from baton.libs.runtime.settings import Base, policy_from, require
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.placement import AnyPlacement
@@ -32,7 +32,7 @@ class Settings(Base, frozen=True, kw_only=True):
         require(PREFIX, checks)
 
     def policy(self) -> core.ReportPolicy:
-        return core.ReportPolicy(pod_every=self.pod_every, group_every=self.group_every)
+        return policy_from(self, core.ReportPolicy)
 
 
 SPEC = Spec(

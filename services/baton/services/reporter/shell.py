@@ -8,22 +8,17 @@ the actuator (withheld in dry run). Nothing else is I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import structlog
 
-from baton.libs.runner import Route
-from baton.proto.actions import RecordEvent, SetGroupStatus, SetPodCondition, action_subject
+from baton.libs.runner import Route, action_route
+from baton.proto.actions import RecordEvent, SetGroupStatus, SetPodCondition
 from baton.services.reporter import core, metrics
 
 log = structlog.get_logger("baton.reporter")
 
 
-def _action(cluster: str, action: Any) -> tuple[str, str]:
-    return action_subject(cluster, action), action.id
-
-
-ROUTES = (Route((SetGroupStatus, SetPodCondition, RecordEvent), to=_action, action=True),)
+ROUTES = (Route((SetGroupStatus, SetPodCondition, RecordEvent), to=action_route, action=True),)
 
 
 def observe(state: core.State, outputs: Sequence[core.Output]) -> None:

@@ -24,8 +24,8 @@ import hashlib
 import json
 from typing import Any
 
+from baton.services.simcluster.api.kinds import schema_of
 from baton.services.simcluster.api.resources import RESOURCES, Resource
-from baton.services.simcluster.api.schemas import schema_of
 
 Obj = dict[str, Any]
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"

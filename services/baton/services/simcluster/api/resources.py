@@ -88,10 +88,12 @@ BUILT_IN_GROUPS = (
     "events.k8s.io",
     "scheduling.k8s.io",
     "admissionregistration.k8s.io",
+    "resource.k8s.io",
 )
 _SCHED = "scheduling.k8s.io"
 _UPSTREAM_PODGROUPS = "podgroups.scheduling.k8s.io"
 _WORKLOADS = "workloads.scheduling.k8s.io"
+_DRA = "resource.k8s.io"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource(
@@ -141,6 +143,14 @@ RESOURCES: tuple[Resource, ...] = (
     ),
     # Baton's teams as kubectl users see them (deploy/crds/baton.io_teams.yaml)
     Resource("baton.io", "v1alpha1", "teams", "Team", False, ("status",)),
+    # Dynamic Resource Allocation (world/dra.py: drivers' slices, the resourceclaim controller)
+    Resource(_DRA, "v1", "deviceclasses", "DeviceClass", False),
+    Resource(
+        _DRA, "v1", "resourceslices", "ResourceSlice", False, (), (),
+        (*_COMMON_FIELDS, "spec.nodeName", "spec.driver"),
+    ),
+    Resource(_DRA, "v1", "resourceclaims", "ResourceClaim", True, ("status",)),
+    Resource(_DRA, "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
     # Workload controllers run inside the simulation (jobs.py, jobsets.py, mpijobs.py).
     Resource("batch", "v1", "jobs", "Job", True, ("status",)),
     Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, ("status",)),

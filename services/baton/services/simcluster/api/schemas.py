@@ -4,7 +4,7 @@ Small and honest: every field the real kind has is named at the levels simcluste
 checks (so a typo such as ``spec.schedulerNmae`` or ``spec.minMembers`` is an unknown
 field, and nothing real is), with ``x-kubernetes-preserve-unknown-fields`` on the
 subtrees simcluster does not model (affinity, probes, volumes, statuses). A kind
-without a schema here (``schema_of`` gives None) is served open and not validated.
+without a schema (``kinds.schema_of`` gives None) is served open and not validated.
 Field lists follow Kubernetes v1.31 (and 1.36's pod `schedulingGroup`, KEP-4671) and the
 CRDs in deploy/crds/.
 
@@ -121,14 +121,14 @@ NODE_SPEC = opened(
 )
 
 
-def _kind(description: str, /, **props: Obj) -> Obj:
+def kind(description: str, /, **props: Obj) -> Obj:
     return obj(description, apiVersion=STRING, kind=STRING, metadata=OBJECT_META, **props)
 
 
-_POD = _kind("A pod.", spec=POD_SPEC, status=OPEN)
-_NODE = _kind("A node.", spec=NODE_SPEC, status=OPEN)
-_NAMESPACE = _kind("A namespace.", spec=obj(finalizers=STRINGS), status=OPEN)
-_EVENT = _kind(
+_POD = kind("A pod.", spec=POD_SPEC, status=OPEN)
+_NODE = kind("A node.", spec=NODE_SPEC, status=OPEN)
+_NAMESPACE = kind("A namespace.", spec=obj(finalizers=STRINGS), status=OPEN)
+_EVENT = kind(
     "A core/v1 Event.",
     action=STRING,
     count=INT,
@@ -145,7 +145,7 @@ _EVENT = _kind(
     source=obj(component=STRING, host=STRING),
     type=STRING,
 )
-_EVENT_V1 = _kind(
+_EVENT_V1 = kind(
     "An events.k8s.io/v1 Event.",
     action=STRING,
     deprecatedCount=INT,
@@ -162,7 +162,7 @@ _EVENT_V1 = _kind(
     series=OPEN,
     type=STRING,
 )
-_LEASE = _kind(
+_LEASE = kind(
     "A lease.",
     spec=opened(
         "acquireTime renewTime preferredHolder strategy",
@@ -171,10 +171,10 @@ _LEASE = _kind(
         leaseTransitions=INT,
     ),
 )
-_ENDPOINT_SLICE = _kind(
+_ENDPOINT_SLICE = kind(
     "An EndpointSlice.", addressType=STRING, endpoints=array(OPEN), ports=array(OPEN)
 )
-_PRIORITY_CLASS = _kind(
+_PRIORITY_CLASS = kind(
     "A PriorityClass.",
     value=INT,
     globalDefault=BOOL,
@@ -193,9 +193,9 @@ _WEBHOOK = opened(
     sideEffects=STRING,
     timeoutSeconds=INT,
 )
-_WEBHOOKS = _kind("Admission webhooks.", webhooks=array(_WEBHOOK))
+_WEBHOOKS = kind("Admission webhooks.", webhooks=array(_WEBHOOK))
 _INT32 = {"type": "integer", "format": "int32"}
-_PODGROUP = _kind(  # as deploy/crds/scheduling.x-k8s.io_podgroups.yaml
+_PODGROUP = kind(  # as deploy/crds/scheduling.x-k8s.io_podgroups.yaml
     "A gang of pods placed all together or not at all.",
     spec=obj(
         minMember={
@@ -236,7 +236,7 @@ _PODGROUP = _kind(  # as deploy/crds/scheduling.x-k8s.io_podgroups.yaml
         ),
     ),
 )
-_MACHINE_DEPLOYMENT = _kind(
+_MACHINE_DEPLOYMENT = kind(
     "A Cluster API MachineDeployment (a node pool).",
     spec=opened(
         "machineNamingStrategy minReadySeconds paused progressDeadlineSeconds "
@@ -247,7 +247,7 @@ _MACHINE_DEPLOYMENT = _kind(
     status=OPEN,
 )
 
-_TEAM = _kind(  # as deploy/crds/baton.io_teams.yaml
+_TEAM = kind(  # as deploy/crds/baton.io_teams.yaml
     "A Baton team (from the team file), its GPU quota, usage and queue.",
     spec=obj("Empty; the team file is the source of a team's settings."),
     status=obj(
@@ -294,8 +294,3 @@ SCHEMAS: dict[tuple[str, str], Obj] = {
     ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"): _WEBHOOKS,
     ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"): _WEBHOOKS,
 }
-
-
-def schema_of(group: str, kind: str) -> Obj | None:
-    """The structural schema of a kind, or None where simcluster does not model it."""
-    return SCHEMAS.get((group, kind))

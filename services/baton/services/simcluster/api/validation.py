@@ -6,7 +6,7 @@ clients get the server's default ``Warn``): ``Strict`` refuses the write (400,
 answers a ``Warning`` header for each, ``Ignore`` drops them silently. A value of the
 wrong type is refused whatever ``fieldValidation`` says: 422 Invalid for a custom
 resource (the CRD's schema), 400 for a built-in kind (its Go types cannot hold it).
-Kinds without a schema (:func:`schemas.schema_of` gives None) are stored as sent.
+Kinds without a schema (:func:`kinds.schema_of` gives None) are stored as sent.
 
 Pure: (schema, object) in, the pruned object and the problems out.
 """
@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from baton.services.simcluster.api.kinds import schema_of
 from baton.services.simcluster.api.objects import ApiError, invalid
 from baton.services.simcluster.api.resources import Resource
-from baton.services.simcluster.api.schemas import Obj, schema_of
+from baton.services.simcluster.api.schemas import Obj
 
 MODES = ("Strict", "Warn", "Ignore")
 _TYPES: dict[str, tuple[type, ...]] = {

@@ -8,7 +8,8 @@ another of the same controller. Objects are created through the API server's adm
 hooks (``create``), as a real controller's requests are, so Baton's webhook sees a
 controller's pods as it sees a user's. A reconcile that hits an API error is retried
 after ``RETRY_S`` simulated seconds; one whose spec the real API server would have
-refused (simcluster does not validate these kinds' specs) is logged and left alone.
+refused (objects the simulation stores in-process are not decoded) is logged and left
+alone.
 Owned objects of a deleted owner are deleted, as the garbage collector does with
 background propagation.
 """

@@ -25,7 +25,7 @@ import structlog
 from baton.services.simcluster.api import statuses
 from baton.services.simcluster.api.store import ApiError, Store
 from baton.services.simcluster.clock import Clock
-from baton.services.simcluster.world import hardware, quantities
+from baton.services.simcluster.world import dra, hardware, quantities
 from baton.services.simcluster.world.hardware_feed import HardwareFeed
 from baton.services.simcluster.world.spec import Delays
 from baton.services.simcluster.world.workload import DURATION_ANNOTATION
@@ -53,6 +53,7 @@ class PodTrack:
     timer: asyncio.TimerHandle | None = None
     done: bool = False
     terminating: bool = False
+    claims: bool = False  # spec.resourceClaims: starts once they are allocated and reserved
 
 
 class Kubelets:
@@ -67,6 +68,8 @@ class Kubelets:
         self._pods: dict[str, PodTrack] = {}
         self._ips = 0
         self._waiting: dict[str, set[str]] = {}  # node not (yet) known -> pods bound to it
+        self.on_claims: dict[str, str] = {}  # pod -> what its ResourceClaims still lack
+        self._claim = dra.claim_reader(store)
 
     # following the store
 
@@ -75,6 +78,9 @@ class Kubelets:
             self._on_pod(event, obj)
         elif res == "nodes":
             self._on_node(event, obj)
+        elif res == "resourceclaims" and self.on_claims:
+            for key in list(self.on_claims):
+                self._start(key)
 
     def _on_node(self, event: str, node: Obj) -> None:
         name = node["metadata"]["name"]
@@ -116,6 +122,8 @@ class Kubelets:
         node = (pod.get("spec") or {}).get("nodeName")
         if track is None and node:
             self._admit(key, pod, node)
+        elif key in self.on_claims:  # its claim statuses may have come
+            self._start(key)
 
     # the pod lifecycle
 
@@ -135,7 +143,8 @@ class Kubelets:
             self._pods[key] = PodTrack(node=node, requests={}, done=True)
             self._reject(pod, short, node)
             return
-        track = PodTrack(node=node, requests=requests)
+        claims = bool((pod.get("spec") or {}).get("resourceClaims"))
+        track = PodTrack(node=node, requests=requests, claims=claims)
         self._pods[key] = track
         for name, amount in requests.items():
             book.used[name] = book.used.get(name, 0) + amount
@@ -157,10 +166,12 @@ class Kubelets:
         if track is None or track.done or track.terminating:
             return
         track.timer = None
+        namespace, _, name = key.partition("/")
+        if track.claims and self._lacks_claims(key, namespace, name, track.node):
+            return
         book = self.nodes.get(track.node)
         self._ips += 1
         ip, host_ip = statuses.pod_ip(self._ips), book.ip if book else ""
-        namespace, _, name = key.partition("/")
         try:
             pod = self._store.mutate(
                 "pods", namespace, name, lambda p: statuses.running(p, ip, host_ip)
@@ -179,6 +190,21 @@ class Kubelets:
             return
         done = self._preflight_done if preflight else self._finish
         track.timer = self._clock.call_later(seconds, done, key)
+
+    def _lacks_claims(self, key: str, namespace: str, name: str, node: str) -> bool:
+        """Whether the pod waits for its ResourceClaims (noted in ``on_claims``), as the
+        kubelet's DRA manager keeps it from starting until they are prepared."""
+        try:
+            pod = self._store.get("pods", namespace, name)
+        except ApiError:
+            self.on_claims.pop(key, None)
+            return True
+        lacking = dra.waiting_on(pod, node, self._claim)
+        if lacking:
+            self.on_claims[key] = lacking
+        else:
+            self.on_claims.pop(key, None)
+        return bool(lacking)
 
     def _preflight_done(self, key: str) -> None:
         """A preflight check ends: Succeeded on healthy hardware, else Failed saying why."""
@@ -269,6 +295,7 @@ class Kubelets:
             track.timer.cancel()
         self._release(key, track)
         del self._pods[key]
+        self.on_claims.pop(key, None)
 
     # inspection
 

@@ -22,7 +22,7 @@ from baton.services.simcluster.api.calls import Admission
 from baton.services.simcluster.api.resources import resource
 from baton.services.simcluster.api.store import ApiError, Store
 from baton.services.simcluster.clock import Clock
-from baton.services.simcluster.world import controlling, faults, quantities
+from baton.services.simcluster.world import controlling, dra, faults, quantities
 from baton.services.simcluster.world.cloud import Cloud
 from baton.services.simcluster.world.controlled import controlled_objects
 from baton.services.simcluster.world.fault_trace import TraceRow
@@ -92,12 +92,15 @@ class Simulation:
         self.admission: list[Admission] = []
         # Workload controllers (Job, JobSet, MPIJob), creating through ``self._create``.
         self.controllers = [
-            kind(store, clock=self.clock, create=self._create) for kind in (Jobs, JobSets, MPIJobs)
+            kind(store, clock=self.clock, create=self._create)
+            for kind in (Jobs, JobSets, MPIJobs, dra.Claims)
         ]
 
     async def start(self) -> None:
         self._running = True
         self.store.add_listener(self._on_change)
+        if self.spec.devices == "dra":
+            self._publish_devices()
         self.cloud.start()
         for controller in self.controllers:
             controller.start()
@@ -130,10 +133,40 @@ class Simulation:
         name = node["metadata"]["name"]
         if event == "DELETED":
             self.hardware.remove(name)
+            if self.spec.devices == "dra":
+                self._unpublish(name)
             return
         capacity = quantities.parse_all((node.get("status") or {}).get("capacity"))
         gpus, nics = capacity.get("nvidia.com/gpu", 0), capacity.get("rdma/ib", 0)
         self.hardware.add(name, gpus=gpus, nics=nics)
+        if self.spec.devices == "dra":
+            self._publish(node, gpus=gpus, nics=nics)
+
+    # DRA drivers (devices: dra)
+
+    def _publish_devices(self) -> None:
+        for device_class in dra.device_classes():
+            with contextlib.suppress(ApiError):  # kept from an earlier start
+                self.store.create("deviceclasses", device_class)
+        nodes, _ = self.store.list("nodes")
+        for node in nodes:
+            capacity = quantities.parse_all((node.get("status") or {}).get("capacity"))
+            self._publish(node, gpus=capacity.get("nvidia.com/gpu", 0),
+                          nics=capacity.get("rdma/ib", 0))  # fmt: skip
+
+    def _publish(self, node: dict[str, Any], *, gpus: int, nics: int) -> None:
+        labels = node["metadata"].get("labels") or {}
+        product = labels.get("nvidia.com/gpu.product", "")
+        memory = f"{labels.get('nvidia.com/gpu.memory', '81559')}Mi"
+        for piece in dra.node_slices(node["metadata"]["name"], gpus=gpus, nics=nics,
+                                     product=product, memory=memory):  # fmt: skip
+            with contextlib.suppress(ApiError):  # already published
+                self.store.create("resourceslices", piece)
+
+    def _unpublish(self, node: str) -> None:
+        for driver in (dra.GPU_DRIVER, dra.NIC_DRIVER):
+            with contextlib.suppress(ApiError):
+                self.store.delete("resourceslices", None, f"{node}-{driver.replace('.', '-')}")
 
     # faults
 

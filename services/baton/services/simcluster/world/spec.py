@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
@@ -96,6 +96,10 @@ class ClusterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     cluster_name: Name = "sim"
     node_prefix: Name = "gpu"
     seed: int = 1  # the cloud's randomness (provisioning spread, failures)
+    # how nodes show their GPUs and NICs: "plugin" (the device plugins' counts,
+    # nvidia.com/gpu and rdma/ib) or "dra" (those counts and, beside them, the DRA
+    # drivers' ResourceSlices: world/dra.py)
+    devices: Literal["plugin", "dra"] = "plugin"
 
 
 def default_spec(nodes: int, **pool: Any) -> ClusterSpec:

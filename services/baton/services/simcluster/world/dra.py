@@ -1,0 +1,187 @@
+"""Dynamic Resource Allocation (``resource.k8s.io/v1``) as a cluster running NVIDIA's GPU
+DRA driver and an RDMA NIC driver shows it.
+
+- **Drivers' ResourceSlices** (``devices: dra`` in the cluster spec): every node
+  publishes one slice per driver, its pool named after the node. ``gpu.nvidia.com``
+  lists the node's GPUs (``gpu-0`` …, attributes ``type``, ``index``, ``productName``,
+  ``uuid``, ``numa``, ``resource.kubernetes.io/pcieRoot``; capacity ``memory``);
+  ``dra.net`` lists its RDMA NICs (``nic-0`` …, attributes ``rdma``, ``rail``,
+  ``numa``, the same ``resource.kubernetes.io/pcieRoot``). As on an HGX H100, a PCIe
+  switch holds two GPUs and two NICs, so GPU i and NIC i share a root and a
+  ``matchAttribute`` constraint on it pairs them. A node's slices go with the node.
+  Two DeviceClasses select each driver's devices.
+- **The resourceclaim controller** (always on, as in kube-controller-manager): a pod's
+  ``spec.resourceClaims`` entry that names a ResourceClaimTemplate gets a ResourceClaim
+  of the template's spec, owned by the pod (deleted with it), annotated
+  ``resource.kubernetes.io/pod-claim-name``, and listed in the pod's
+  ``status.resourceClaimStatuses``.
+- **The kubelet** starts a bound pod that has claims only once each is allocated on
+  its node and reserved for it (``status.allocation``, ``status.reservedFor``);
+  ``waiting_on`` says what it waits for. Who allocates is the scheduler's job: this
+  module allocates nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from baton.services.simcluster.api.store import ApiError, Store
+from baton.services.simcluster.world.controlling import Controller, controller_of, owner_reference
+
+Obj = dict[str, Any]
+API = "resource.k8s.io/v1"
+GPU_DRIVER = "gpu.nvidia.com"
+NIC_DRIVER = "dra.net"
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
+PER_SWITCH = 2  # GPUs (and NICs) under one PCIe switch
+PER_NUMA = 4
+
+
+def device_classes() -> list[Obj]:
+    """The DeviceClasses a cluster with both drivers has: one per driver."""
+    return [
+        {"apiVersion": API, "kind": "DeviceClass", "metadata": {"name": driver},
+         "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}}
+        for driver in (GPU_DRIVER, NIC_DRIVER)
+    ]  # fmt: skip
+
+
+def node_slices(node: str, *, gpus: int, nics: int, product: str, memory: str) -> list[Obj]:
+    """The ResourceSlices ``node``'s drivers publish: its GPUs, and its NICs if any."""
+    gpu_devices = [
+        _device(f"gpu-{i}", i, type={"string": "gpu"}, productName={"string": product},
+                uuid={"string": f"GPU-{node}-{i}"}, capacity={"memory": {"value": memory}})
+        for i in range(gpus)
+    ]  # fmt: skip
+    nic_devices = [
+        _device(f"nic-{i}", i, rdma={"bool": True}, rail={"int": i}) for i in range(nics)
+    ]
+    out = [_slice(node, GPU_DRIVER, gpu_devices)]
+    if nic_devices:
+        out.append(_slice(node, NIC_DRIVER, nic_devices))
+    return out
+
+
+def _device(name: str, index: int, *, capacity: Obj | None = None, **attributes: Obj) -> Obj:
+    attributes.update(
+        index={"int": index},
+        numa={"int": index // PER_NUMA},
+        **{PCIE_ROOT: {"string": f"pci0000:{0x10 * (1 + index // PER_SWITCH):02x}"}},
+    )
+    device: Obj = {"name": name, "attributes": attributes}
+    if capacity:
+        device["capacity"] = capacity
+    return device
+
+
+def _slice(node: str, driver: str, devices: list[Obj]) -> Obj:
+    return {
+        "apiVersion": API,
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{driver.replace('.', '-')}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def waiting_on(pod: Obj, node: str, claim: Any) -> str:
+    """What a bound pod's claims still lack before its kubelet may start it ("" when
+    nothing): ``claim(namespace, name)`` gives a ResourceClaim or None."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    generated = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+    }
+    for entry in spec.get("resourceClaims") or ():
+        name = entry.get("resourceClaimName") or generated.get(entry.get("name"))
+        if not name:
+            return f"claim {entry.get('name')!r}: not created yet"
+        found = claim(meta.get("namespace", ""), name)
+        if found is None:
+            return f"ResourceClaim {name}: not found"
+        status = found.get("status") or {}
+        allocation = status.get("allocation")
+        if not allocation:
+            return f"ResourceClaim {name}: not allocated"
+        pools = {r.get("pool") for r in (allocation.get("devices") or {}).get("results") or ()}
+        if pools - {node}:
+            return f"ResourceClaim {name}: allocated on {sorted(pools - {node})}, not {node}"
+        reserved = {r.get("uid") for r in status.get("reservedFor") or ()}
+        if meta.get("uid") not in reserved:
+            return f"ResourceClaim {name}: not reserved for the pod"
+    return ""
+
+
+class Claims(Controller):
+    """The resourceclaim controller: ResourceClaims from pods' templates."""
+
+    resource = "pods"
+    kind = "Pod"
+    collects = ("resourceclaims",)
+
+    def on_change(self, event: str, res: str, obj: Obj) -> None:
+        if res != "pods" or not (obj.get("spec") or {}).get("resourceClaims"):
+            return  # most pods have no claims: nothing to reconcile
+        super().on_change(event, res, obj)
+
+    async def reconcile(self, obj: Obj) -> None:
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        namespace, uid = meta.get("namespace", ""), meta.get("uid", "")
+        have = {
+            (c["metadata"].get("annotations") or {}).get(POD_CLAIM_NAME): c["metadata"]["name"]
+            for c in self.owned("resourceclaims", namespace, uid)
+        }
+        statuses: list[Obj] = []
+        for entry in obj["spec"]["resourceClaims"]:
+            template = entry.get("resourceClaimTemplateName")
+            if not template:
+                continue  # a claim the user made: used as it is
+            name = have.get(entry["name"]) or await self._claim(obj, entry["name"], template)
+            statuses.append({"name": entry["name"], "resourceClaimName": name})
+        if ((obj.get("status") or {}).get("resourceClaimStatuses") or []) != statuses:
+
+            def put(pod: Obj) -> None:
+                pod.setdefault("status", {})["resourceClaimStatuses"] = statuses
+
+            self.store.mutate("pods", namespace, meta["name"], put)
+
+    async def _claim(self, pod: Obj, entry: str, template_name: str) -> str:
+        namespace = pod["metadata"].get("namespace", "")
+        template = self.store.get("resourceclaimtemplates", namespace, template_name)
+        claim = {
+            "apiVersion": API,
+            "kind": "ResourceClaim",
+            "metadata": {
+                "generateName": f"{pod['metadata']['name']}-{entry}-",
+                "namespace": namespace,
+                "annotations": {POD_CLAIM_NAME: entry},
+                "ownerReferences": [owner_reference(pod)],
+            },
+            "spec": (template.get("spec") or {}).get("spec") or {},
+        }
+        created = await self.create("resourceclaims", claim)
+        return str(created["metadata"]["name"])
+
+
+def claim_reader(store: Store) -> Any:
+    """``claim(namespace, name)`` over ``store``, None when there is none."""
+
+    def claim(namespace: str, name: str) -> Obj | None:
+        try:
+            return store.get("resourceclaims", namespace, name)
+        except ApiError:
+            return None
+
+    return claim
+
+
+def claim_owner(obj: Obj) -> str:
+    """The pod a generated ResourceClaim belongs to ("" for a user's own claim)."""
+    return controller_of(obj, "Pod")
