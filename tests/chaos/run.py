@@ -13,7 +13,13 @@ run itself as admin. For ``duration`` seconds:
 - once, a node's state claiming 1,000 GPUs is published on its subject with the
   run's (admin's) rights: every consumer must refuse it and keep the node's last good
   state, replicas restarted afterwards too (the over-allocation check counts pods the
-  kubelet failed for want of room).
+  kubelet failed for want of room);
+- once, forged actions (a create-pod body on gang's bind-gang subject, admission's
+  taint at epoch 0 and ahead of its lease) are published: each must be refused naming
+  why, and none applied (``forging``);
+- once, a replica of admission whose clock runs 15 TTLs ahead joins: it must leave the
+  healthy leader alone, and once it has led and died, a real replica must take over
+  within 6 TTLs (``forging.skewed_replica``).
 
 Then the trace ends, Baton settles, and the run checks, from the API and the streams:
 no gang partly bound; no node over-allocated; every action answered (lost: 0), none
@@ -49,6 +55,7 @@ from baton.proto.actions import ActionResult, AnyAction
 from baton.proto.deadletter import DeadLetter
 from baton.services.cli.processes import Child, baton, free_port, nats_server_binary, port_open
 from baton.services.cli.stack import write_nats_auth
+from tests.chaos import forging
 from tests.pipeline import every
 
 SERVICES = ("bridge", "actuator", "admission", "gang")
@@ -75,6 +82,8 @@ class Report:
     events: list[str] = field(default_factory=list)
     checks: dict[str, tuple[bool, str]] = field(default_factory=dict)
     counts: dict[str, Any] = field(default_factory=dict)
+    forged: list[forging.Forgery] = field(default_factory=list)
+    skew: tuple[bool, float | None] | None = None  # (left the leader alone, takeover s)
 
     @property
     def ok(self) -> bool:
@@ -237,6 +246,7 @@ async def _rampage(stack: Stack, bus: Bus, rng: random.Random, report: Report) -
     began = time.monotonic()
     nats_at, pause_at = plan.duration / 3, 2 * plan.duration / 3
     forge_at = plan.duration / 6
+    actions_at, skew_at = plan.duration / 4, plan.duration / 2
     next_kill = plan.every
     pending: list[tuple[float, Child]] = []  # (restart at, child)
     while (now := time.monotonic() - began) < plan.duration:
@@ -264,6 +274,12 @@ async def _rampage(stack: Stack, bus: Bus, rng: random.Random, report: Report) -
         if forge_at and now >= forge_at:
             forge_at = 0
             await _forge_node(bus, report, now)
+        if actions_at and now >= actions_at:
+            actions_at = 0
+            await _forge_actions(bus, report, now)
+        if skew_at and now >= skew_at:
+            skew_at = 0
+            await _skew(stack, bus, report, now)
         await asyncio.sleep(0.1)
     for _, child in pending:
         child.start()
@@ -318,6 +334,23 @@ async def _forge_node(bus: Bus, report: Report, now: float) -> None:
     forged = k8s.NodeEvent(op="upsert", at=real.at, node=node)
     await bus.publish(subjects.subject(C, subjects.K8S, "node", node.name), forged)
     report.events.append(f"{now:6.1f} s: forged node {node.name} with 1000 GPUs on its subject")
+
+
+async def _forge_actions(bus: Bus, report: Report, now: float) -> None:
+    nodes = await bus.snapshot(subjects.wildcard(C, subjects.K8S, "node", ">"), k8s.NodeEvent)
+    node = next((e.node.name for e in nodes if e.op == "upsert"), "")
+    epochs = {service: held.epoch for service, held in (await leaders(bus)).items()}
+    report.forged = forging.forgeries(C, node=node, namespace="default", epochs=epochs)
+    await forging.forge(bus, report.forged)
+    report.events.append(f"{now:6.1f} s: forged {len(report.forged)} actions (kind, epochs)")
+
+
+async def _skew(stack: Stack, bus: Bus, report: Report, now: float) -> None:
+    pids = [c.process.pid for c in stack.replicas
+            if c.name.startswith("admission-") and c.process and c.alive]  # fmt: skip
+    report.skew = await forging.skewed_replica(
+        bus, service="admission", ttl=stack.plan.ttl, pids=pids, events=report.events, now=now
+    )
 
 
 async def _pause_leader(stack: Stack, bus: Bus, report: Report, now: float) -> None:
@@ -377,6 +410,7 @@ async def check(stack: Stack, bus: Bus, report: Report) -> None:
     actions = await every(bus, subjects.wildcard(C, "action", ">"), AnyAction)
     results = await every(bus, subjects.wildcard(C, "result", ">"), ActionResult)
     answered = {r.action_id for r in results}
+    _trust_checks(report, {r.action_id: r for r in results}, pods, nodes)
     lost = [a.id for a in actions if a.id not in answered]
     outcomes = Counter(r.outcome for r in results)
     report.counts["actions"] = len({a.id for a in actions})
@@ -391,6 +425,22 @@ async def check(stack: Stack, bus: Bus, report: Report) -> None:
     refused = _violations(stack.logs / "nats.log")
     said = f"{len(refused)} refusals: {refused[:3]}"
     report.checks["NATS refused no service (auth on)"] = (not refused, said)
+
+
+def _trust_checks(
+    report: Report, results: dict[str, ActionResult], pods: list[Any], nodes: list[Any]
+) -> None:
+    if report.forged:
+        report.checks["forged kinds and epochs refused, none applied"] = forging.refused(
+            report.forged, results, pods, nodes
+        )
+    if report.skew is not None:
+        alone, took = report.skew
+        bound = forging.TAKEOVER_TTLS * report.plan.ttl
+        ok = alone and took is not None and took <= bound
+        report.checks["a skewed replica neither steals a lease nor slows a takeover"] = (
+            ok, f"left the leader alone: {alone}; takeover after it died: {took} s (<= {bound} s)"
+        )  # fmt: skip
 
 
 def _violations(log: Path) -> list[str]:

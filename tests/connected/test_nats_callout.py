@@ -28,9 +28,12 @@ from baton.libs.runtime.nkey import account_pair, new_account_seed, public_key
 from baton.proto import subjects
 from baton.proto.codec import encode
 from baton.proto.telemetry import Heartbeat
+from baton.services.bridge import main as bridge
 from baton.services.callout import claims
 from baton.services.callout import main as callout
-from baton.services.cli.natsconfig import specs
+from baton.services.callout import shell as callout_shell
+from baton.services.cli.natsconfig import run as nats_config
+from baton.services.cli.natsconfig import seed_path, specs
 from baton.services.gang import main as gang
 from tests.connected.test_nats_auth import hello, write_seeds
 from tests.pipeline import running, stop, until
@@ -104,6 +107,7 @@ async def callout_nats(tmp_path: Path, *, serve_callout: bool = True) -> AsyncIt
             settings = callout.Settings(nats_url=server, cluster=C, ops_port=0,
                                         nats_nkey_seed_file=seeds["callout"],
                                         issuer_seed_file=str(issuer_file),
+                                        kick_seed_file=seeds[access.CALLOUT_KICK],
                                         kubeconfig=sim.kubeconfig)  # fmt: skip
             ready = asyncio.Event()
             task = asyncio.create_task(callout.serve(settings, ready=ready), name="callout")
@@ -319,3 +323,100 @@ async def test_the_operator_never_sees_an_agents_token_on_the_callouts_subject(
         await until(lambda: refused("publish"), what="admin's publish refused")
         assert not any(token.encode() in data for data in seen)
         await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def running_bridge(setup: Setup) -> AsyncIterator[None]:
+    """The bridge with its own seed, watching simcluster: pods' deletions reach the bus."""
+    bus = await Bus.connect(setup.server, cluster=C, name="bridge",
+                            seed_file=setup.seeds["bridge"])  # fmt: skip
+    settings = bridge.Settings(cluster=C, nats_nkey_seed_file=setup.seeds["bridge"])
+    runner = bridge.runner(bus, setup.client, settings)
+    task = asyncio.create_task(runner.run(), name="bridge")
+    try:
+        await until(lambda: runner.ready or task.done(), what="bridge ready", within=30)
+        if task.done():
+            task.result()
+        yield
+    finally:
+        await stop(task, within=15.0, what="bridge")
+        await bus.close()
+
+
+async def test_an_agent_is_disconnected_when_its_pod_goes_and_cannot_come_back(
+    tmp_path: Path,
+) -> None:
+    """Pod agent-a deleted: the bridge says so, the callout has NATS close agent-a's
+    connection, and its reconnects with the same (still unexpired) token are refused;
+    node B's agent, whose pod stays, keeps its connection and publishes. Then node B
+    removed: its agent is closed too."""
+    async with callout_nats(tmp_path) as setup:
+        admin = await Bus.connect(setup.server, cluster=C, name="test",
+                                  seed_file=setup.seeds["admin"])  # fmt: skip
+        await admin.ensure_streams()
+        agents: dict[str, Bus] = {}
+        tokens: dict[str, str] = {}
+        try:
+            for pod, node in (("agent-a", A), ("agent-b", B)):
+                await setup.pod(pod, node)
+                tokens[node] = await setup.token(pod)
+                agents[node] = await Bus.connect(setup.server, cluster=C, name=f"agent-{node}",
+                                                 token_file=setup.token_file(tokens[node]),
+                                                 inbox=access.agent_inbox(node))  # fmt: skip
+            async with running_bridge(setup):
+                await _delete_agents_pod_and_node(setup, agents, tokens)
+        finally:
+            for agent in agents.values():
+                await agent.close()
+        await admin.close()
+
+
+async def _delete_agents_pod_and_node(
+    setup: Setup, agents: dict[str, Bus], tokens: dict[str, str]
+) -> None:
+    await setup.core.delete_namespaced_pod("agent-a", NS, grace_period_seconds=0)
+    await until(lambda: not agents[A].nc.is_connected, within=10,
+                what="agent-a's connection closed once its pod was deleted")  # fmt: skip
+    said = await hello(setup.server, {"auth_token": tokens[A]})
+    assert "authorization violation" in said.lower(), said  # the same token: refused
+    assert not agents[A].nc.is_connected and agents[A].nc.stats["reconnects"] == 0
+    beat = Heartbeat(node=B, at=1.0, seq=1, started=1.0)
+    await agents[B].publish(subjects.telemetry(C, "heartbeat", B), beat)
+    assert agents[B].nc.is_connected  # its pod stays: it does
+    await setup.core.delete_node(B)
+    await until(lambda: not agents[B].nc.is_connected, within=10,
+                what="agent-b's connection closed once its node was removed")  # fmt: skip
+
+
+async def test_the_kick_user_of_an_included_auth_only_config_closes_a_client(
+    tmp_path: Path,
+) -> None:
+    """``deploy/``'s way: nats.conf includes ``nats-config --callout --auth-only``'s
+    file; its ``callout-kick`` user (system account) closes a client by its id, and
+    is told when there is no such client."""
+    creds = tmp_path / "creds"
+    out = tmp_path / "auth.conf"
+    assert nats_config(["--cluster", C, "--credentials", str(creds), "--callout",
+                        "--auth-only", "--out", str(out)]) == 0  # fmt: skip
+    conf = tmp_path / "nats.conf"
+    conf.write_text("include auth.conf\n")
+    async with running_nats(config=conf) as server:
+        closed = asyncio.Event()
+
+        async def on_closed() -> None:
+            closed.set()
+
+        admin_seed = str(seed_path(creds, "admin"))
+        admin = await nats.connect(server, allow_reconnect=False, closed_cb=on_closed,
+                                   **auth_options(seed_file=admin_seed))  # fmt: skip
+        kick_seed = str(seed_path(creds, access.CALLOUT_KICK))
+        kicker = await nats.connect(server, **auth_options(seed_file=kick_seed))
+        try:
+            server_id = admin._server_info["server_id"]
+            said = await callout_shell.nats_kicker(kicker)(server_id, admin.client_id or 0)
+            assert said == ""
+            await until(closed.is_set, what="the kicked client closed")
+            assert "no such client" in (await callout_shell.nats_kicker(kicker)(server_id, 999_999))
+        finally:
+            await kicker.close()
+            await admin.close()

@@ -1,5 +1,6 @@
 """The short chaos run (the long one: ``just chaos``): replicas killed, NATS restarted, a
-leader paused past its lease; afterwards no gang is partly bound, no node
+leader paused past its lease, a node's state beyond its shape, forged action kinds and
+epochs, a replica whose clock runs ahead; afterwards no gang is partly bound, no node
 over-allocated, every action answered once, every job placed, and NATS (auth on, one
 nkey per service, as ``baton up`` runs it) refused nothing."""
 
@@ -22,3 +23,5 @@ async def test_baton_keeps_its_promises_while_its_pieces_die() -> None:
     assert any("forged node" in e for e in report.events), text
     assert report.counts["actions"] > 0, text
     assert report.checks["NATS refused no service (auth on)"][0], text
+    assert report.checks["forged kinds and epochs refused, none applied"][0], text
+    assert report.checks["a skewed replica neither steals a lease nor slows a takeover"][0], text

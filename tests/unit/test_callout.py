@@ -307,14 +307,15 @@ def test_token_requests_the_api_server_refuses() -> None:
 # The shell's answer to a server's request (the reviewer stands in for the API server)
 
 
-def server_request(token: str) -> bytes:
+def server_request(token: str, *, cid: int = 0) -> bytes:
+    client = {"host": "10.0.0.7", **({"id": cid} if cid else {})}  # id: the client's on it
     entropy = bytes(range(32))
     server = nkeys.from_seed(bytearray(nkeys.encode_seed(entropy, nkeys.PREFIX_BYTE_SERVER)))
     claims_ = {"aud": claims.REQUEST_AUDIENCE, "sub": "AISSUER", "iat": int(NOW),
                "nats": {"type": "authorization_request", "version": 2, "user_nkey": "UONE",
                         "server_id": {"id": "NSERVERID", "name": "n1"},
                         "connect_opts": {"auth_token": token, "name": "agent-gpu-0"},
-                        "client_info": {"host": "10.0.0.7"}}}  # fmt: skip
+                        "client_info": client}}  # fmt: skip
     return claims.encode(claims_, server).encode()
 
 

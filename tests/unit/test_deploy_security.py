@@ -129,6 +129,9 @@ def test_the_agent_connects_with_its_pods_token_for_nats_and_no_seed() -> None:
         AGENTS, "baton-agent")  # fmt: skip
     issuer = volume_at(of("Deployment")["baton-callout"], callout["BATON_CALLOUT_ISSUER_SEED_FILE"])
     assert issuer["secret"]["secretName"] == "baton-callout-issuer"
+    kick = volume_at(of("Deployment")["baton-callout"], callout["BATON_CALLOUT_KICK_SEED_FILE"])
+    assert kick["secret"]["items"] == [{"key": access.CALLOUT_KICK, "path": "seed"}]  # closes
+    # a deleted pod's agent (docs/security.md); a key nats-config writes
 
 
 def volumes_of(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -302,6 +302,24 @@ CALLOUT = "callout"  # the auth callout's own user (services/baton/services/call
 # It reads the server's authorization requests and answers on the server's inboxes.
 AUTH_REQUESTS = "$SYS.REQ.USER.AUTH"
 CALLOUT_PERMISSIONS = Permissions(publish=("$SYS._INBOX.>",), subscribe=(AUTH_REQUESTS,))
+# The callout's second user, in the system account (``SYSTEM_ACCOUNT``): it may only ask a
+# server to close one client (``$SYS.REQ.SERVER.<id>.KICK``), the agent of a pod gone.
+CALLOUT_KICK = "callout-kick"
+SYSTEM_ACCOUNT = "SYS"
+KICK_REQUESTS = "$SYS.REQ.SERVER.*.KICK"
+CALLOUT_KICK_PERMISSIONS = Permissions(publish=(KICK_REQUESTS,), subscribe=())
+
+
+def callout_permissions(cluster: str) -> Permissions:
+    """The callout's user: the server's authorization requests, its answers, and the
+    deletions of pods and nodes (whose agents it then disconnects) as the bridge says them."""
+    k8s = (
+        subjects.wildcard(cluster, subjects.K8S, "pod", ">"),
+        subjects.wildcard(cluster, subjects.K8S, "node", ">"),
+    )
+    return Permissions(publish=CALLOUT_PERMISSIONS.publish, subscribe=(AUTH_REQUESTS, *k8s))
+
+
 # The operator's tools: everything but the authorization requests, which carry agents'
 # tokens in the clear (``nats sub '>'`` or ``baton tail`` would print them).
 ADMIN_PERMISSIONS = Permissions(
@@ -360,7 +378,8 @@ def users(
     if fleet:
         wanted.append((AGENT_FLEET, fleet_permissions(cluster)))
     if callout:
-        wanted.append((CALLOUT, CALLOUT_PERMISSIONS))
+        wanted.append((CALLOUT, callout_permissions(cluster)))
+        wanted.append((CALLOUT_KICK, CALLOUT_KICK_PERMISSIONS))
     return [User(name, known.get(name) or new_user_seed(), perms) for name, perms in wanted]
 
 
@@ -384,7 +403,7 @@ def server_config(
         "port": port,
         "max_payload": MAX_PAYLOAD,
         "jetstream": {"store_dir": store_dir} if store_dir else {},
-        "authorization": {"users": [u.to_config() for u in found]},
+        "authorization": {"users": [u.to_config() for u in found if u.name != CALLOUT_KICK]},
     }
     if callout_issuer:
         if not any(u.name == CALLOUT for u in found):
@@ -393,6 +412,10 @@ def server_config(
             "issuer": callout_issuer,
             "auth_users": [u.public_key for u in found],
         }
+    kick = [u.to_config() for u in found if u.name == CALLOUT_KICK]
+    if kick:  # the system account: nats-server answers its KICK requests there alone
+        config["accounts"] = {SYSTEM_ACCOUNT: {"users": kick}}
+        config["system_account"] = SYSTEM_ACCOUNT
     if tls:
         config["tls"] = dict(tls)
     return config

@@ -41,6 +41,7 @@ Rights = Callable[[str], tuple[str, Permissions]]
 
 NODE_NAME = "authentication.kubernetes.io/node-name"
 POD_NAME = "authentication.kubernetes.io/pod-name"
+POD_UID = "authentication.kubernetes.io/pod-uid"
 GLOBAL_ACCOUNT = "$G"
 
 
@@ -77,6 +78,7 @@ class Grant:
     name: str  # the NATS user's name, as the config would call it (agent-<node>)
     permissions: Permissions  # its inbox included
     expires: int  # seconds since the epoch
+    pod_uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +111,9 @@ def decide(review: Review | None, policy: Policy, now: float, rights: Rights) ->
     if expires <= now:
         return Refusal("token expired")
     pod = next(iter(review.extra.get(POD_NAME) or ()), "")
-    return Grant(node=node, pod=pod, name=name, permissions=permissions, expires=int(expires))
+    uid = next(iter(review.extra.get(POD_UID) or ()), "")
+    return Grant(node=node, pod=pod, name=name, permissions=permissions, expires=int(expires),
+                 pod_uid=uid)  # fmt: skip
 
 
 def user_claims(grant: Grant, *, user_key: str, now: float) -> dict[str, Any]:
@@ -156,6 +160,7 @@ class Request:
     server_id: str
     token: str  # connect_opts.auth_token ("" when none)
     client: str  # for logs: the client's name and address
+    cid: int = 0  # client_info.id: the connection's id on that server (0: not given)
 
 
 def request_of(claims: Mapping[str, Any]) -> Request:
@@ -172,5 +177,6 @@ def request_of(claims: Mapping[str, Any]) -> Request:
     opts = nats.get("connect_opts") or {}
     info = nats.get("client_info") or {}
     client = f"{opts.get('name') or info.get('name') or '?'}@{info.get('host') or '?'}"
+    cid = info.get("id")
     return Request(user_key=user_key, server_id=server_id, token=opts.get("auth_token") or "",
-                   client=client)  # fmt: skip
+                   client=client, cid=cid if isinstance(cid, int) else 0)  # fmt: skip

@@ -4,13 +4,16 @@ Each node agent connects with its pod's projected ServiceAccount token (audience
 ``nats``) instead of a seed; NATS hands the CONNECT to this service (a user subscribed
 to ``$SYS.REQ.USER.AUTH``), which asks Kubernetes a TokenReview and answers with a
 user that may do exactly what its node's agent may (``access.agent_permissions``).
-See docs/security.md. Replicas share the work (a queue group); no state.
+When a pod in the agents' namespace, or a node, is deleted (the bridge's event), each
+replica closes the agents' connections it let in for it (``revoking``). See
+docs/security.md. Replicas share the answers (a queue group); each remembers its own.
 
 | key | default | meaning |
 |---|---|---|
 | ``BATON_NATS_URL`` / ``_CA_FILE`` | | NATS, as every service |
 | ``BATON_NATS_NKEY_SEED_FILE`` | required | its own NATS user (``nats-config --callout``) |
 | ``BATON_CALLOUT_ISSUER_SEED_FILE`` | required | account seed (``SA...``) signing answers |
+| ``BATON_CALLOUT_KICK_SEED_FILE`` | | its ``callout-kick`` user: closes gone pods' agents |
 | ``BATON_CALLOUT_NAMESPACE`` | ``baton-agent`` | the agents' ServiceAccount's namespace |
 | ``BATON_CALLOUT_SERVICE_ACCOUNT`` | ``baton-agent`` | the agents' ServiceAccount |
 | ``BATON_CALLOUT_AUDIENCE`` | ``nats`` | the audience tokens must be for |
@@ -27,9 +30,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import nats
 import structlog
 
 from baton.libs.bus import Bus
+from baton.libs.bus.connection import auth_options
 from baton.libs.kube.client import api_client
 from baton.libs.runtime import (
     OPS_PORTS,
@@ -39,8 +44,9 @@ from baton.libs.runtime import (
     run_until_signalled,
     serve_ops,
 )
-from baton.libs.runtime.nkey import account_pair
+from baton.libs.runtime.nkey import account_pair, seed_file_public_key
 from baton.libs.runtime.settings import Base, policy_from, require
+from baton.proto import subjects
 from baton.services.callout import core, shell
 
 PREFIX = "BATON_CALLOUT_"
@@ -57,6 +63,7 @@ class Settings(Base, frozen=True, kw_only=True):
     audience: str = "nats"
     max_s: int = 3600
     kubeconfig: str = ""
+    kick_seed_file: str = ""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -89,16 +96,35 @@ def settings_from(env: dict[str, Any], file: str | None = None) -> Settings:
     if not settings.nats_nkey_seed_file:
         raise SettingsError("BATON_NATS_NKEY_SEED_FILE: required (the callout's own NATS user)")
     issuer_seed(settings)
+    if settings.kick_seed_file:
+        seed_file_public_key(settings.kick_seed_file, setting=f"{PREFIX}KICK_SEED_FILE")
     return settings
+
+
+async def kicker(settings: Settings) -> tuple[shell.Kicker | None, Any]:
+    """The kicker and its system-account connection (None, None: no kick seed)."""
+    if not settings.kick_seed_file:
+        log.warning("callout: no BATON_CALLOUT_KICK_SEED_FILE: agents keep their connection "
+                    "after their pod is deleted, until their token expires")  # fmt: skip
+        return None, None
+    options = auth_options(seed_file=settings.kick_seed_file, ca_file=settings.nats_ca_file)
+    nc = await nats.connect(settings.nats_url, name="callout-kick", **options)
+    return shell.nats_kicker(nc), nc
 
 
 async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
     client = await api_client(settings.kubeconfig)
+    kick, kick_nc = await kicker(settings)
     callout = shell.Callout(issuer_seed=issuer_seed(settings), policy=settings.policy(),
-                            review=shell.kube_reviewer(client))  # fmt: skip
+                            review=shell.kube_reviewer(client), kick=kick)  # fmt: skip
     bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name="callout",
                             ca_file=settings.nats_ca_file,
                             seed_file=settings.nats_nkey_seed_file)  # fmt: skip
+    gone = []
+    if kick is not None:  # every replica hears every deletion (no queue group)
+        for kind in ("pod", "node"):
+            wanted = subjects.wildcard(settings.cluster, subjects.K8S, kind, ">")
+            gone.append(await bus.nc.subscribe(wanted, cb=callout.handle_k8s))
     sub = await bus.nc.subscribe(SUBJECT, queue=QUEUE, cb=callout.handle)
     ops = await serve_ops(settings.ops_port, ready=lambda: bus.nc.is_connected, service="callout")
     log.info("callout serving", issuer=callout.issuer, subject=SUBJECT, ops_port=ops.port,
@@ -109,8 +135,12 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         await asyncio.Event().wait()
     finally:
         await sub.unsubscribe()
+        for each in gone:
+            await each.unsubscribe()
         await ops.close()
         await bus.close()
+        if kick_nc is not None:
+            await kick_nc.close()
         await client.close()
 
 

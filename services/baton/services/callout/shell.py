@@ -5,6 +5,10 @@ server), take ``connect_opts.auth_token``, ask Kubernetes a TokenReview (audienc
 ``nats``), let ``core.decide`` choose, and answer with an ``authorization_response``
 signed by the issuer account's key (``claims.encode``). Every decision is logged with
 its reason and the client's name and address, never the token.
+
+Revocation: the connections let in are remembered (server id, client id, pod, node);
+the bridge's deletion of a pod in the agents' namespace, or of a node, closes theirs
+(``revoking``; a ``Kicker`` asks the server, ``$SYS.REQ.SERVER.<id>.KICK``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import prometheus_client
 import structlog
@@ -25,7 +30,9 @@ from nats.aio.msg import Msg
 
 from baton.libs.runner.access import Permissions, agent_token_user
 from baton.libs.runtime.nkey import account_pair
-from baton.services.callout import claims, core
+from baton.proto import k8s
+from baton.proto.codec import Undecodable, decode
+from baton.services.callout import claims, core, revoking
 
 log = structlog.get_logger("baton.callout")
 DECISIONS = prometheus_client.Counter(
@@ -38,7 +45,35 @@ REVIEW_SECONDS = prometheus_client.Histogram(
     "Time of one TokenReview call to the Kubernetes API",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+KICKS = prometheus_client.Counter(
+    "baton_callout_kicks_total",
+    "Agent connections the callout asked NATS to close (pod or node gone), by result",
+    ["result"],
+)
 Reviewer = Callable[[str, str], Awaitable[core.Review]]  # (token, audience) -> answer
+# (server id, client id) -> "" when the server closed it, else why not
+Kicker = Callable[[str, int], Awaitable[str]]
+KICK_SUBJECT = "$SYS.REQ.SERVER.{server}.KICK"
+
+
+def nats_kicker(nc: Any, *, timeout: float = 2.0) -> Kicker:
+    """Closes clients through ``nc``, a connection of a system-account user
+    (``access.CALLOUT_KICK``): nats-server answers ``{"server": ...}`` when it closed the
+    client, ``{"error": ...}`` when it could not (no such client)."""
+
+    async def kick(server_id: str, cid: int) -> str:
+        subject = KICK_SUBJECT.format(server=server_id)
+        try:
+            reply = await nc.request(subject, json.dumps({"cid": cid}).encode(), timeout=timeout)
+            answer = json.loads(reply.data)
+        except Exception as exc:  # no answer (that server is gone), or not JSON
+            return f"{type(exc).__name__}: {exc}"
+        error = answer.get("error") if isinstance(answer, dict) else "not an object"
+        if isinstance(error, dict):
+            error = error.get("description") or error
+        return str(error) if error else ""
+
+    return kick
 
 
 def token_expiry(token: str) -> float | None:
@@ -85,13 +120,17 @@ class Callout:
         issuer_seed: str,
         policy: core.Policy,
         review: Reviewer,
+        kick: Kicker | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.pair = account_pair(issuer_seed)
         self.issuer = self.pair.public_key.decode()
         self.policy = policy
         self.review = review
+        self.kick = kick  # None: connections are not remembered, nor closed
         self.clock = clock
+        self.connections: tuple[revoking.Connection, ...] = ()
+        self.gone: tuple[tuple[revoking.Gone, float], ...] = ()  # just deleted: refused
 
     def rights(self, node: str) -> tuple[str, Permissions]:
         return agent_token_user(self.policy.cluster, node)
@@ -117,7 +156,15 @@ class Callout:
                 decision = core.Refusal(f"TokenReview failed: {_described(exc)}")
             else:
                 decision = core.decide(found, self.policy, self.clock(), self.rights)
+        if isinstance(decision, core.Grant) and not revoking.still_there(decision, self.gone):
+            decision = core.Refusal(f"pod {decision.pod!r} or node {decision.node!r} just went")
+        if isinstance(decision, core.Grant) and self.kick is not None:
+            self._remember(revoking.connection(decision, request))
         return self._respond(request, decision).encode()
+
+    def _remember(self, conn: revoking.Connection | None) -> None:
+        if conn is not None:
+            self.connections += (conn,)
 
     def _respond(self, request: core.Request, decision: core.Grant | core.Refusal) -> str:
         now = self.clock()
@@ -141,6 +188,31 @@ class Callout:
         reply = await self.answer(msg.data)
         if reply is not None and msg.reply:
             await msg.respond(reply)
+
+    async def revoke(self, data: bytes) -> list[revoking.Connection]:
+        """Close the connections of the pod or node a bridge event says is gone; the
+        connections closed (or that could not be: logged)."""
+        try:
+            event: k8s.K8sEvent = decode(data, k8s.K8sEvent)
+        except Undecodable as exc:  # the consumers' dead letters say it; here: ignored
+            log.warning("callout: unreadable object event", error=str(exc))
+            return []
+        gone = revoking.gone_of(event, self.policy.namespace)
+        self.gone = revoking.recent(self.gone, gone, self.clock())
+        self.connections, closing = revoking.revoked(self.connections, gone, self.clock())
+        for conn in closing:
+            assert self.kick is not None  # nothing is remembered without one
+            why = await self.kick(conn.server_id, conn.cid)
+            KICKS.labels("failed" if why else "closed").inc()
+            where = {"node": conn.node, "pod": conn.pod, "server": conn.server_id, "cid": conn.cid}
+            if why:
+                log.warning("callout: could not disconnect agent", error=why, **where)
+            else:
+                log.info("callout: agent disconnected, its pod or node gone", **where)
+        return list(closing)
+
+    async def handle_k8s(self, msg: Msg) -> None:
+        await self.revoke(msg.data)
 
 
 def _described(exc: Exception) -> str:

@@ -23,12 +23,15 @@ reused when present (adding a node changes no other user's key):
 ServiceAccount token, let in by the auth callout (``baton callout``, docs/security.md):
 the config gets an ``auth_callout`` block (``issuer``: the public key of the account
 seed kept in ``DIR/callout-issuer``, made once; ``auth_users``: every user written
-here, who keep their permissions and bypass the callout) and the callout's own user
-(``DIR/services/callout``). Per-node users (``--node``) are then needed only while
-agents still use seeds. nats-server must restart to take it (not reloadable).
+here, who keep their permissions and bypass the callout) and the callout's own users
+(``DIR/services/callout`` and ``DIR/services/callout-kick``). Per-node users
+(``--node``) are then needed only while agents still use seeds. nats-server must
+restart to take it (not reloadable).
 
-``--auth-only`` writes just the ``authorization`` block, for a server config that
-includes it (``deploy/base/nats.yaml``: the ``nats-auth`` Secret).
+``--auth-only`` writes just the ``authorization`` block (with ``--callout`` also
+``accounts`` and ``system_account``: the system account's one user, ``callout-kick``,
+``DIR/services/callout-kick``, with which the callout closes a gone pod's agent), for a
+server config that includes it (``deploy/base/nats.yaml``: the ``nats-auth`` Secret).
 
 ``--make-tls DIR`` writes NATS's server certificate instead, for clusters without
 cert-manager: ``tls.crt`` and ``tls.key`` (self-signed, ECDSA P-256, a year, made as
@@ -133,6 +136,9 @@ def write_config(path: Path, config: dict[str, Any], users: Sequence[access.User
     _secret(path, render(config, users=users))
 
 
+AUTH_KEYS = ("authorization", "accounts", "system_account")  # what --auth-only writes
+
+
 def render(
     config: dict[str, Any], *, auth_only: bool = False, users: Sequence[access.User] = ()
 ) -> str:
@@ -140,8 +146,9 @@ def render(
     ``authorization`` block alone, for ``include``. First, as comments, which user each
     key is: nats-server's log names a client by its key alone."""
     said = [f"# {user.public_key} {user.name}" for user in users]
-    if auth_only:
-        return "\n".join([*said, "authorization: " + json.dumps(config["authorization"], indent=2)])
+    if auth_only:  # and the system account of the callout's kick user, when there is one
+        blocks = [f"{k}: {json.dumps(config[k], indent=2)}" for k in AUTH_KEYS if k in config]
+        return "\n".join([*said, *blocks])
     return "\n".join([*said, json.dumps(config, indent=2)])
 
 
