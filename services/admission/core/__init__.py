@@ -287,9 +287,12 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
 
 
 def _done(gang: Gang) -> bool:
-    """Every member it needs is there and has ended."""
+    """Every member it needs is there and has ended; or it had them all once and the
+    members left have all ended (an MPIJob: the launcher ends, the operator deletes the
+    workers). A gang whose members all went, none ended, is not done: its controller
+    brings them back."""
     members = gang.members.values()
-    return len(members) >= gang.min_member and all(
+    return (len(members) >= gang.min_member or (gang.complete and bool(members))) and all(
         m.phase in ("Succeeded", "Failed") for m in members
     )
 
