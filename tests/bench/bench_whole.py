@@ -343,6 +343,11 @@ def _timeline(progress: Progress, samples: list[Sample]) -> None:
     for s in samples:
         print(f"| {s.at:.0f} | {s.allocated} ({s.allocated / total:.1%}) | {s.waiting} "
               f"| {len(s.partial)} |")  # fmt: skip
+    full = [s for s in samples if progress.ninety_at and s.at >= progress.ninety_at]
+    if full:  # once the cluster first filled: the steady state
+        shares = [s.allocated / total for s in full]
+        print(f"\nFrom {progress.ninety_at:.0f} s (90% first reached) on, {len(full)} samples: "
+              f"mean {sum(shares) / len(shares):.1%}, min {min(shares):.1%}")  # fmt: skip
     print()
 
 
