@@ -65,6 +65,7 @@ RECORD = os.environ.get("BATON_WHOLE_RECORD", "") == "1"
 STEADY_S = 60.0  # the last minute: the steady state
 
 _ALLOCATED = re.compile(r"nodes (\d+) \((\d+) ready\)\s+gpus (\d+)/(\d+) allocated")
+_USED = re.compile(r"quota \d+\s+used (\d+)")  # a team's line (one team: baton up's default)
 _WAITING = re.compile(r"gangs waiting (\d+)")
 _VALIDATING = re.compile(r"validating (\d+)")
 _LOGS = re.compile(r"logs in (\S+)")
@@ -84,6 +85,7 @@ class Sample:
     streams: dict[str, int]  # stream -> last sequence
     allocated: int = 0  # GPUs allocated, from the last status line
     waiting: int = 0  # gangs waiting, likewise
+    used: int = 0  # GPUs admission counts against the team (admitted, bound or not)
     partial: frozenset[str] = frozenset()  # gangs partly bound (RECORD only)
 
 
@@ -94,6 +96,7 @@ class Progress:
     gpus: int = 0
     allocated: int = 0
     waiting: int = 0
+    used: int = 0
     validated_at: float = 0.0
     half_at: float = 0.0
     ninety_at: float = 0.0
@@ -111,6 +114,8 @@ class Progress:
                 self.half_at = at
             if share >= 0.9 and not self.ninety_at:
                 self.ninety_at = at
+        if m := _USED.search(line):
+            self.used = int(m.group(1))
         if m := _WAITING.search(line):
             self.waiting = int(m.group(1))
         if line.startswith("health") and (m := _VALIDATING.search(line)):
@@ -215,7 +220,7 @@ def _sample(root: int, env: dict[str, str], at: float, progress: Progress) -> Sa
         with contextlib.suppress(Exception):
             found = _partial(env)
     return Sample(at, dict(cpu), dict(rss), api, streams, progress.allocated,
-                  progress.waiting, found)  # fmt: skip
+                  progress.waiting, progress.used, found)  # fmt: skip
 
 
 def _record(env: dict[str, str], into: Path) -> str:
@@ -339,10 +344,11 @@ def report(progress: Progress, samples: list[Sample]) -> None:
 
 def _timeline(progress: Progress, samples: list[Sample]) -> None:
     total = progress.gpus or 1
-    print("| s | GPUs allocated | gangs waiting | partly bound |\n|---|---|---|---|")
+    print("| s | GPUs allocated | admitted (team's quota used) | gangs waiting | partly bound |")
+    print("|---|---|---|---|---|")
     for s in samples:
-        print(f"| {s.at:.0f} | {s.allocated} ({s.allocated / total:.1%}) | {s.waiting} "
-              f"| {len(s.partial)} |")  # fmt: skip
+        print(f"| {s.at:.0f} | {s.allocated} ({s.allocated / total:.1%}) | {s.used} "
+              f"| {s.waiting} | {len(s.partial)} |")  # fmt: skip
     full = [s for s in samples if progress.ninety_at and s.at >= progress.ninety_at]
     if full:  # once the cluster first filled: the steady state
         shares = [s.allocated / total for s in full]
