@@ -10,7 +10,7 @@ import pytest
 
 from baton.proto.actions import Annotate, EvictGang, RecreatePod
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased
-from baton.proto.k8s import PodEvent
+from baton.proto.k8s import PodEvent, PodGroupEvent
 from baton.proto.runner import Tick
 from baton.services.admission.core import queueing
 from tests.unit.test_admission_core import cluster, feed, group, node, of, pods, submit
@@ -215,6 +215,25 @@ def test_a_gang_whose_last_members_ended_after_the_others_went_gives_its_quota_b
     out = feed(state, [ended, *gone], now=2.0)
     assert of(out, GangReleased) == [GangReleased(at=2.0, gang="a/mpi", team="a", gpus=16)]
     assert admitted(out) == ["a/next"] and state.used["a"] == 8
+
+
+@pytest.mark.parametrize("order", ["pods first", "group first"])
+def test_a_finished_mpijob_seen_after_a_restart_holds_no_quota(order: str) -> None:
+    # Its PodGroup (minResources, as the MPI operator makes it) still says admitted; only
+    # its ended launcher is left. Seen in baton up's status at 1,024 nodes: a team
+    # "using" 11,663 GPUs of its 8,192.
+    state = cluster(ONE, NODES3)
+    mpi = msgspec.structs.replace(
+        group("a", "mpi", 3, at=0.0, **{"baton.io/admitted": "true"}).pod_group,
+        min_resources={"nvidia.com/gpu": 16},
+    )
+    launcher = _mpijob("Succeeded")[0]
+    seen = PodGroupEvent(op="upsert", at=0.0, pod_group=mpi)
+    events = [launcher, seen] if order == "pods first" else [seen, launcher]
+    feed(state, events, now=1.0)
+    assert state.used.get("a", 0) == 0 and state.gangs["a/mpi"].finished
+    out = feed(state, submit("a", "next", 2, at=2.0), now=2.0)
+    assert admitted(out) == ["a/next"]
 
 
 def test_a_gang_whose_members_all_went_none_ended_keeps_its_quota() -> None:
