@@ -20,6 +20,15 @@ messages per second per stream, likewise.
     python -m tests.bench whole                         # 1,500 nodes, synthetic, 6 minutes
     BATON_WHOLE_NODES=7500 BATON_WHOLE_SECONDS=420 python -m tests.bench whole   # just scale
     BATON_WHOLE_WORKLOAD=llm python -m tests.bench whole
+    BATON_WHOLE_NODES=1024 BATON_WHOLE_WORKLOAD=llm BATON_WHOLE_SPEED=600 \\
+        BATON_WHOLE_RECORD=1 python -m tests.bench whole     # issue 20's LLM mix at 1,024
+
+``BATON_WHOLE_SPEED`` is ``baton up --speed`` (trace time compression). With
+``BATON_WHOLE_RECORD=1`` the bench also reads the API every sample for gangs partly bound
+(some members bound, fewer than all, none ended) in two samples running - the e2e LLM
+test's rule - and before stopping records the bus (``baton replay --record``) and replays
+it (``baton replay --compare``), printing the verdict. It prints GPUs allocated and gangs
+waiting at every sample.
 
 Never part of the suite (timing belongs here); ``tests/e2e`` holds the functional
 1,000-node check.
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import re
 import subprocess
@@ -44,14 +54,19 @@ from pathlib import Path
 import nats
 
 from baton.libs.bus.connection import auth_options
+from tests.e2e.test_up_mix import partial, read
 
 NODES = int(os.environ.get("BATON_WHOLE_NODES", "1500"))
 WORKLOAD = os.environ.get("BATON_WHOLE_WORKLOAD", "synthetic")
 SECONDS = float(os.environ.get("BATON_WHOLE_SECONDS", "360"))
 EVERY = float(os.environ.get("BATON_WHOLE_EVERY", "10"))
+SPEED = os.environ.get("BATON_WHOLE_SPEED", "")
+RECORD = os.environ.get("BATON_WHOLE_RECORD", "") == "1"
 STEADY_S = 60.0  # the last minute: the steady state
 
 _ALLOCATED = re.compile(r"nodes (\d+) \((\d+) ready\)\s+gpus (\d+)/(\d+) allocated")
+_USED = re.compile(r"quota \d+\s+used (\d+)")  # a team's line (one team: baton up's default)
+_WAITING = re.compile(r"gangs waiting (\d+)")
 _VALIDATING = re.compile(r"validating (\d+)")
 _LOGS = re.compile(r"logs in (\S+)")
 _API = re.compile(r'apiserver_request_total\{code="[^"]*",resource="([^"]*)",'
@@ -68,6 +83,10 @@ class Sample:
     rss: dict[str, float]  # process -> MiB
     api: dict[str, float]  # "VERB resource[/sub]" -> requests so far
     streams: dict[str, int]  # stream -> last sequence
+    allocated: int = 0  # GPUs allocated, from the last status line
+    waiting: int = 0  # gangs waiting, likewise
+    used: int = 0  # GPUs admission counts against the team (admitted, bound or not)
+    partial: frozenset[str] = frozenset()  # gangs partly bound (RECORD only)
 
 
 @dataclass
@@ -76,10 +95,13 @@ class Progress:
     validating: int = -1
     gpus: int = 0
     allocated: int = 0
+    waiting: int = 0
+    used: int = 0
     validated_at: float = 0.0
     half_at: float = 0.0
     ninety_at: float = 0.0
     logs: str = ""
+    replay: str = ""  # RECORD: the verdict of baton replay --compare
     lines: list[str] = field(default_factory=list)
 
     def read(self, line: str, at: float) -> None:
@@ -92,6 +114,10 @@ class Progress:
                 self.half_at = at
             if share >= 0.9 and not self.ninety_at:
                 self.ninety_at = at
+        if m := _USED.search(line):
+            self.used = int(m.group(1))
+        if m := _WAITING.search(line):
+            self.waiting = int(m.group(1))
         if line.startswith("health") and (m := _VALIDATING.search(line)):
             self.validating = int(m.group(1))
             if self.nodes >= NODES and self.validating == 0 and not self.validated_at:
@@ -170,7 +196,12 @@ def _sim_url(env: dict[str, str]) -> str:
     return m.group(1) if m else ""
 
 
-def _sample(root: int, env: dict[str, str], at: float) -> Sample:
+def _partial(env: dict[str, str]) -> frozenset[str]:
+    """Gangs partly bound now, as the e2e LLM test reads them from the API."""
+    return frozenset(partial(asyncio.run(read(env["KUBECONFIG"]))))
+
+
+def _sample(root: int, env: dict[str, str], at: float, progress: Progress) -> Sample:
     cpu: dict[str, float] = defaultdict(float)
     rss: dict[str, float] = defaultdict(float)
     for pid, name in _children(root).items():
@@ -184,7 +215,26 @@ def _sample(root: int, env: dict[str, str], at: float) -> Sample:
         api = _api(_sim_url(env))
     with contextlib.suppress(Exception):
         streams = asyncio.run(_streams(env))
-    return Sample(at, dict(cpu), dict(rss), api, streams)
+    found: frozenset[str] = frozenset()
+    if RECORD:
+        with contextlib.suppress(Exception):
+            found = _partial(env)
+    return Sample(at, dict(cpu), dict(rss), api, streams, progress.allocated,
+                  progress.waiting, progress.used, found)  # fmt: skip
+
+
+def _record(env: dict[str, str], into: Path) -> str:
+    """``baton replay --record`` from the running bus, then ``--compare``: the verdict."""
+    baton = [sys.executable, "-m", "baton.services.cli", "replay"]
+    child = {**os.environ, **env}
+    recorded = subprocess.run([*baton, "--record", str(into)], env=child, text=True,
+                              capture_output=True, timeout=600)  # fmt: skip
+    if recorded.returncode != 0:
+        return f"record failed ({recorded.returncode}): {recorded.stderr.strip()[-400:]}"
+    compared = subprocess.run([*baton, "--from", str(into), "--compare"], env=child, text=True,
+                              capture_output=True, timeout=1800)  # fmt: skip
+    lines = compared.stdout.strip().splitlines()
+    return f"exit {compared.returncode}: " + " / ".join(lines[:1] + lines[-2:])
 
 
 def run() -> tuple[Progress, list[Sample]]:
@@ -202,11 +252,12 @@ def run() -> tuple[Progress, list[Sample]]:
             "--workload",
             WORKLOAD,
             "--duration",
-            str(SECONDS),
+            str(SECONDS + 900 if RECORD else SECONDS),  # RECORD: stopped after recording
             "--endpoints-file",
             str(endpoints),
             "--store",
             str(Path(tmp) / "store"),
+            *(["--speed", SPEED] if SPEED else []),
         ]  # --store: baton up keeps its run directory (the logs) for the lease count
         started = time.monotonic()
         up = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -224,7 +275,10 @@ def run() -> tuple[Progress, list[Sample]]:
                 time.sleep(EVERY)
                 if up.poll() is None:
                     at = time.monotonic() - started
-                    samples.append(_sample(up.pid, _env(endpoints), at))
+                    samples.append(_sample(up.pid, _env(endpoints), at, progress))
+                    if RECORD and at >= SECONDS:
+                        progress.replay = _record(_env(endpoints), Path(tmp) / "run.jsonl")
+                        break
         finally:
             if up.poll() is None:
                 up.terminate()
@@ -261,7 +315,14 @@ def report(progress: Progress, samples: list[Sample]) -> None:
     print(f"| at the end | {progress.allocated}/{progress.gpus} GPUs allocated, "
           f"{max(progress.validating, 0)} nodes validating |")  # fmt: skip
     acquired, lost = _leases(progress.logs)
-    print(f"| leases | {acquired} acquired, {lost} lost |\n")
+    print(f"| leases | {acquired} acquired, {lost} lost |")
+    if RECORD:
+        broken = set().union(*(a.partial & b.partial for a, b in itertools.pairwise(samples)))
+        print(f"| gangs partly bound in two samples running | {len(broken)} "
+              f"{sorted(broken)[:5] if broken else ''} |")  # fmt: skip
+        print(f"| baton replay --compare | {progress.replay or 'not run'} |")
+    print()
+    _timeline(progress, samples)
     if len(samples) < 2:
         print("(fewer than two samples: nothing to rate)")
         return
@@ -279,6 +340,21 @@ def report(progress: Progress, samples: list[Sample]) -> None:
     print(f"| Baton's own (not nats-server, not simcluster) | | {baton:.2f} | |\n")
     _table("API requests", first.api, steady.api, last.api, window)
     _table("bus messages (stream)", first.streams, steady.streams, last.streams, window)
+
+
+def _timeline(progress: Progress, samples: list[Sample]) -> None:
+    total = progress.gpus or 1
+    print("| s | GPUs allocated | admitted (team's quota used) | gangs waiting | partly bound |")
+    print("|---|---|---|---|---|")
+    for s in samples:
+        print(f"| {s.at:.0f} | {s.allocated} ({s.allocated / total:.1%}) | {s.used} "
+              f"| {s.waiting} | {len(s.partial)} |")  # fmt: skip
+    full = [s for s in samples if progress.ninety_at and s.at >= progress.ninety_at]
+    if full:  # once the cluster first filled: the steady state
+        shares = [s.allocated / total for s in full]
+        print(f"\nFrom {progress.ninety_at:.0f} s (90% first reached) on, {len(full)} samples: "
+              f"mean {sum(shares) / len(shares):.1%}, min {min(shares):.1%}")  # fmt: skip
+    print()
 
 
 def _table(title: str, first: Counts, steady: Counts, last: Counts, window: float) -> None:

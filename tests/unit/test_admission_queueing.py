@@ -9,7 +9,8 @@ import msgspec
 import pytest
 
 from baton.proto.actions import Annotate, EvictGang, RecreatePod
-from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
+from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased
+from baton.proto.k8s import PodEvent, PodGroupEvent
 from baton.proto.runner import Tick
 from baton.services.admission.core import queueing
 from tests.unit.test_admission_core import cluster, feed, group, node, of, pods, submit
@@ -191,6 +192,58 @@ def test_an_admitted_podgroup_whose_pods_never_came_gives_its_quota_back() -> No
     feed(state, pods("a", "next", 1, phase="Succeeded"), now=130.0)
     out = feed(state, pods("a", "ghost", 2), now=131.0)
     assert admitted(out) == ["a/ghost"]
+
+
+def _mpijob(phase: str) -> list[PodEvent]:
+    """An MPIJob's pods: a launcher asking no GPUs (``mpi-0``) and two 8-GPU workers."""
+    launcher = msgspec.structs.replace(pods("a", "mpi", 1, gpus=0, phase=phase)[0].pod,
+                                       name="mpi-launcher", uid="uid-mpi-launcher")  # fmt: skip
+    return [PodEvent(op="upsert", at=0.0, pod=launcher), *pods("a", "mpi", 2, phase=phase)]
+
+
+def test_a_gang_whose_last_members_ended_after_the_others_went_gives_its_quota_back() -> None:
+    # An MPIJob (cleanPodPolicy Running): the launcher ends, the operator deletes the
+    # workers. The group keeps fewer members than minMember, all ended: it is done.
+    state = cluster(ONE, NODES3)
+    feed(state, [group("a", "mpi", 3, at=0.0), *_mpijob("Running")], now=0.0)
+    out = feed(state, submit("a", "next", 1, at=1.0), now=1.0)
+    assert state.gangs["a/mpi"].admitted and admitted(out) == []  # 16 of 16 held
+    launcher, *workers = _mpijob("Running")
+    done = msgspec.structs.replace(launcher.pod, phase="Succeeded")
+    ended = PodEvent(op="upsert", at=2.0, pod=done)
+    gone = [PodEvent(op="delete", at=2.0, pod=w.pod) for w in workers]
+    out = feed(state, [ended, *gone], now=2.0)
+    assert of(out, GangReleased) == [GangReleased(at=2.0, gang="a/mpi", team="a", gpus=16)]
+    assert admitted(out) == ["a/next"] and state.used["a"] == 8
+
+
+@pytest.mark.parametrize("order", ["pods first", "group first"])
+def test_a_finished_mpijob_seen_after_a_restart_holds_no_quota(order: str) -> None:
+    # Its PodGroup (minResources, as the MPI operator makes it) still says admitted; only
+    # its ended launcher is left. Seen in baton up's status at 1,024 nodes: a team
+    # "using" 11,663 GPUs of its 8,192.
+    state = cluster(ONE, NODES3)
+    mpi = msgspec.structs.replace(
+        group("a", "mpi", 3, at=0.0, **{"baton.io/admitted": "true"}).pod_group,
+        min_resources={"nvidia.com/gpu": 16},
+    )
+    launcher = _mpijob("Succeeded")[0]
+    seen = PodGroupEvent(op="upsert", at=0.0, pod_group=mpi)
+    events = [launcher, seen] if order == "pods first" else [seen, launcher]
+    feed(state, events, now=1.0)
+    assert state.used.get("a", 0) == 0 and state.gangs["a/mpi"].finished
+    out = feed(state, submit("a", "next", 2, at=2.0), now=2.0)
+    assert admitted(out) == ["a/next"]
+
+
+def test_a_gang_whose_members_all_went_none_ended_keeps_its_quota() -> None:
+    # evicted for a restart through its controller: its pods come back, its GPUs wait
+    state = cluster(ONE, NODES3)
+    feed(state, [group("a", "mpi", 3, at=0.0), *_mpijob("Running")], now=0.0)
+    gone = [PodEvent(op="delete", at=2.0, pod=p.pod) for p in _mpijob("Running")]
+    out = feed(state, [*gone, *submit("a", "next", 1, at=2.0)], now=2.0)
+    assert of(out, GangReleased) == [] and admitted(out) == []
+    assert state.gangs["a/mpi"].admitted and state.used["a"] == 16
 
 
 def test_a_podgroup_whose_pods_all_came_keeps_its_quota_when_they_finish_or_go() -> None:

@@ -154,10 +154,11 @@ def _new_gang(state: State, gang: Gang, marks: dict[str, str], now: float) -> li
                 at=now, gang=gang.key, team="", reason=gang.reason, position=0, gpus=gang.gpus
             )
         ]
-    if _done(gang):  # it ended before the restart (finished pods stay in the API)
-        gang.finished = True
+    adopt = marks.get(keys.ADMITTED) == "true"
+    if _done(gang) or (adopt and _ended(gang)):  # it ended before the restart (finished
+        gang.finished = True  # pods stay in the API)
         return []
-    if marks.get(keys.ADMITTED) == "true":  # admitted before a restart: adopt
+    if adopt:  # admitted before a restart: adopt
         gang.admitted = True
         state.hold(gang, gang.gpus, borrowing=marks.get(keys.BORROWING) == "true")
         return []
@@ -279,7 +280,7 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
         if gang.key in state.unplaced and gang.bound:
             state.unplaced.discard(gang.key)
             gang.releases = 0
-        if _done(gang):
+        if _ended(gang):
             return _release(state, gang, now, finished=True)
         if gang.gpus > gang.held or gang.paused:  # members joined (or left a paused gang)
             return list(grow(state, gang, now))
@@ -300,10 +301,16 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
 
 def _done(gang: Gang) -> bool:
     """Every member it needs is there and has ended."""
+    return len(gang.members) >= gang.min_member and _ended(gang)
+
+
+def _ended(gang: Gang) -> bool:
+    """The members there are (one at least) have all ended. Enough for an admitted gang
+    to be done: an MPIJob's launcher ends and the operator deletes its workers, leaving
+    fewer than minMember. A gang whose members all went, none ended, is not done: its
+    controller brings them back."""
     members = gang.members.values()
-    return len(members) >= gang.min_member and all(
-        m.phase in ("Succeeded", "Failed") for m in members
-    )
+    return bool(members) and all(m.phase in ("Succeeded", "Failed") for m in members)
 
 
 def _forget(state: State, gang: Gang, now: float) -> list[Output]:
