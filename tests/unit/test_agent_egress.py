@@ -87,8 +87,11 @@ class _Bus:
 
 
 def report(node: str, at: float, *rates: int, generation: int = 1, limit: int = 0) -> NodeEgress:
-    pods = tuple(PodEgress(namespace="ns", pod=f"p{i}", uid=f"u{i}", internet_bps=r,
-                           internal_bps=r // 4, limit_bps=limit) for i, r in enumerate(rates))  # fmt: skip
+    pods = tuple(
+        PodEgress(namespace="ns", pod=f"p{i}", uid=f"u{i}", internet_bps=r, internal_bps=r // 4,
+                  limit_bps=limit)
+        for i, r in enumerate(rates)
+    )  # fmt: skip
     return NodeEgress(node=node, at=at, interval_s=5.0, pods=pods, generation=generation)
 
 
