@@ -191,7 +191,7 @@ async def test_annotations_go_to_the_actuator_only_when_asked(tmp_path: Path) ->
                             what="an Annotate action and the limits")  # fmt: skip
             action: Annotate = decode(seen[0], Annotate)
             assert (action.namespace, action.name) == ("ns-a", "a-0")
-            assert action.annotations["kubernetes.io/egress-bandwidth"] == "100M"
+            assert action.annotations["kubernetes.io/egress-bandwidth"] == "95M"  # 5% reserve
         finally:
             await bus.close()
 

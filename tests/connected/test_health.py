@@ -19,7 +19,7 @@ from kubernetes_asyncio.client import CoreV1Api
 
 from baton.libs.bus import Bus
 from baton.proto import codec, keys, subjects
-from baton.proto.health import Control, Note, StateChanged, Withheld
+from baton.proto.health import Control, Note, Silence, StateChanged, Withheld
 from baton.services.cli import recording, replay
 from baton.services.health import main as health
 from baton.services.health.main import publish_control
@@ -79,10 +79,16 @@ class System:
 
 @contextlib.asynccontextmanager
 async def system(
-    nodes: int, settings: health.Settings = FAST, *, settle: bool = True, **sim: Any
+    nodes: int,
+    settings: health.Settings = FAST,
+    *,
+    settle: bool = True,
+    heartbeat_s: float = 0.5,
+    **sim: Any,
 ) -> AsyncIterator[System]:
-    """simcluster, the agent fleet, bridge, gang, health and the actuator; every node has
-    passed its first preflight when the block starts (``settle``)."""
+    """simcluster, the agent fleet (a keep-alive every ``heartbeat_s``), bridge, gang,
+    health and the actuator; every node has passed its first preflight when the block
+    starts (``settle``)."""
     async with (
         running_nats() as url,
         running_sim(nodes=nodes, delays=Delays(preflight_s=0.3), **sim) as cluster,
@@ -94,13 +100,13 @@ async def system(
 
         async def collect(msg: Any) -> None:
             with contextlib.suppress(codec.Undecodable):
-                seen.events.append(codec.decode(msg.data, StateChanged | Withheld))
+                seen.events.append(codec.decode(msg.data, StateChanged | Withheld | Silence))
 
         sub = await bus.nc.subscribe(subjects.wildcard(C, subjects.HEALTH, "*", "*"), cb=collect)
         try:
             async with (
                 running_services(url, cluster, health_settings=settings) as services,
-                running_fleet(url, cluster),
+                running_fleet(url, cluster, heartbeat_s=heartbeat_s),
             ):
                 s = System(sim=cluster, services=services, seen=seen, bus=bus, url=url)
                 if settle:
@@ -162,6 +168,23 @@ async def test_an_agent_that_goes_silent_quarantines_its_node_until_it_beats_aga
         assert [e.rule for e in evidence] == ["heartbeat"]
         s.sim.cluster.heal("agent-down", victim)
         await until(lambda: not s.taints(victim), within=30, what="the node back in service")
+
+
+async def test_idle_agents_that_beat_slower_than_silence_after_s_stay_in_service() -> None:
+    """Agents announce a 1 s keep-alive, health counts silence in three of them (3 s), not
+    in its 0.5 s floor: the idle nodes stay in while a silent one is still caught."""
+    settings = msgspec.structs.replace(FAST, silence_after_s=0.5, silence_beats=3.0)
+    async with system(4, settings, heartbeat_s=1.0) as s:
+        names = s.sim.cluster.node_names()
+        victim = names[2]
+        s.sim.cluster.inject("agent-down", victim)
+        await until(lambda: keys.UNHEALTHY in s.taints(victim), within=20, what="the taint")
+        assert [e.after_s for e in s.seen.of(Silence)] == [3.0]  # the victim's, only
+        evidence = s.seen.of(StateChanged, victim)[-1].evidence
+        assert [e.rule for e in evidence] == ["heartbeat"]
+        for name in names:
+            if name != victim:
+                assert not s.taints(name) and "quarantined" not in s.seen.states(name), name
 
 
 async def test_node_not_ready_counts_after_its_duration() -> None:

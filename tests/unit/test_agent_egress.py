@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from baton.proto.bandwidth import NodeLimits, PodLimit
+from baton.proto.bandwidth import NodeEgress, NodeLimits, PodEgress, PodLimit
 from baton.services.agent import traffic
+from baton.services.agent.counting import Changed
 from baton.services.agent.egress import FleetEgress, Follower
 
 pytestmark = pytest.mark.unit
@@ -83,3 +84,59 @@ class _Bus:
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"no NATS in a unit test ({name})")
+
+
+def report(node: str, at: float, *rates: int, generation: int = 1, limit: int = 0) -> NodeEgress:
+    pods = tuple(
+        PodEgress(namespace="ns", pod=f"p{i}", uid=f"u{i}", internet_bps=r, internal_bps=r // 4,
+                  limit_bps=limit)
+        for i, r in enumerate(rates)
+    )  # fmt: skip
+    return NodeEgress(node=node, at=at, interval_s=5.0, pods=pods, generation=generation)
+
+
+@pytest.mark.parametrize(
+    ("later", "published"),
+    [
+        (report("n1", 5.0, 20 * M, 500_000), False),  # the same rates
+        (report("n1", 5.0, 21 * M, 900_000), False),  # within 10% / within 1 Mbit/s
+        (report("n1", 5.0, 23 * M, 500_000), True),  # a rate moved by 15%
+        (report("n1", 5.0, 20 * M, 2 * M), True),  # a small rate moved by 1.5 Mbit/s
+        (report("n1", 5.0, 20 * M), True),  # a pod went
+        (report("n1", 5.0, 20 * M, 500_000, 0), True),  # a pod came
+        (report("n1", 5.0, 20 * M, 500_000, generation=2), True),  # new limits applied
+        (report("n1", 5.0, 20 * M, 500_000, limit=30 * M), True),
+        (report("n1", 59.0, 20 * M, 500_000), False),
+        (report("n1", 60.0, 20 * M, 500_000), True),  # the keep-alive
+    ],
+)
+def test_a_measurement_is_published_when_it_changed_or_as_a_keepalive(
+    later: NodeEgress, published: bool
+) -> None:
+    changed = Changed(keepalive_s=60.0, ratio=0.1, bps=1 * M)
+    first = report("n1", 0.0, 20 * M, 500_000)
+    assert changed.due([first, report("n2", 0.0, 5 * M)]) == [first, report("n2", 0.0, 5 * M)]
+    assert changed.due([later]) == ([later] if published else [])
+
+
+def test_unpublished_moves_add_up_against_the_published_value() -> None:
+    changed = Changed(keepalive_s=60.0, ratio=0.1, bps=1 * M)
+    changed.due([report("n1", 0.0, 20 * M)])
+    assert changed.due([report("n1", 5.0, 21 * M)]) == []
+    assert changed.due([report("n1", 10.0, 22 * M)]) == []
+    drifted = report("n1", 15.0, 22_500_000)  # 12.5% above what went out at 0 s
+    assert changed.due([drifted]) == [drifted]
+
+
+def test_an_idle_fleet_sends_a_fraction_of_what_it_measures() -> None:
+    """Simulated demand moves once a period (60 s): a 5 s measurement goes out about
+    once a period, not twelve times."""
+    fleet = FleetEgress(bus=None, seed=1, mean_bps=50 * M, egress_s=5.0)  # type: ignore[arg-type]
+    fleet.limits = {f"n{i}": limits(f"n{i}", 1, *([100 * M] * 8)) for i in range(50)}
+    measured = sent = 0
+    for k in range(1, 121):  # ten minutes
+        reports = fleet.reports(5.0 * k)
+        measured += len(reports)
+        sent += len(fleet.changed.due(reports))
+    assert measured == 50 * 120
+    assert sent <= 50 * 12  # at most one a minute per node

@@ -90,7 +90,7 @@ def test_unused_share_goes_to_the_team_that_wants_it() -> None:
 def test_a_pod_without_measurements_gets_the_floor_and_spare_capacity_is_spread() -> None:
     state = started(policy(A3, B1, floor_bps=5 * M), running("a-0", team="a"))
     tick(state, 1.0)
-    assert limit_of(state, "a-0") == 100 * M  # alone: all the spare capacity
+    assert limit_of(state, "a-0") == 95 * M  # alone: the spare, but the 5% hysteresis reserve
     core.step(state, PodEvent(op="upsert", at=1.0, pod=running("b-0", team="b")), 1.0)
     saturate(state, 1.5, "a-0")
     tick(state, 2.0)
@@ -106,9 +106,9 @@ def test_stale_measurements_count_as_none() -> None:
     tick(state, 2.0)
     measure(state, 3.0, a_0=1 * M, b_0=1 * M)
     tick(state, 4.0)
-    assert limit_of(state, "a-0") == 50 * M  # both want the floor (10M): spread evenly
+    assert limit_of(state, "a-0") == 47_500_000  # both want the floor (10M): spread evenly
     tick(state, 30.0)
-    assert limit_of(state, "a-0") == 50 * M
+    assert limit_of(state, "a-0") == 47_500_000
 
 
 def test_internal_traffic_is_not_demand_and_internal_cidrs_reach_the_agent() -> None:
@@ -140,6 +140,29 @@ def test_small_changes_are_not_republished_large_ones_are() -> None:
     moved, _ = tick(state, 5.0)
     assert [limit_of(state, n) for n in ("a-0", "b-0")] == [55 * M, 45 * M]
     assert len(moved) == 1 and moved[0].generation == 5000  # the round's time in ms
+
+
+def test_a_pod_coming_or_going_republishes_its_own_node_not_every_node() -> None:
+    """Every want fits: the 5% reserve absorbs churn, so the others' limits, moved within
+    the hysteresis, stay as published (before it, one pod coming republished all 41)."""
+    pods = [running(f"p-{i}", team="a", node=f"n{i}") for i in range(40)]
+    state = started(policy(A3, B1, capacity=4000 * M), *pods)
+    tick(state, 1.0)
+    for i in range(40):
+        measure(state, 1.5, f"n{i}", **{f"p_{i}": 5 * M})
+    tick(state, 2.0)
+    for at, event in enumerate(
+        [
+            PodEvent(op="upsert", at=3.0, pod=running("q-0", team="a", node="nq")),
+            PodEvent(op="upsert", at=4.0, pod=running("b-0", team="b", node="nb")),
+            PodEvent(op="delete", at=5.0, pod=running("q-0", team="a", node="nq")),
+        ],
+        start=3,
+    ):
+        core.step(state, event, event.at)
+        limits, _ = tick(state, at + 0.5)
+        assert [n.node for n in limits] == [event.pod.node_name], event
+        assert sum(state.published.values()) <= 4000 * M
 
 
 def test_kept_decreases_are_released_when_the_total_would_pass_capacity() -> None:
@@ -181,7 +204,7 @@ def test_limits_are_published_per_node_with_the_pod_identity() -> None:
     assert (b.pod, b.team, b.tier, b.ips, b.egress_bps, b.ceil_bps) == (
         "b-0", "b", "normal", ("10.1.0.3",), 20 * M, 20 * M,
     )  # fmt: skip
-    assert limits[0].limits[0].egress_bps == 80 * M  # the spare beyond b's cap goes to a
+    assert limits[0].limits[0].egress_bps == 75 * M  # the spare beyond b's cap (less the reserve)
 
 
 def teams(**weights: float) -> TeamsLoaded:
@@ -346,20 +369,22 @@ def test_annotations_follow_limits_beyond_hysteresis_within_a_budget() -> None:
     _, outputs = core.step(state, Tick(at=1.0), 1.0)
     notes = [o for o in outputs if isinstance(o, Annotate)]
     assert [(n.name, n.annotations) for n in notes] == [
-        ("a-0", {"kubernetes.io/egress-bandwidth": "33333333",
-                 "baton.io/egress-limit": "33333333",
+        ("a-0", {"kubernetes.io/egress-bandwidth": "31666666",
+                 "baton.io/egress-limit": "31666666",
                  "baton.io/egress-cap": "80M"}),  # the pod's own cap is kept beside
-        ("b-0", {"kubernetes.io/egress-bandwidth": "33333333",
-                 "baton.io/egress-limit": "33333333",
+        ("b-0", {"kubernetes.io/egress-bandwidth": "31666666",
+                 "baton.io/egress-limit": "31666666",
                  "baton.io/egress-cap": None}),
     ]  # fmt: skip
     assert notes[0].priority == "balloon" and notes[0].by == "bandwidth"
-    for p, limit, cap in ((pods[0], "33333333", "80M"), (pods[1], "33333333", None)):
+    for p, limit, cap in ((pods[0], "31666666", "80M"), (pods[1], "31666666", None)):
         core.step(state, PodEvent(op="upsert", at=1.5, pod=annotated(p, limit, cap)), 1.5)
     _, outputs = core.step(state, Tick(at=2.0), 2.0)
     assert [o.name for o in outputs if isinstance(o, Annotate)] == ["b-1"]  # the budget's rest
-    assert next(p for p in state.pods.values() if p.name == "a-0").cap_bps == 80 * M  # not 33M
-    assert limit_of(state, "a-0") == 33333333
+    assert (
+        next(p for p in state.pods.values() if p.name == "a-0").cap_bps == 80 * M
+    )  # not its limit
+    assert limit_of(state, "a-0") == 31666666
 
 
 def test_an_annotation_within_the_hysteresis_is_left_alone() -> None:

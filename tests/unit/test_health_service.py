@@ -68,6 +68,17 @@ def test_a_node_goes_silent_once_and_is_heard_when_it_beats_again() -> None:
     assert heard.event == Heard(node="a", at=173.0, last_beat=172.0)
 
 
+def test_silence_is_counted_in_the_keep_alives_each_agent_announces() -> None:
+    beats = Beats(after_s=30.0, beats=3.0)
+    beats.beat("quiet", 100.0, every_s=60.0)  # a keep-alive a minute: silent after 180 s
+    beats.beat("old", 100.0)  # an agent that says no period: silence_after_s
+    (old,) = outgoing("c1", beats, 131.0)
+    assert old.event == Silence(node="old", at=131.0, last_beat=100.0, after_s=30.0)
+    assert outgoing("c1", beats, 280.0) == []  # idle but alive: two keep-alives missed at most
+    (quiet,) = outgoing("c1", beats, 281.0)
+    assert quiet.event == Silence(node="quiet", at=281.0, last_beat=100.0, after_s=180.0)
+
+
 def test_the_manifest_runs_baton_health_with_settings_it_accepts(tmp_path: Path) -> None:
     base = Path(__file__).resolve().parents[2] / "deploy" / "base"
     docs = yaml.safe_load_all((base / "health.yaml").read_text())

@@ -181,7 +181,7 @@ class BandwidthPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     floor_bps: NonNegative = 10_000_000  # a pod with no measured demand still gets this
     headroom: Annotated[float, msgspec.Meta(ge=0)] = 0.25  # want = used * (1 + headroom)
     saturated: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.9  # used >= this * limit
-    stale_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0  # older measurements are ignored
+    stale_s: Annotated[float, msgspec.Meta(gt=0)] = 180.0  # older measurements are ignored
     hysteresis: Annotated[float, msgspec.Meta(ge=0)] = 0.05  # republish beyond 5% ...
     hysteresis_bps: NonNegative = 1_000_000  # ... and beyond 1 Mbit/s
     # Addresses of EndpointSlice endpoints (pods, nodes) outside internal_cidrs are

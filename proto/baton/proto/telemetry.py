@@ -136,6 +136,7 @@ class Heartbeat(Telemetry, frozen=True, tag="telemetry.heartbeat.v1"):
     version: str = ""
     backends: tuple[str, ...] = ()  # backends in use
     unavailable: dict[str, str] = {}  # backend -> why it is not in use
+    every_s: float = 0.0  # the agent's keep-alive period (0: not said, an older agent)
 
 
 AnyTelemetry = GpuReport | NodeReport | XidEvent | Heartbeat

@@ -41,7 +41,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
     node: str
     version: str = ""
     backends: tuple[str, ...] = ()  # the backends the agent runs
-    heartbeat_s: float = 10.0
+    heartbeat_s: float = 60.0  # the keep-alive: health's liveness is derived from it
     refresh_s: float = 300.0  # republish an unchanged report this often
     temperature_deadband_c: float = 3.0
     disk_deadband: float = 0.01
@@ -241,6 +241,7 @@ def heartbeat(state: State, now: float) -> t.Heartbeat:
         version=state.config.version,
         backends=tuple(sorted(n for n, why in state.backends.items() if not why)),
         unavailable={n: why for n, why in sorted(state.backends.items()) if why},
+        every_s=state.config.heartbeat_s,
     )
 
 

@@ -108,3 +108,40 @@ def sample(shaper: Shaper, *, at: float) -> Sample:
         internal, _ = sent.get(prio | INTERNAL_BIT, (0, 0))
         pods[key] = Counters(internet_bytes=internet, internal_bytes=internal, dropped=dropped)
     return Sample(at=at, pods=pods)
+
+
+@dataclass(slots=True)
+class Changed:
+    """Which measurements are worth a message: a node's ``NodeEgress`` goes out when a
+    pod's rate moved by more than ``ratio`` of the published rate and by more than
+    ``bps``, a pod came or went, the limits it was measured under changed, or nothing
+    went out for ``keepalive_s`` (so a consumer can tell a quiet node from a gone one).
+    Pure: time is each report's ``at``."""
+
+    keepalive_s: float = 60.0
+    ratio: float = 0.1
+    bps: int = 1_000_000
+    published: dict[str, NodeEgress] = field(default_factory=dict)  # node -> last one out
+
+    def due(self, reports: list[NodeEgress]) -> list[NodeEgress]:
+        """The reports to publish; they count as published from here on."""
+        out = [r for r in reports if self._moved(self.published.get(r.node), r)]
+        self.published.update((r.node, r) for r in out)
+        return out
+
+    def _moved(self, last: NodeEgress | None, new: NodeEgress) -> bool:
+        if last is None or new.at - last.at >= self.keepalive_s:
+            return True
+        if last.generation != new.generation or len(last.pods) != len(new.pods):
+            return True
+        for old, now in zip(last.pods, new.pods, strict=True):
+            if old.uid != now.uid or old.limit_bps != now.limit_bps:
+                return True
+            if self._far(old.internet_bps, now.internet_bps) or self._far(
+                old.internal_bps, now.internal_bps
+            ):
+                return True
+        return False
+
+    def _far(self, old: int, new: int) -> bool:
+        return abs(new - old) > max(self.ratio * old, self.bps)

@@ -10,7 +10,9 @@ A real node (``Egress``):
    (read, plan, change only the difference), in a worker thread; a failure is logged
    and tried again.
 3. **count**: every ``egress_s`` the pods' class counters (``counting.sample``) become a
-   ``NodeEgress`` on ``baton.<c>.telemetry.egress.<node>``: the demand the service reads.
+   ``NodeEgress`` on ``baton.<c>.telemetry.egress.<node>``: the demand the service reads,
+   published only when a rate moved, a pod came or went, or as a keep-alive
+   (``counting.Changed``).
 
 ``--fleet`` (``FleetEgress``) has no kernel to shape: it follows every node's limits
 and publishes what each pod would send (``traffic.demand_bps``) held to its limit, so
@@ -155,10 +157,12 @@ class Egress:
         netlink: Netlink,
         egress_s: float = 5.0,
         retry_s: float = 5.0,
+        changed: counting.Changed | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.bus, self.node, self.netlink = bus, node, netlink
         self.egress_s, self.retry_s, self.clock = egress_s, retry_s, clock
+        self.changed = changed or counting.Changed()
         self.follower = Follower(bus, node)
         self.applied: NodeLimits | None = None
 
@@ -210,7 +214,7 @@ class Egress:
             previous = current
             record(report)
             if report.pods:
-                await publish(self.bus, [report])
+                await publish(self.bus, self.changed.due([report]))
 
 
 class FleetEgress:
@@ -225,10 +229,12 @@ class FleetEgress:
         mean_bps: float,
         period_s: float = 60.0,
         egress_s: float = 5.0,
+        changed: counting.Changed | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.bus, self.seed, self.mean_bps, self.period_s = bus, seed, mean_bps, period_s
         self.egress_s, self.clock = egress_s, clock
+        self.changed = changed or counting.Changed()
         self.limits: dict[str, NodeLimits] = {}
         self.sent: dict[str, tuple[int, int]] = {}  # uid -> (internet bytes, internal bytes)
         self.following = False  # subscribed to the limits
@@ -260,7 +266,7 @@ class FleetEgress:
         try:
             while True:
                 await asyncio.sleep(self.egress_s)
-                reports = self.reports(self.clock())
+                reports = self.changed.due(self.reports(self.clock()))
                 if reports:
                     await publish(self.bus, reports)
         finally:

@@ -43,6 +43,7 @@ from baton.libs.runtime.settings import require
 from baton.proto import subjects
 from baton.services.agent import core
 from baton.services.agent.backends import HostPoller, KernelLogPoller, Poller
+from baton.services.agent.counting import Changed
 from baton.services.agent.egress import Egress, FleetEgress, Netlink
 from baton.services.agent.nvml import Nvml
 from baton.services.agent.pods import PodResources
@@ -73,7 +74,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     expected_gpus: int = -1  # GPUs this node should have; -1: not configured
     interval_s: float = 10.0  # NVML, disks, NICs, pods
     kmsg_interval_s: float = 1.0
-    heartbeat_s: float = 10.0
+    heartbeat_s: float = 60.0
     refresh_s: float = 300.0
     temperature_deadband_c: float = 3.0
     disk_deadband: float = 0.01
@@ -91,7 +92,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ifb: str = "baton-egress"  # the agent's own IFB device
     line_rate: str = "100G"  # rate of the unshaped classes
     leaf: str = ""  # leaf qdisc of shaped classes ("fq_codel"); "": HTB's default
-    egress_s: float = 5.0  # publish pods' measured egress this often
+    egress_s: float = 5.0  # measure pods' egress this often
+    # publish a measurement when a rate moved by egress_deadband and egress_deadband_bps,
+    # and at least every egress_keepalive_s
+    egress_keepalive_s: float = 60.0
+    egress_deadband: float = 0.1
+    egress_deadband_bps: int = 1_000_000
     # --fleet: simulated pod egress (services/baton/services/agent/traffic.py)
     sim_egress: bool = True
     sim_egress_seed: int = 1
@@ -111,6 +117,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "MOUNTS": all(m.startswith("/") for m in self.mounts),
             "SIM_URL": self.backend != "sim" or self.sim_url.startswith(("http://", "https://")),
             "EGRESS_S": self.egress_s > 0,
+            "EGRESS_KEEPALIVE_S": self.egress_keepalive_s > 0,
+            "EGRESS_DEADBAND": 0 <= self.egress_deadband < 1,
+            "EGRESS_DEADBAND_BPS": self.egress_deadband_bps >= 0,
             "SIM_EGRESS_PERIOD_S": self.sim_egress_period_s > 0,
             "LINE_RATE": _rate(self.line_rate) > 0,
             "SIM_EGRESS_MEAN": _rate(self.sim_egress_mean) >= 0,
@@ -123,6 +132,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             refresh_s=self.refresh_s, temperature_deadband_c=self.temperature_deadband_c,
             disk_deadband=self.disk_deadband, xid_merge_s=self.xid_merge_s,
         )  # fmt: skip
+
+    def changed(self) -> Changed:
+        return Changed(keepalive_s=self.egress_keepalive_s, ratio=self.egress_deadband,
+                       bps=self.egress_deadband_bps)  # fmt: skip
 
 
 def _rate(text: str) -> int:
@@ -263,7 +276,7 @@ def egress_source(
         if not settings.sim_egress:
             return [], lambda: False
         sim = FleetEgress(bus, seed=settings.sim_egress_seed, egress_s=settings.egress_s,
-                          mean_bps=_rate(settings.sim_egress_mean),
+                          changed=settings.changed(), mean_bps=_rate(settings.sim_egress_mean),
                           period_s=settings.sim_egress_period_s)  # fmt: skip
         return [lambda emit: sim.run()], lambda: sim.following
     if not settings.shape:
@@ -275,7 +288,8 @@ def egress_source(
                         line_bps=_rate(settings.line_rate), leaf=settings.leaf)  # fmt: skip
         netlink = await Netlink(layout).open()
         try:
-            made.append(Egress(bus, node, netlink=netlink, egress_s=settings.egress_s))
+            made.append(Egress(bus, node, netlink=netlink, egress_s=settings.egress_s,
+                               changed=settings.changed()))  # fmt: skip
             await made[0].run()
         finally:
             await netlink.close()

@@ -43,11 +43,14 @@ class Shares:
     pods: dict[str, list[float]]  # team name -> shares of its pods
 
 
-def allocate(capacity: float, *, tiers: tuple[Tier, ...], claims: list[Claim]) -> Shares:
+def allocate(
+    capacity: float, *, tiers: tuple[Tier, ...], claims: list[Claim], reserve: float = 0.0
+) -> Shares:
     wants = [c.want for c in claims]
     total_want = math.fsum(wants)
     if total_want <= capacity:
-        return spread_spare(capacity, claims=claims, total_want=total_want)
+        return spread_spare(spreads(capacity, reserve, total_want), claims=claims,
+                            total_want=total_want)  # fmt: skip
     teams = [c.team for c in claims]
     totals = team_totals(capacity, tiers=tiers, teams=teams, wants=wants)
     pods: dict[str, list[float]] = {}
@@ -115,6 +118,14 @@ def _fit_lows(
     return {name: firsts[name] * first_scale + seconds[name] * second_scale for name in firsts}
 
 
+def spreads(capacity: float, reserve: float, total_want: float) -> float:
+    """How much of the capacity step 4 hands out when every want fits: all but the
+    ``reserve`` share (the hysteresis), never less than the wants. Limits kept within the
+    hysteresis then still add up to the capacity at most, so a pod that comes needs no
+    other pod's limit released and republished: churn moves its own node only."""
+    return max(total_want, capacity * (1.0 - reserve))
+
+
 def spread_spare(capacity: float, *, claims: list[Claim], total_want: float) -> Shares:
     """Step 4: every want fits; raise them all in proportion up to the capacity, within caps."""
     wants = [w for c in claims for w in c.wants]
@@ -144,4 +155,4 @@ def spread_spare(capacity: float, *, claims: list[Claim], total_want: float) -> 
     return Shares(totals=totals, pods=pods)
 
 
-__all__ = ["INF", "Claim", "Shares", "allocate", "spread_spare", "team_totals"]
+__all__ = ["INF", "Claim", "Shares", "allocate", "spread_spare", "spreads", "team_totals"]

@@ -105,7 +105,8 @@ def _spread(state: State, order: list[Book], *, capacity: float, total_want: flo
     if same:
         return []
     claims = [allocating.Claim(team=b.team, uids=b.uids, wants=b.wants, caps=b.caps) for b in order]
-    shares = allocating.spread_spare(capacity, claims=claims, total_want=total_want)
+    spread = allocating.spreads(capacity, state.policy.hysteresis, total_want)
+    shares = allocating.spread_spare(spread, claims=claims, total_want=total_want)
     for b in order:
         b.wanted = list(map(math.floor, shares.pods[b.team.name]))
         b.wanted_sum, b.level = sum(b.wanted), NAN

@@ -40,7 +40,7 @@ class Settings(Base, frozen=True, kw_only=True):
     floor: str = "10M"  # what a pod with nothing measured gets
     headroom: float = 0.25
     saturated: float = 0.9
-    stale_s: float = 30.0
+    stale_s: float = 180.0  # 3 of the agents' egress keep-alives (60 s): a quiet pod is not stale
     hysteresis: float = 0.05
     hysteresis_min: str = "1M"
     endpoint_addresses: int = 64

@@ -29,7 +29,8 @@ def decide(state: State, now: float) -> dict[str, int]:
         for b in order
     ]
     # 2. decide
-    shares = allocating.allocate(float(state.capacity), tiers=policy.tiers, claims=claims)
+    shares = allocating.allocate(float(state.capacity), tiers=policy.tiers, claims=claims,
+                                 reserve=policy.hysteresis)  # fmt: skip
     wanted = integers(claims, shares, capacity=state.capacity)
     # 3. damp
     limits = damping.damp(state.published, wanted, ratio=policy.hysteresis,

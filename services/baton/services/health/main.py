@@ -69,7 +69,8 @@ class Settings(Base, frozen=True, kw_only=True):
     probation_s: float = 600.0
     paused: bool = False  # start paused (the last `baton health pause|resume` wins)
     tick_s: float = 1.0  # how often time is looked at while something waits for it
-    silence_after_s: float = 60.0  # a node whose agent has not beaten for this long is silent
+    silence_after_s: float = 60.0  # the least silence that counts (older agents say no period)
+    silence_beats: float = 3.0  # a node is silent after this many of its agent's keep-alives
     config: str = ""  # BATON_HEALTH_CONFIG: a settings file (read before the others)
 
     def __post_init__(self) -> None:
@@ -79,6 +80,7 @@ class Settings(Base, frozen=True, kw_only=True):
         checks = {
             "TICK_S": self.tick_s > 0,
             "SILENCE_AFTER_S": self.silence_after_s > 0,
+            "SILENCE_BEATS": self.silence_beats >= 1,
             "FLAP_WINDOW_S": self.flap_window_s > 0,
             "FLAP_COUNT": self.flap_count >= 2,
             "DRAIN_GRACE_S": self.drain_grace_s >= 0,
@@ -145,7 +147,7 @@ async def serve_health(settings: Settings) -> None:
 
     async def beside(runner: Runner[core.State]) -> None:
         await heartbeats.watch(
-            runner.bus, after_s=settings.silence_after_s,
+            runner.bus, after_s=settings.silence_after_s, beats_missed=settings.silence_beats,
             ready=lambda: runner.started is not None and runner.leader,
         )  # fmt: skip
 

@@ -208,7 +208,7 @@ CONDITIONS: dict[str, ConditionRule] = {
 
 # -- the rest -------------------------------------------------------------------
 
-HEARTBEAT = Rule("heartbeat", "the node's agent stopped beating (silence_after_s)")
+HEARTBEAT = Rule("heartbeat", "the node's agent stopped beating (silence_beats keep-alives)")
 PREFLIGHT = Rule("preflight", "a preflight check failed on the node", latched=True)
 FLAPPING = Rule("flapping", "a signal went bad flap_count times within flap_window_s",
                 latched=True)  # fmt: skip
