@@ -55,7 +55,8 @@ class Served:
 def state_with_teams() -> core.State:
     state = core.initial(parse(TEAMS))
     for name, pool in (("a1", "pa"), ("b1", "pb"), ("b2", "pb")):
-        node = Node(name=name, uid=name, labels={"baton.io/pool": pool}, allocatable={GPU: 8})
+        room = {GPU: 8, "cpu": 192_000, "memory": 2048 * 1024**3}  # an HGX node (millicores)
+        node = Node(name=name, uid=name, labels={"baton.io/pool": pool}, allocatable=room)
         state, _ = core.step(state, NodeEvent(op="upsert", at=0.0, node=node), 0.0)
     for name, members in (("job", 1), ("wide", 2)):
         group = PodGroup(
