@@ -251,3 +251,15 @@ def test_a_recreate_pod_seen_before_is_not_applied_again() -> None:
     assert applied(out) == []
     (report,) = of(out, Report)
     assert report.result.outcome == "already" and "duplicate" in report.result.error
+
+
+def test_a_fenced_action_leaves_its_id_free_for_the_new_leader_s_same_decision() -> None:
+    """The chaos run left a pod unplaced: a paused gang leader's bind was refused (stale
+    epoch), the new leader made the same decision, so the same id (ids come from the
+    decision), and that valid bind was answered 'duplicate ... stale' and never applied."""
+    state = core.initial(Limits(qps=0), now=0.0)
+    fenced = "stale: epoch 1 is behind its lease's 2"
+    state, out = core.step(state, Arrived(action=gang("b", 2), ticket=1, refused=fenced), 0.0)
+    assert applied(out) == [] and [r.result.outcome for r in of(out, Report)] == ["stale"]
+    state, out = core.step(state, Arrived(action=gang("b", 2), ticket=2), 1.0)
+    assert applied(out) == ["b"]

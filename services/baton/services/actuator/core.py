@@ -235,8 +235,8 @@ def _admit(state: State, event: Arrived, now: float, outputs: list[Output]) -> N
                       error_class="bad-input")  # fmt: skip
         outputs.append(term)
         return
-    if event.refused:
-        _remember(state, action.id, outcome="stale", now=now)
+    if event.refused:  # answered stale, its id left free: the producer's new leader
+        # decides the same (ids are made from the decision) and its action must apply
         res = result(action, outcome="stale", now=now, error=event.refused)
         outputs.append(Report(result=res, action=action))
         outputs.append(Settle(tickets=(event.ticket,), verdict="ack"))
