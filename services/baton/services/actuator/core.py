@@ -408,8 +408,7 @@ def _expire(state: State, entry: Entry, now: float, outputs: list[Output]) -> No
     checked on arrival too; a queue behind the rate limit can outlast the deadline."""
     action = entry.action
     why = f"stale: expired {now - action.expires:.1f} s ago while queued (at {action.expires})"
-    # Its id is left free: the producer's next try of the same decision has the same id
-    # and a later deadline; a redelivery of this one is refused on arrival (expired).
+    _remember(state, action.id, outcome="stale", now=now)
     res = result(action, outcome="stale", now=now, error=why, attempts=entry.attempt)
     outputs.append(Report(result=res, action=action))
     if entry.tickets:
