@@ -500,11 +500,20 @@ def _all_placed(pods: list[Any]) -> tuple[bool, str]:
     """The trace fits the cluster (half of it busy at most): once the chaos ends, no pod
     may still wait for a node."""
     waiting = sorted(
-        f"{p.metadata.namespace}/{p.metadata.name}"
+        f"{p.metadata.namespace}/{p.metadata.name}{_why(p)}"
         for p in pods
         if not p.spec.node_name and p.status.phase == "Pending"
     )
     return not waiting, f"{len(waiting)} pods still waiting: {waiting[:5]}"
+
+
+def _why(pod: Any) -> str:
+    """What the pod's PodScheduled condition says it waits for (Baton's reporter writes
+    it), so a failed run names the cause, not only the pod."""
+    for condition in pod.status.conditions or []:
+        if condition.type == "PodScheduled" and condition.message:
+            return f" ({condition.message})"
+    return " (no PodScheduled condition)"
 
 
 def _binding_conflicts(metrics: str) -> int:

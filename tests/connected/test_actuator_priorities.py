@@ -15,7 +15,14 @@ from kubernetes_asyncio.client import CoreV1Api
 
 from baton.libs.bus import Bus
 from baton.proto import subjects
-from baton.proto.actions import ActionResult, AnyAction, SetLabels, SetTaint
+from baton.proto.actions import (
+    ActionResult,
+    AnyAction,
+    GroupStatus,
+    SetGroupStatus,
+    SetLabels,
+    SetTaint,
+)
 from baton.proto.k8s import Taint
 from baton.services.actuator import core
 from baton.services.actuator import main as actuator_main
@@ -109,3 +116,51 @@ async def test_health_action_overtakes_queued_balloon_actions() -> None:
     before = order[: order.index("h1")]
     # Without priorities it would come last, behind all the balloons queued before it.
     assert len(before) < BALLOONS // 4, f"health applied after {before}"
+
+
+STATUSES = 1_500  # more than one consumer's window of unacked deliveries (1,024)
+
+
+def status(i: int) -> SetGroupStatus:
+    """A status write for a PodGroup that does not exist: answered without a retry, at
+    the cost of one API call, like the recounts of thousands of waiting gangs."""
+    pending = GroupStatus(phase="Pending")
+    return SetGroupStatus(id=f"s{i}", by="reporter", at=0.0, priority="status",
+                          namespace="team-a", name=f"job-{i}", status=pending)  # fmt: skip
+
+
+async def test_a_health_action_is_not_held_behind_a_backlog_of_status_writes() -> None:
+    """1,500 status writes, then one taint, all in ACTIONS before the actuator starts.
+    Read from one consumer in stream order, the taint could not even be delivered before
+    ~500 status writes were answered (the window of unacked deliveries is full of them);
+    status kinds have a consumer of their own, so it goes among the first few."""
+    async with running_nats() as url, running_sim() as sim:
+        bus = await Bus.connect(url, cluster=C, name="test")
+        await bus.ensure_streams()
+        client = await sim.api_client()
+        results: list[ActionResult] = []
+        sub = bus.consume(subjects.wildcard(C, subjects.RESULT, ">"), type_=ActionResult)
+        reader = asyncio.create_task(collect(sub, results))
+        try:
+            for name in NODES:
+                await CoreV1Api(client).create_node({"metadata": {"name": name}})
+            producers = Producers(bus)
+            for i in range(STATUSES):
+                await producers.publish(status(i))
+            await producers.publish(health())
+            limits = core.Limits(qps=300, burst=10, backoff_base=0.05)
+            async with running_actuator(url, Api(client, tries=2, base=0.01), limits):
+                await wait_for(results, STATUSES + 1, within=120.0)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            await sub.close()
+            await client.close()
+            await bus.close()
+
+    taint = next(r for r in results if r.action_id == "h1")
+    assert taint.outcome == "applied", taint.error
+    order = [r.action_id for r in sorted(results, key=lambda r: r.at)]
+    before = order.index("h1")
+    assert before < 200, f"the taint was answered after {before} status writes"

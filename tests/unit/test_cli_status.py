@@ -133,11 +133,20 @@ def test_the_full_screen_keeps_endpoints_and_wraps_long_reasons() -> None:
     assert "…" not in screen
 
 
-def test_status_reads_the_actuators_own_consumer() -> None:
-    from baton.services.actuator.shell import DURABLE
-    from baton.services.cli.following import ACTUATOR_CONSUMER
+def test_status_and_access_name_the_actuators_own_consumers() -> None:
+    from baton.libs.runner.access import ACTUATOR_CONSUMERS
+    from baton.services.actuator.shell import consumers
 
-    assert ACTUATOR_CONSUMER == DURABLE
+    assert set(ACTUATOR_CONSUMERS) == set(consumers())
+
+
+def test_every_action_kind_is_read_by_exactly_one_actuator_consumer() -> None:
+    from baton.proto.actions import ACTION_SUBJECTS, TELLING
+    from baton.services.actuator.shell import DURABLE_TELLING, consumers
+
+    read = [kind for kinds in consumers().values() for kind in kinds]
+    assert sorted(read) == sorted({kind for kind, _ in ACTION_SUBJECTS.values()})
+    assert set(consumers()[DURABLE_TELLING]) == TELLING
 
 
 def test_the_full_screen_keeps_the_newest_decisions_in_a_short_terminal() -> None:

@@ -373,6 +373,13 @@ ACTION_SUBJECTS: dict[type[Action], tuple[str, Callable[[Any], tuple[str, ...]]]
 }
 
 
+# The kinds that only tell people what happened (PodGroup and Team status, pod
+# conditions, Events). The actuator reads them through a consumer of their own: a stream
+# read in order lets a bind wait behind every status write published before it, and
+# status is what grows with waiting work (thousands of waiting gangs recounted).
+TELLING: frozenset[str] = frozenset({"group-status", "pod-condition", "event", "team-status"})
+
+
 def _ref_key(ref: ObjectRef) -> tuple[str, ...]:
     return (ref.namespace, ref.name) if ref.namespace else (ref.name,)
 

@@ -307,7 +307,7 @@ class Bus:
 
     def consume(
         self,
-        filter_subject: str,
+        filter_subject: str | tuple[str, ...],
         *,
         type_: Any,
         durable: str | None = None,
@@ -317,7 +317,8 @@ class Bus:
         ack_wait: float = 30.0,
         stream: str | None = None,
     ) -> Subscription[Any]:
-        """A pull consumer on ``filter_subject``; iterate it for ``Message``s."""
+        """A pull consumer on ``filter_subject`` (or several subjects of one stream);
+        iterate it for ``Message``s."""
         config = consumer_config(
             filter_subject,
             durable=durable,

@@ -107,7 +107,7 @@ class Subscription(Generic[T]):
     def __init__(
         self,
         bus: Bus,
-        filter_subject: str,
+        filter_subject: str | tuple[str, ...],
         *,
         type_: Any,
         config: ConsumerConfig,
@@ -131,7 +131,9 @@ class Subscription(Generic[T]):
             return
         js = self._bus.js
         if self.stream is None:
-            self.stream = await js.find_stream_name_by_subject(self.filter_subject)
+            subject = self.filter_subject
+            first = subject if isinstance(subject, str) else subject[0]
+            self.stream = await js.find_stream_name_by_subject(first)
         info = await _create_or_bind(js, self.stream, self._config)
         self.consumer = info.name
         self._max_deliver = int(info.config.max_deliver or -1)
@@ -198,7 +200,7 @@ class Subscription(Generic[T]):
 
 
 def consumer_config(
-    filter_subject: str,
+    filter_subject: str | tuple[str, ...],
     *,
     durable: str | None,
     deliver: Delivery,
@@ -214,7 +216,8 @@ def consumer_config(
         ack_wait=ack_wait,
         max_deliver=max_deliver,
         max_ack_pending=max(1000, 4 * batch),
-        filter_subject=filter_subject,
+        filter_subject=filter_subject if isinstance(filter_subject, str) else None,
+        filter_subjects=None if isinstance(filter_subject, str) else list(filter_subject),
         inactive_threshold=None if durable else 300.0,
     )
 

@@ -48,6 +48,8 @@ from baton.proto import subjects
 from baton.proto.actions import ACTION_SUBJECTS
 
 ACTUATOR = "actuator"
+# The actuator's durable consumers on ACTIONS (services.actuator.shell.consumers).
+ACTUATOR_CONSUMERS = ("actuator", "actuator-telling")
 ADMIN = "admin"
 INSPECT = "inspect"  # read only: the cluster's subjects and streams, nothing published
 AGENT_FLEET = "agent-fleet"  # the one process that plays every simulated node's agent
@@ -334,20 +336,19 @@ def inspect_permissions(cluster: str) -> Permissions:
     action for the actuator), and none of the actuator's own consumer but its info; never
     the auth callout's subject (agents' tokens)."""
     actions = subjects.stream_name(cluster, streams.ACTIONS)
-    durable = ACTUATOR  # services.actuator.shell.DURABLE: the one durable consumer
     reads = [*all_streams(cluster), kv_stream(cluster, DONE)]
     publish = [*_EVERYONE]
     for stream in reads:
         publish += [g for g in stream_grants(stream) if not g.startswith("$JS.ACK.")]
-    deny = [
-        *_NO_DELETES,
-        *_NO_UPDATES,
-        f"$JS.API.CONSUMER.CREATE.{actions}.{durable}",
-        f"$JS.API.CONSUMER.CREATE.{actions}.{durable}.>",
-        f"$JS.API.CONSUMER.DELETE.{actions}.{durable}",
-        f"$JS.API.CONSUMER.MSG.NEXT.{actions}.{durable}",
-        AUTH_REQUESTS,
-    ]
+    deny = [*_NO_DELETES, *_NO_UPDATES]
+    for durable in ACTUATOR_CONSUMERS:
+        deny += [
+            f"$JS.API.CONSUMER.CREATE.{actions}.{durable}",
+            f"$JS.API.CONSUMER.CREATE.{actions}.{durable}.>",
+            f"$JS.API.CONSUMER.DELETE.{actions}.{durable}",
+            f"$JS.API.CONSUMER.MSG.NEXT.{actions}.{durable}",
+        ]
+    deny.append(AUTH_REQUESTS)
     return Permissions(
         publish=tuple(publish),
         subscribe=(subjects.wildcard(cluster, ">"),),

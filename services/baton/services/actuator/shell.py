@@ -2,8 +2,13 @@
 
 ``Desk`` is both the actuator's feed and the handler of its effects, because they
 share the deliveries in hand:
-- its reader pulls actions from the durable ``actuator`` consumer and hands them to
-  the core as ``Arrived`` events (the message is kept, unacked, by ticket);
+- its readers pull actions from two durable consumers, ``actuator`` (what changes the
+  cluster) and ``actuator-telling`` (status, conditions, Events: ``TELLING``), and hand
+  them to the core as ``Arrived`` events (the message is kept, unacked, by ticket).
+  Two, because a consumer delivers in stream order with a bounded window of unacked
+  messages: with one, a bind waited behind every status write published before it
+  (minutes, at 1,000 nodes with thousands of waiting gangs), and the core's priorities
+  never saw it;
 - ``apply`` runs an API call in a task and hands its ``Finished`` back as an input;
 - ``wake`` brings a ``Tick`` at the time the core asked for (rate limiting);
 - ``settle`` acks, naks or terms deliveries; the runner stores the results (the
@@ -41,13 +46,22 @@ from baton.libs.runner import Cut, Item, Route
 from baton.libs.runner.leasing import Fences, Held, leases_bucket
 from baton.libs.runtime.stopping import checkpoint, retry, where
 from baton.proto import subjects
-from baton.proto.actions import ASKS, AnyAction, Outcome, action_subject, result_subject
+from baton.proto.actions import (
+    ACTION_SUBJECTS,
+    ASKS,
+    TELLING,
+    AnyAction,
+    Outcome,
+    action_subject,
+    result_subject,
+)
 from baton.services.actuator import applying, core, metrics, trusting
 from baton.services.actuator.calling import Api, ApiError
 from baton.services.actuator.eventing import EventWrite
 
 log = structlog.get_logger("baton.actuator")
-DURABLE = "actuator"
+DURABLE = "actuator"  # what changes the cluster
+DURABLE_TELLING = "actuator-telling"  # what only tells people (``TELLING``)
 LOOKUPS = 256  # done-records looked up at once while deliveries arrive
 
 
@@ -67,7 +81,7 @@ class Desk:
         self.messages: dict[int, Message[Any]] = {}
         self.tickets = 0
         self.applying: set[asyncio.Task[None]] = set()
-        self._sub: Subscription[Any] | None = None
+        self._subs: list[Subscription[Any]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._wake: asyncio.TimerHandle | None = None
         self._wake_at = 0.0
@@ -84,16 +98,18 @@ class Desk:
             await asyncio.wait_for(self.fences.loaded.wait(), 10)
         except TimeoutError:
             log.warning("lease epochs not loaded in 10 s; fencing from what arrives")
-        self._sub = self.bus.consume(
-            subjects.wildcard(self.bus.cluster, subjects.ACTION, ">"), type_=AnyAction,
-            durable=DURABLE, max_deliver=self.limits.max_attempts + 1, ack_wait=self.ack_wait,
-        )  # fmt: skip
-        await self._sub.start()
+        for durable, kinds in consumers().items():
+            filters = tuple(subjects.wildcard(self.bus.cluster, subjects.ACTION, kind, ">")
+                            for kind in kinds)  # fmt: skip
+            sub = self.bus.consume(
+                filters, type_=AnyAction, durable=durable,
+                max_deliver=self.limits.max_attempts + 1, ack_wait=self.ack_wait,
+            )  # fmt: skip
+            await sub.start()
+            self._subs.append(sub)
+            self._tasks.append(asyncio.create_task(self._read(sub), name=f"read-{durable}"))
         self.caught_up = True
-        self._tasks += [
-            asyncio.create_task(self._read(self._sub), name="actuator-read"),
-            asyncio.create_task(self._keep_alive(), name="actuator-keep-alive"),
-        ]
+        self._tasks.append(asyncio.create_task(self._keep_alive(), name="actuator-keep-alive"))
         return None
 
     async def _read(self, sub: Subscription[Any]) -> None:
@@ -229,8 +245,8 @@ class Desk:
             for task in stuck:
                 log.error("apply still running at stop: cancelled", task=where(task))
                 task.cancel()
-        if self._sub is not None:
-            await self._sub.close()
+        for sub in self._subs:
+            await sub.close()
 
     # -- effects ----------------------------------------------------------------------
 
@@ -312,6 +328,16 @@ class Desk:
 
 
 DONE = "done"
+
+
+def consumers() -> dict[str, tuple[str, ...]]:
+    """The actuator's durable consumers and the action kinds each reads: every kind
+    ``ACTION_SUBJECTS`` knows is read by exactly one."""
+    kinds = sorted({kind for kind, _ in ACTION_SUBJECTS.values()})
+    return {
+        DURABLE: tuple(k for k in kinds if k not in TELLING),
+        DURABLE_TELLING: tuple(k for k in kinds if k in TELLING),
+    }
 
 
 async def done_bucket(bus: Bus) -> KeyValue:

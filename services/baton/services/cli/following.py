@@ -21,6 +21,7 @@ from nats.js.api import DeliverPolicy
 
 from baton.libs.bus import streams
 from baton.libs.bus.snapshotting import snapshot
+from baton.libs.runner.access import ACTUATOR_CONSUMERS
 from baton.proto import subjects
 from baton.proto.actions import ACTION_SUBJECTS, ActionResult, CreatePod, RecordEvent
 from baton.proto.admission import AnyAdmissionEvent, TeamsLoaded
@@ -42,7 +43,6 @@ NOTABLE = {"failed", "rolled-back", "dropped"}
 EVENT = ACTION_SUBJECTS[RecordEvent][0]  # results of Kubernetes Events: <c>.result.event.>
 CREATE = ACTION_SUBJECTS[CreatePod][0]  # pods Baton creates (preflight checks, balloons)
 SIZED = (streams.K8S, streams.ACTIONS, streams.EVENTS, streams.HISTORY, streams.DEADLETTER)
-ACTUATOR_CONSUMER = "actuator"  # the actuator's durable consumer on ACTIONS
 Recorded = Started | AnyAdmissionEvent | TeamsLoaded | Allocation
 Health = StateChanged | Withheld | Control
 
@@ -127,14 +127,16 @@ async def _facts(nc: NATS, view: View, *, cluster: str) -> None:
             tokens = subject.split(".")  # baton.<c>.telemetry.<kind>.<node>
             what = f"{tokens[3]} from {tokens[4]}" if len(tokens) > 4 else subject
             view.seen["agent"] = f"last report {when} ({what})"
-    with contextlib.suppress(nats.js.errors.NotFoundError):
-        info = await js.consumer_info(stream(cluster, streams.ACTIONS), ACTUATOR_CONSUMER)
-        last = info.delivered.last_active if info.delivered else None
-        when = f", last delivery {last.astimezone():%Y-%m-%d %H:%M:%S}" if last else ""
-        view.seen["actuator"] = (
-            f"consumer {ACTUATOR_CONSUMER!r}: {info.num_pending or 0} actions waiting, "
-            f"{info.num_ack_pending or 0} in flight{when}"
-        )
+    said = []
+    for name in ACTUATOR_CONSUMERS:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            info = await js.consumer_info(stream(cluster, streams.ACTIONS), name)
+            last = info.delivered.last_active if info.delivered else None
+            when = f", last delivery {last.astimezone():%Y-%m-%d %H:%M:%S}" if last else ""
+            said.append(f"consumer {name!r}: {info.num_pending or 0} actions waiting, "
+                        f"{info.num_ack_pending or 0} in flight{when}")  # fmt: skip
+    if said:
+        view.seen["actuator"] = "; ".join(said)
 
 
 def _at(data: bytes) -> float:
