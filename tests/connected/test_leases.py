@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from baton.libs.bus import Bus
-from baton.libs.runner import Runner
+from baton.libs.runner import Runner, action_route
 from baton.libs.runner.leasing import Fences, Held, Lease, leases_bucket
 from baton.libs.runtime.settings import Base
 from baton.proto import subjects
@@ -158,6 +158,59 @@ async def test_actions_of_a_deposed_leader_or_past_their_expiry_are_answered_sta
             "t.baton.io/zero",
             "t.baton.io/future",
         } & set(written)
+
+
+async def test_a_new_leaders_copy_of_a_fenced_decision_is_applied() -> None:
+    """Mirrors the chaos run's stuck gang: the deposed admission leader's annotation (epoch
+    E) reaches ACTIONS first and is fenced; the new leader decided the same (the same id,
+    epoch E'). Both copies must be stored (the msg id carries the epoch) and the new one
+    applied; the fenced answer says so, so a producer does not forget its own copy."""
+    async with running_nats() as url, running_sim(nodes=1) as sim:
+        bus = await Bus.connect(url, cluster=C, name="test")
+        await bus.ensure_streams()
+        old = Lease(bus, "admission", ttl=TTL)
+        holding = asyncio.create_task(old.run())
+        await until(lambda: old.leader, within=10, what="the old leader")
+        holding.cancel()  # paused: it stops renewing without giving the lease up
+        with contextlib.suppress(asyncio.CancelledError):
+            await holding
+        new = Lease(bus, "admission", ttl=TTL)
+        taking = asyncio.create_task(new.run())
+        await until(lambda: new.leader and new.epoch > old.epoch, within=10, what="new leader")
+        client = await sim.api_client()
+        node = sim.cluster.node_names()[0]
+        decided = SetLabels(id="admit-1", by="admission", at=1.0, node=node,
+                            labels={"t.baton.io/admitted": "1"})  # fmt: skip
+        abus = await Bus.connect(url, cluster=C, name="actuator")
+        limits = actuator_core.Limits(qps=0, backoff_base=0.05)
+        actuator = actuator_main.runner(abus, actuator_main.Settings(), api=Api(client),
+                                        limits=limits)  # fmt: skip
+        answers: list[ActionResult] = []
+        try:
+            for epoch in (old.epoch, new.epoch):  # the deposed leader's copy first
+                copy = msgspec.structs.replace(decided, epoch=epoch)
+                subject, msg_id = action_route(C, copy)
+                await bus.publish(subject, copy, msg_id=msg_id)
+            running = asyncio.create_task(actuator.run())
+            async with bus.consume(subjects.wildcard(C, "result", ">"), type_=ActionResult) as sub:
+                async with asyncio.timeout(20):
+                    async for msg in sub:
+                        answers.append(msg.event)
+                        await msg.ack()
+                        if len(answers) == 2:
+                            break
+            await stop(running, within=10, what="actuator")
+        finally:
+            await abus.close()
+            taking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await taking
+            await client.close()
+            await bus.close()
+        said = [(r.action_id, r.outcome, r.fenced) for r in answers]
+        assert said == [("admit-1", "stale", True), ("admit-1", "applied", False)], said
+        written = sim.store.get("nodes", None, node)["metadata"]["labels"]
+        assert written.get("t.baton.io/admitted") == "1"
 
 
 async def _results(bus: Bus, count: int) -> list[ActionResult]:

@@ -114,4 +114,4 @@ def test_every_services_actions_go_to_their_subject_with_their_id() -> None:
     routes = [r for s in specs() for r in s.routes if r.action]
     assert routes and all(r.to is action_route for r in routes)
     for action in one_of_each(by="gang", epoch=1):
-        assert action_route(C, action) == (action_subject(C, action), action.id)
+        assert action_route(C, action) == (action_subject(C, action), f"{action.id}:{action.epoch}")

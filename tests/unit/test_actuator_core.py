@@ -259,7 +259,18 @@ def test_a_fenced_action_leaves_its_id_free_for_the_new_leader_s_same_decision()
     decision), and that valid bind was answered 'duplicate ... stale' and never applied."""
     state = core.initial(Limits(qps=0), now=0.0)
     fenced = "stale: epoch 1 is behind its lease's 2"
-    state, out = core.step(state, Arrived(action=gang("b", 2), ticket=1, refused=fenced), 0.0)
-    assert applied(out) == [] and [r.result.outcome for r in of(out, Report)] == ["stale"]
+    state, out = core.step(state, Arrived(action=gang("b", 2), ticket=1, fenced=fenced), 0.0)
+    assert applied(out) == []
+    assert [(r.result.outcome, r.result.fenced) for r in of(out, Report)] == [("stale", True)]
     state, out = core.step(state, Arrived(action=gang("b", 2), ticket=2), 1.0)
     assert applied(out) == ["b"]
+
+
+def test_an_action_expired_on_arrival_is_stale_but_not_fenced() -> None:
+    """Past its ``expires``: its producer has forgotten it (``fenced`` stays false, so
+    the producer forgets its placement too and decides again)."""
+    state = core.initial(Limits(qps=0), now=0.0)
+    expired = "stale: expired 1.0 s ago (at 5.0)"
+    state, out = core.step(state, Arrived(action=gang("b", 2), ticket=1, refused=expired), 6.0)
+    assert applied(out) == []
+    assert [(r.result.outcome, r.result.fenced) for r in of(out, Report)] == [("stale", False)]

@@ -95,8 +95,8 @@ def test_unschedulable_verdicts_are_published_only_when_they_change() -> None:
 
 @pytest.mark.parametrize("outcome", ["rolled-back", "failed", "stale"])
 def test_a_failed_bind_is_forgotten_and_retried_after_a_backoff_with_a_new_id(outcome: str) -> None:
-    """``stale``: the actuator refused it unapplied (expired while queued, or a fenced
-    epoch): nothing was bound, so the gang need not wait out ``assume_timeout_s``."""
+    """``stale``: the actuator refused it unapplied (expired while queued): nothing was
+    bound, so the gang need not wait out ``assume_timeout_s``."""
     group, members = gang("job", 4)
     state = make(flat(4), group, members, policy=core.Policy(backoff_s=5.0))
     (bind,) = binds(tick(state, 1.0))
@@ -114,6 +114,20 @@ def test_a_failed_bind_is_forgotten_and_retried_after_a_backoff_with_a_new_id(ou
     (retry,) = binds(tick(state, 7.5))
     assert retry.id != bind.id
     assert {b.node for b in retry.bindings} == {b.node for b in bind.bindings}
+
+
+def test_a_fenced_copy_of_its_bind_leaves_the_placement_in_flight() -> None:
+    """A deposed leader's copy of the same bind (same id) answered ``stale`` because its
+    epoch was old says nothing about this leader's copy, which the actuator applies:
+    forgetting here would place the gang again beside its own bind."""
+    group, members = gang("job", 4)
+    state = make(flat(4), group, members, policy=core.Policy(backoff_s=5.0))
+    (bind,) = binds(tick(state, 1.0))
+    fenced = ActionResult(action_id=bind.id, action_type="action.bind-gang.v1", by="actuator",
+                          at=2.0, outcome="stale", error="stale: epoch", fenced=True)  # fmt: skip
+    core.step(state, fenced, 2.0)
+    assert len(state.cluster.accounted) == 4  # still assumed
+    assert binds(tick(state, 7.5)) == []  # not placed again
 
 
 def test_an_assumed_placement_holds_its_nodes_for_the_next_cycle() -> None:

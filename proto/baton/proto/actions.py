@@ -326,7 +326,10 @@ Outcome = Literal["applied", "already", "would-do", "rolled-back", "failed", "st
 class ActionResult(
     msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type", tag="result.v1"
 ):
-    """What the actuator did. ``already``: idempotent no-op (seen id, or state already so)."""
+    """What the actuator did. ``already``: idempotent no-op (seen id, or state already so).
+    ``fenced``: answered ``stale`` because its producer's lease epoch was not the current
+    one; it says nothing about the current leader's copy of the same action (same id),
+    which is judged on its own."""
 
     action_id: str
     action_type: str
@@ -335,6 +338,7 @@ class ActionResult(
     outcome: Outcome
     error: str = ""
     attempts: int = 1
+    fenced: bool = False
 
 
 # -- where actions travel: the one action -> subject map --------------------------

@@ -78,8 +78,12 @@ class Route:
 
 def action_route(cluster: str, action: Any) -> tuple[str, str]:
     """Where every action goes: its subject (``proto.actions.action_subject``, under its
-    producer's name) and its id as the msg id, so a republished action is stored once."""
-    return action_subject(cluster, action), action.id
+    producer's name), and as the msg id its id and its producer's lease epoch, so one
+    leader's republished action is stored once, and a new leader's copy of the same
+    decision is stored beside the deposed leader's: ids come from the decision, and with
+    the id alone the stream dropped the new leader's copy as a duplicate of the old one,
+    which the actuator then fenced (answered ``stale``), so it was never applied."""
+    return action_subject(cluster, action), f"{action.id}:{action.epoch}"
 
 
 @dataclass(frozen=True, slots=True)

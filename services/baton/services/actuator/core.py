@@ -63,9 +63,10 @@ class Arrived(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.arrived.v
     """An action delivered from the ACTIONS stream; ``ticket`` names the delivery.
 
     The shell looks three things up before it hands an action over: ``done``, the outcome
-    recorded for this id by an earlier run (exactly once across restarts), ``refused``,
-    why it must not be applied (a stale epoch, or past ``expires``), and ``untrusted``,
-    why it must never be (its subject, body and producer's lease disagree: ``trusting``).
+    recorded for this id by an earlier run (exactly once across restarts), ``fenced``,
+    why this copy must not be applied (its producer's epoch is not the current one),
+    ``refused``, why it must not be (past ``expires``), and ``untrusted``, why it must
+    never be (its subject, body and producer's lease disagree: ``trusting``).
     """
 
     action: AnyAction
@@ -74,6 +75,7 @@ class Arrived(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.arrived.v
     seq: int = 0  # its ACTIONS stream sequence (0: unknown): which of two came first
     done: str = ""
     refused: str = ""
+    fenced: str = ""
     untrusted: str = ""
 
 
@@ -235,9 +237,10 @@ def _admit(state: State, event: Arrived, now: float, outputs: list[Output]) -> N
                       error_class="bad-input")  # fmt: skip
         outputs.append(term)
         return
-    if event.refused:  # answered stale, its id left free: the producer's new leader
-        # decides the same (ids are made from the decision) and its action must apply
-        res = result(action, outcome="stale", now=now, error=event.refused)
+    if event.fenced or event.refused:  # answered stale, its id left free: the producer's
+        # new leader decides the same (ids are made from the decision), and its copy applies
+        res = result(action, outcome="stale", now=now, error=event.fenced or event.refused)
+        res = msgspec.structs.replace(res, fenced=bool(event.fenced))
         outputs.append(Report(result=res, action=action))
         outputs.append(Settle(tickets=(event.ticket,), verdict="ack"))
         return

@@ -148,7 +148,7 @@ class Desk:
                 expired = f"stale: expired {ago:.1f} s ago (at {action.expires})"
             event = core.Arrived(
                 action=action, ticket=ticket, delivered=msg.deliveries, seq=msg.seq,
-                done=await lookup, refused=why if verdict == "stale" else expired,
+                done=await lookup, fenced=why if verdict == "stale" else "", refused=expired,
                 untrusted=why if verdict == "refused" else "",
             )  # fmt: skip
             if verdict == "refused":
@@ -359,9 +359,12 @@ def _done_key(action_id: str) -> str:
 
 
 def _report(cluster: str, report: core.Report) -> Outgoing:
+    """One result per copy of an action (its id and its producer's epoch, as the action's
+    own msg id): a deposed leader's fenced copy and the new leader's applied copy of the
+    same decision are two answers, and the second must not be dropped as a duplicate."""
     res = report.result
     subject = result_subject(action_subject(cluster, report.action))
-    return Outgoing(subject, res, f"{res.action_id}:result")
+    return Outgoing(subject, res, f"{res.action_id}:{report.action.epoch}:result")
 
 
 ROUTES = (Route(core.Report, to=_report),)

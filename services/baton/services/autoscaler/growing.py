@@ -192,8 +192,8 @@ def failed(state: State, result: ActionResult, now: float) -> list[Output] | Non
     """A scale-up the actuator could not apply (None: not one of ours, or applied): the
     pool was never asked, so nothing to revert; it backs off and the gang is told why."""
     plan = next((p for p in state.plans.values() if p.action_id == result.action_id), None)
-    if plan is None or result.outcome not in ("failed", "stale"):
-        return None
+    if plan is None or result.outcome not in ("failed", "stale") or result.fenced:
+        return None  # fenced: a deposed leader's copy; this leader's own is judged apart
     del state.plans[plan.gang]
     state.asked.pop(plan.pool, None)
     state.backoff[plan.pool] = now + state.policy.backoff_s

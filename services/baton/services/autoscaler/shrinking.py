@@ -105,8 +105,8 @@ def _mark(
 def marked(state: State, result: ActionResult, now: float) -> list[Output]:
     """The result of the delete-machine mark: applied, the pool shrinks by one."""
     d = state.deletion
-    if d is None or result.action_id != d.mark_id:
-        return []
+    if d is None or result.action_id != d.mark_id or result.fenced:
+        return []  # fenced: a deposed leader's copy; this leader's own is judged apart
     if result.outcome not in ("applied", "already"):
         state.deletion = None  # the mark did not hold: decide again later
         return []

@@ -115,7 +115,8 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             state.buffers[buffer.key] = buffer
         case GangPlaced():
             _count(state, event, now)
-        case ActionResult(action_id=action_id, outcome=outcome):
+        case ActionResult(action_id=action_id, outcome=outcome, fenced=False):
+            # (fenced: a deposed leader's copy; this leader's own copy is judged apart)
             if outcome in ("failed", "stale"):
                 for name, (made, _) in list(state.creating.items()):
                     if made == action_id:

@@ -471,6 +471,8 @@ def on_result(state: State, result: ActionResult, now: float) -> None:
     if gang is None or gang.assumed is None or gang.assumed.action_id != result.action_id:
         state.inflight.pop(result.action_id, None)
         return
+    if result.fenced:  # a deposed leader's copy: this leader's own copy is judged apart
+        return
     if result.outcome in ("failed", "rolled-back", "stale"):  # stale: refused, unapplied
         forget(state, gang, now)  # 5. forget on failure
 

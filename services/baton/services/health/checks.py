@@ -171,7 +171,8 @@ def on_result(rec: NodeRecord, result: ActionResult) -> bool:
     check = rec.check
     if check is None or result.action_id != check.action:
         return False
-    if result.outcome in ("failed", "stale"):
+    if result.outcome in ("failed", "stale") and not result.fenced:  # fenced: a deposed
+        # leader's copy; this leader's own copy of the same create is judged apart
         check.pod = ""
     return True
 
