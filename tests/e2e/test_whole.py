@@ -118,7 +118,11 @@ async def test_a_thousand_nodes_are_validated_and_filled_with_whole_gangs(up: An
 
     left = "every node through its first preflight (baton.io/preflight gone)"
     await until(validated, what=left, within=600, step=5.0)
-    await until(working, what=f"{NODES} pods running", within=300, step=5.0)
+    try:
+        await until(working, what=f"{NODES} pods running", within=300, step=5.0)
+    except AssertionError as exc:  # how far it got, for the one reading the failure
+        unbound = sum(1 for p in cluster.pods if not p.spec.node_name)
+        raise AssertionError(f"{exc}: {cluster.bound()} running, {unbound} unbound") from None
     assert process.poll() is None, "baton up ended by itself"
 
     # a gang being bound in one reading is whole in the next: partial in both is not
