@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,11 +15,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from baton.libs.bus import Bus
-from baton.libs.runner import Runner, action_route
+from baton.libs.runner import Route, Runner, action_route
 from baton.libs.runner.leasing import Fences, Held, Lease, leases_bucket
 from baton.libs.runtime.settings import Base
 from baton.proto import subjects
-from baton.proto.actions import ActionResult, AnyAction, SetLabels, action_subject
+from baton.proto.actions import ActionResult, AnyAction, Cordon, SetLabels, action_subject
 from baton.proto.deadletter import DeadLetter
 from baton.proto.runner import Started
 from baton.services.actuator import core as actuator_core
@@ -75,6 +76,41 @@ async def test_one_replica_leads_the_other_stands_by_then_takes_over() -> None:
                 await check.close()
             # Both cordons are on the bus once: a published one, b the other.
             assert sorted(a.node for a in actions) == ["gpu-1", "gpu-2"]
+
+
+async def test_a_leader_that_leads_again_sends_its_actions_again_under_its_new_epoch() -> None:
+    """Mirrors the chaos run's other stuck gang: an admission leader sent an annotation
+    just as its lease ran out, so it was fenced, and its state kept the decision; when the
+    same replica led again, nothing sent it again. Now a takeover sends again the actions
+    it sent as leader (the actuator answers ``already`` for those applied)."""
+    spec = dataclasses.replace(SPEC, routes=(Route(Cordon, to=action_route, action=True),))
+    async with running_nats() as url:
+        bus = await Bus.connect(url, cluster=C, name="a")
+        await bus.ensure_streams()
+        lease = Lease(bus, spec.name, ttl=TTL)
+        runner = Runner(spec, bus=bus, settings=Base(), stop_grace=1.0, lease=lease)
+        task = asyncio.create_task(runner.run(), name="replica-a")
+        try:
+            await until(lambda: runner.leader and runner.ready, within=10, what="a leads")
+            first = lease.epoch
+            await bus.publish(*pod_event("bad-1", "gpu-1"))
+            await until(lambda: "bad-1" in runner.state.nodes, within=10, what="a decides")
+            lease._lose("paused past its TTL (the test)")
+            await until(lambda: runner.leader and lease.epoch > first, within=10,
+                        what="a leads again under a new epoch")  # fmt: skip
+            actions: list[Any] = []
+            async with bus.consume(subjects.wildcard(C, "action", ">"), type_=AnyAction) as sub:
+                async with asyncio.timeout(10):  # both copies: the stream keeps every one
+                    async for msg in sub:
+                        actions.append(msg.event)
+                        await msg.ack()
+                        if len(actions) == 2:
+                            break
+        finally:
+            await stop(task, within=10.0, what="replica-a")
+            await bus.close()
+    said = sorted((a.id, a.epoch) for a in actions)
+    assert said == [("cordon-gpu-1", first), ("cordon-gpu-1", lease.epoch)], said
 
 
 async def _all_actions(bus: Bus) -> list[Any]:

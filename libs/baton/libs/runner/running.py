@@ -79,6 +79,10 @@ class Runner(Generic[S]):
         # A standby decides like its leader but publishes nothing; it keeps its recent
         # outputs, published (msg ids drop the ones the old leader stored) on takeover.
         self._recent: deque[Any] = deque(maxlen=recent)
+        # The actions it published as leader: one sent just as its lease ran out was
+        # fenced, and its state still holds the decision, so if it leads again they go
+        # out again under the new epoch (those applied are answered ``already``).
+        self._sent: deque[Any] = deque(maxlen=recent)
 
     @property
     def leader(self) -> bool:
@@ -148,8 +152,9 @@ class Runner(Generic[S]):
         assert self.started is not None
         await self._publish_started(self.started)
         outgoing: list[Outgoing] = []
-        held = list(self._recent)
+        held = [*self._sent, *self._recent]
         self._recent.clear()
+        self._sent.clear()
         for output in held:
             self._route(output, outgoing, [])
         if outgoing:
@@ -255,6 +260,8 @@ class Runner(Generic[S]):
             )
             return
         if route.action:  # who asks, and under which lease: the actuator checks both
+            if self.lease is not None:
+                self._sent.append(output)
             epoch = self.lease.epoch if self.lease is not None else 0
             output = msgspec.structs.replace(output, by=self.spec.name, epoch=epoch)
         target = route.to(self.bus.cluster, output)
