@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.proto import keys
 from baton.services.gang import main as gang
@@ -21,8 +20,6 @@ from tests.e2e.test_gang_formats import pods
 from tests.e2e.test_gang_peers import TOLD, label, prioritised, priority_classes, verdict
 from tests.e2e.test_gang_quorum import bound
 from tests.pipeline import stack, until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -169,14 +166,9 @@ async def test_a_team_that_would_have_to_borrow_takes_nothing_back(tmp_path: Pat
     of its 16 GPUs, b uses its own 16 and borrows a's other 8. a's gang of 16 more would
     take a past its quota (it would have to borrow), so it is no reclaim: b's gangs keep
     running and a's waits, saying why."""
-    async with running_nats() as url, running_sim(nodes=4) as sim:
-        api = await sim.api_client()
-        core_api, custom = CoreV1Api(api), CustomObjectsApi(api)
-        nodes = sorted(n.metadata.name for n in (await core_api.list_node()).items)
-        for node, pool in zip(nodes, ("pa", "pa", "pb", "pb"), strict=True):
-            await core_api.patch_node(node, {"metadata": {"labels": {"baton.io/pool": pool}}})
-        for ns in ("team-a", "team-b"):
-            await core_api.create_namespace({"metadata": {"name": ns}})
+    pools, namespaces = ["pa", "pa", "pb", "pb"], ["team-a", "team-b"]  # nodes in name order
+    async with stack(nodes=4, services=False, pools=pools, namespaces=namespaces) as s:
+        core_api, custom, sim, url, nodes = s.api, s.custom, s.sim, s.url, s.nodes
         async with admitting(url, sim, custom, teams=COHORT, folder=tmp_path) as admission:
 
             async def tainted() -> bool:
@@ -208,4 +200,3 @@ async def test_a_team_that_would_have_to_borrow_takes_nothing_back(tmp_path: Pat
             )
             assert {p["metadata"]["uid"] for p in pods(sim, "team-b")} == before
             assert len(bound(sim, "team-b")) == 3 and bound(sim, "team-a") == ["own-0"]
-        await api.close()
