@@ -1,6 +1,7 @@
 """Test support: Baton's bridge, gang and actuator (and health and the reporter, when
 asked) running in the test's own event loop, against a real nats-server and a simcluster
-over HTTP (what `baton up` runs as processes), and a poller for conditions with a deadline."""
+over HTTP (what `baton up` runs as processes), and a poller for conditions with a deadline.
+``stack`` is the e2e tests' prelude: the servers, the services, API clients, namespaces."""
 
 from __future__ import annotations
 
