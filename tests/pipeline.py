@@ -1,6 +1,7 @@
 """Test support: Baton's bridge, gang and actuator (and health and the reporter, when
 asked) running in the test's own event loop, against a real nats-server and a simcluster
-over HTTP (what `baton up` runs as processes), and a poller for conditions with a deadline."""
+over HTTP (what `baton up` runs as processes), and a poller for conditions with a deadline.
+``stack`` is the e2e tests' prelude: the servers, the services, API clients, namespaces."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner, Spec
@@ -35,7 +36,8 @@ from baton.services.health import heartbeats
 from baton.services.health import main as health
 from baton.services.reporter import core as reporter_core
 from baton.services.reporter import main as reporter
-from tests.support.sim import Sim
+from tests.support.nats import running_nats
+from tests.support.sim import Sim, running_sim
 
 T = TypeVar("T")
 
@@ -109,6 +111,67 @@ async def running_services(
         for bus in buses.values():
             await bus.close()
         await client.close()
+
+
+@dataclass
+class Stack:
+    """What ``stack`` yields: the bus URL, the simcluster, API clients on it, its node
+    names in name order, and the services when they run."""
+
+    url: str
+    sim: Sim
+    api: CoreV1Api
+    custom: CustomObjectsApi
+    nodes: list[str]
+    services: Services | None
+
+    @property
+    def gang(self) -> Runner[gang_core.State]:
+        assert self.services is not None, "stack(services=False) runs no gang"
+        return self.services.gang
+
+
+@contextlib.asynccontextmanager
+async def stack(
+    nodes: int = 0,
+    *,
+    namespaces: Sequence[str] = (),
+    pools: Sequence[str] = (),
+    services: bool = True,
+    cluster: str = "c1",
+    gang_settings: gang.Settings | None = None,
+    health_settings: health.Settings | None = None,
+    reporter_settings: reporter.Settings | None = None,
+    **sim_options: Any,
+) -> AsyncIterator[Stack]:
+    """A nats-server and a simcluster of ``nodes`` (or ``sim_options``: ``spec=``, as
+    ``running_sim`` takes), the nodes labelled ``baton.io/pool`` with ``pools`` in name
+    order, ``namespaces`` made; with ``services``, ``running_services`` with the settings
+    given (before the namespaces); everything stopped and closed on exit."""
+    async with (
+        running_nats() as url,
+        running_sim(nodes, **sim_options) as sim,
+        contextlib.AsyncExitStack() as exits,
+    ):
+        started: Services | None = None
+        if services:
+            wired = running_services(url, sim, cluster=cluster, gang_settings=gang_settings,
+                                     health_settings=health_settings,
+                                     reporter_settings=reporter_settings)  # fmt: skip
+            started = await exits.enter_async_context(wired)
+            client = started.client
+        else:
+            client = await sim.api_client()
+            exits.push_async_callback(client.close)
+        api, custom = CoreV1Api(client), CustomObjectsApi(client)
+        names = sorted(n.metadata.name for n in (await api.list_node()).items)
+        if pools and len(pools) != len(names):
+            raise ValueError(f"stack: {len(pools)} pools for {len(names)} nodes: one a node")
+        for node, pool in zip(names, pools, strict=False):
+            await api.patch_node(node, {"metadata": {"labels": {"baton.io/pool": pool}}})
+        for ns in namespaces:
+            await api.create_namespace({"metadata": {"name": ns}})
+        yield Stack(url=url, sim=sim, api=api, custom=custom, nodes=names, services=started)
 
 
 @contextlib.asynccontextmanager

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from baton.libs.runtime.nkey import SEED_SETTING, seed_file_public_key
+from baton.services.cli.connecting import NoBus, connect
 from tests.support.nats import running_nats, seed_file
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(120)]
@@ -65,4 +66,11 @@ async def test_without_a_bus_one_line_says_so(tmp_path: Path, command: list[str]
     code, err = await baton(tmp_path, "nats://127.0.0.1:1", *command)
     assert code not in (None, 0), err
     assert len(err.strip().splitlines()) == 1, err
-    assert "cannot reach NATS at nats://127.0.0.1:1" in err
+    assert "cannot reach NATS at nats://127.0.0.1:1 (connection refused)" in err, err
+
+
+async def test_a_refused_connection_is_told_as_refused_not_waited_out() -> None:
+    """Nothing listens: the refusal itself is the answer (nats-py alone would try again
+    every 2 s until the connect deadline, then say only "TimeoutError")."""
+    with pytest.raises(NoBus, match=r"nats://127\.0\.0\.1:1 \(connection refused\)"):
+        await connect("nats://127.0.0.1:1", name="test")

@@ -8,8 +8,10 @@ import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import nats
 import pytest
 
@@ -31,9 +33,13 @@ def free_port() -> int:
 @contextlib.asynccontextmanager
 async def server(
     folder: Path, name: str, tls: Path, ca: Path, port: int, routes: list[int]
-) -> AsyncIterator[str]:
+) -> AsyncIterator[Server]:
+    """A nats-server of the cluster "baton" routing to ``routes``; its log is read by
+    ``Server.refused`` and its monitoring port answers ``Server.routes``."""
+    monitor = free_port()
     config = {
         "server_name": name,
+        "http": f"127.0.0.1:{monitor}",
         "cluster": {
             "name": "baton",
             "host": "127.0.0.1",
@@ -45,8 +51,27 @@ async def server(
     }  # fmt: skip
     path = folder / f"{name}.conf"
     path.write_text(json.dumps(config))
-    async with running_nats(config=path, store_dir=folder / name) as url:
-        yield url
+    log = folder / f"{name}.log"
+    async with running_nats(config=path, store_dir=folder / name, log=log) as url:
+        yield Server(url=url, log=log, monitor=monitor)
+
+
+@dataclass
+class Server:
+    url: str
+    log: Path
+    monitor: int
+
+    def refused(self) -> int:
+        """How many route connections this server closed for a failed TLS handshake."""
+        return self.log.read_text().count("Router connection closed: TLS Handshake Failure")
+
+    async def routes(self) -> list[str]:
+        """The names of the servers this one has routes to (``/routez``)."""
+        url = f"http://127.0.0.1:{self.monitor}/routez"
+        async with aiohttp.ClientSession() as http, http.get(url) as response:
+            found = (await response.json())["routes"] or []
+        return sorted({route["remote_name"] for route in found})
 
 
 async def delivered(source: str, target: str, subject: str) -> bool:
@@ -75,11 +100,17 @@ async def test_servers_route_over_tls_and_refuse_a_peer_another_ca_signed(tmp_pa
     make_tls(theirs, HOSTS)  # a certificate for the same names, from another CA
     a, b, c = free_port(), free_port(), free_port()
     async with (
-        server(tmp_path, "a", ours, ca, a, [b]) as url_a,
-        server(tmp_path, "b", ours, ca, b, [a]) as url_b,
-        server(tmp_path, "c", theirs, theirs / "ca.crt", c, [a, b]) as url_c,
+        server(tmp_path, "a", ours, ca, a, [b]) as server_a,
+        server(tmp_path, "b", ours, ca, b, [a]) as server_b,
+        server(tmp_path, "c", theirs, theirs / "ca.crt", c, [a, b]) as server_c,
     ):
-        await until(lambda: delivered(url_a, url_b, "hello.ab"), within=20,
+        await until(lambda: delivered(server_a.url, server_b.url, "hello.ab"), within=20,
                     what="a message routed from server a to server b over TLS")  # fmt: skip
-        assert not await delivered(url_c, url_a, "hello.ca")  # c's routes are refused
-        assert not await delivered(url_a, url_c, "hello.ac")
+        # c dialled a and b and each refused its certificate; c refused theirs when
+        # they dialled back: the handshakes failed, so no route to or from c exists
+        refused = (server_a, server_b, server_c)
+        await until(lambda: all(s.refused() for s in refused), within=20,
+                    what="c's routes refused for their certificate, both ways")  # fmt: skip
+        assert await server_a.routes() == ["b"]
+        assert await server_b.routes() == ["a"]
+        assert await server_c.routes() == []

@@ -15,12 +15,9 @@ import functools
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio import client
 
 from tests.e2e.admitting import admitting, gpu_pod, submit
-from tests.pipeline import until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.pipeline import stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -40,15 +37,9 @@ wait = functools.partial(until, within=45.0, step=0.2)  # every wait here
 
 
 async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) -> None:
-    async with running_nats() as url, running_sim(nodes=3) as sim:
-        api = await sim.api_client()
-        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        nodes = sorted(n.metadata.name for n in (await core_api.list_node()).items)
-        pools = {nodes[0]: "pa", nodes[1]: "pb", nodes[2]: "pb"}
-        for node, pool in pools.items():
-            await core_api.patch_node(node, {"metadata": {"labels": {"baton.io/pool": pool}}})
-        for ns in ("team-a", "team-b"):
-            await core_api.create_namespace({"metadata": {"name": ns}})
+    pools, namespaces = ["pa", "pb", "pb"], ["team-a", "team-b"]  # nodes in name order
+    async with stack(nodes=3, services=False, pools=pools, namespaces=namespaces) as s:
+        core_api, custom, sim, url, nodes = s.api, s.custom, s.sim, s.url, s.nodes
 
         async with admitting(url, sim, custom, teams=TEAMS, folder=tmp_path) as admission:
 
@@ -141,4 +132,3 @@ async def test_borrower_is_preempted_whole_and_the_owner_runs(tmp_path: Path) ->
                 return {a.get("extra-0"), a.get("extra-1")} == {nodes[1], nodes[2]}
 
             await wait(placed_again, what="the recreated gang placed again on b's idle nodes")
-        await api.close()

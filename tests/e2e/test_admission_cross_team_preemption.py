@@ -9,12 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio import client
 
 from tests.e2e.admitting import admitting, submit
-from tests.pipeline import until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.pipeline import stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -33,15 +30,9 @@ teams:
 async def test_a_high_priority_gang_takes_its_quota_back_from_another_teams_borrower_whole(
     tmp_path: Path,
 ) -> None:
-    async with running_nats() as url, running_sim(nodes=3) as sim:
-        api = await sim.api_client()
-        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        nodes = sorted(n.metadata.name for n in (await core_api.list_node()).items)
-        pools = {nodes[0]: "pa", nodes[1]: "pa", nodes[2]: "pb"}  # a: 16 GPUs, b: 8
-        for node, pool in pools.items():
-            await core_api.patch_node(node, {"metadata": {"labels": {"baton.io/pool": pool}}})
-        for ns in ("team-a", "team-b"):
-            await core_api.create_namespace({"metadata": {"name": ns}})
+    pools, namespaces = ["pa", "pa", "pb"], ["team-a", "team-b"]  # a: 16 GPUs, b: 8
+    async with stack(nodes=3, services=False, pools=pools, namespaces=namespaces) as s:
+        core_api, custom, sim, url, nodes = s.api, s.custom, s.sim, s.url, s.nodes
         for name, value in (("low", 0), ("high", 1000)):
             await custom.create_cluster_custom_object(
                 "scheduling.k8s.io", "v1", "priorityclasses",
@@ -95,4 +86,3 @@ async def test_a_high_priority_gang_takes_its_quota_back_from_another_teams_borr
             extra = admission.state.gangs["team-b/extra"]
             assert not extra.admitted and extra.qkey is not None  # back in b's queue
             assert admission.state.gangs["team-a/urgent"].admitted
-        await api.close()

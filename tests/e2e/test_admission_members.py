@@ -25,24 +25,13 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.e2e.admitting import admitting, gpu_pod, submit
-from tests.pipeline import until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.pipeline import stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 GROUP = ("scheduling.x-k8s.io", "v1alpha1")
 LABEL = "scheduling.x-k8s.io/pod-group"
-
-
-async def _cluster(core_api: client.CoreV1Api, pools: list[str]) -> list[str]:
-    """Label the simulated nodes with ``pools`` (in name order) and make the namespaces."""
-    nodes = sorted(n.metadata.name for n in (await core_api.list_node()).items)
-    for node, pool in zip(nodes, pools, strict=True):
-        await core_api.patch_node(node, {"metadata": {"labels": {"baton.io/pool": pool}}})
-    for ns in ("team-a", "team-b"):
-        await core_api.create_namespace({"metadata": {"name": ns}})
-    return nodes
+NAMESPACES = ("team-a", "team-b")
 
 
 async def _group(custom: client.CustomObjectsApi, ns: str, name: str, members: int) -> None:
@@ -76,10 +65,9 @@ async def test_an_mpi_style_group_is_admitted_and_placed_on_32_gpus(tmp_path: Pa
     MPI operator's PodGroup has a launcher that asks no GPU beside its workers), and
     "pod count less than minMember" (it waits for its members)."""
     teams = "teams:\n  - name: a\n    namespaces: [team-a]\n    pools: [pa]\n"
-    async with running_nats() as url, running_sim(nodes=4) as sim:
-        api = await sim.api_client()
-        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        nodes = await _cluster(core_api, ["pa"] * 4)  # 32 GPUs, all team a's
+    pools = ["pa"] * 4  # 32 GPUs, all team a's
+    async with stack(nodes=4, services=False, pools=pools, namespaces=NAMESPACES) as s:
+        core_api, custom, sim, url, nodes = s.api, s.custom, s.sim, s.url, s.nodes
         async with admitting(url, sim, custom, teams=teams, folder=tmp_path) as admission:
             await _ready(core_api, admission)
             await _group(custom, "team-a", "mpi", 5)
@@ -97,7 +85,6 @@ async def test_an_mpi_style_group_is_admitted_and_placed_on_32_gpus(tmp_path: Pa
             workers = {got[f"mpi-worker-{i}"] for i in range(3)}
             assert len(workers) == 3 and got["beside-0"] in set(nodes) - workers
             assert admission.state.gangs["team-a/mpi"].held == 24
-        await api.close()
 
 
 async def test_a_zero_gpu_first_pod_does_not_let_a_gang_past_its_teams_quota(
@@ -110,10 +97,9 @@ async def test_a_zero_gpu_first_pod_does_not_let_a_gang_past_its_teams_quota(
         "teams:\n  - name: a\n    namespaces: [team-a]\n    pools: [pa]\n    quota: {gpus: 8}\n"
         "  - name: b\n    namespaces: [team-b]\n    pools: [pb]\n"
     )
-    async with running_nats() as url, running_sim(nodes=3) as sim:
-        api = await sim.api_client()
-        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        await _cluster(core_api, ["pa", "pa", "pb"])  # a has 16 GPUs of nodes, 8 of quota
+    pools = ["pa", "pa", "pb"]  # a has 16 GPUs of nodes, 8 of quota
+    async with stack(nodes=3, services=False, pools=pools, namespaces=NAMESPACES) as s:
+        core_api, custom, sim, url = s.api, s.custom, s.sim, s.url
         async with admitting(
             url, sim, custom, teams=teams, folder=tmp_path, cycle_interval=0.5
         ) as admission:
@@ -162,7 +148,6 @@ async def test_a_zero_gpu_first_pod_does_not_let_a_gang_past_its_teams_quota(
 
             await until(sneak_runs, what="the gang admitted and bound once a has room", within=60)
             assert admission.state.used["a"] == 4
-        await api.close()
 
 
 async def test_a_member_joining_an_admitted_gang_past_its_quota_waits_for_room(
@@ -175,10 +160,9 @@ async def test_a_member_joining_an_admitted_gang_past_its_quota_waits_for_room(
         "teams:\n  - name: a\n    namespaces: [team-a]\n    pools: [pa]\n    quota: {gpus: 8}\n"
         "  - name: b\n    namespaces: [team-b]\n    pools: [pb]\n"
     )
-    async with running_nats() as url, running_sim(nodes=3) as sim:
-        api = await sim.api_client()
-        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        await _cluster(core_api, ["pa", "pa", "pb"])  # a has 16 GPUs of nodes, 8 of quota
+    pools = ["pa", "pa", "pb"]  # a has 16 GPUs of nodes, 8 of quota
+    async with stack(nodes=3, services=False, pools=pools, namespaces=NAMESPACES) as s:
+        core_api, custom, sim, url = s.api, s.custom, s.sim, s.url
         async with admitting(
             url, sim, custom, teams=teams, folder=tmp_path, cycle_interval=0.5
         ) as admission:
@@ -218,7 +202,6 @@ async def test_a_member_joining_an_admitted_gang_past_its_quota_waits_for_room(
                 marked_again, what="the worker counted and the gang marked admitted again",
                 within=30,
             )  # fmt: skip
-        await api.close()
 
 
 async def test_a_member_no_node_could_take_is_refused_naming_the_largest_node(
@@ -228,10 +211,9 @@ async def test_a_member_no_node_could_take_is_refused_naming_the_largest_node(
     4 Insufficient nvidia.com/gpu") while its gang held quota; the webhook knows the
     node shapes (the view the bridge feeds) and refuses it at once."""
     teams = "teams:\n  - name: a\n    namespaces: [team-a]\n    pools: [pa]\n"
-    async with running_nats() as url, running_sim(nodes=2) as sim:
-        api = await sim.api_client()
-        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        nodes = await _cluster(core_api, ["pa"] * 2)
+    pools = ["pa"] * 2
+    async with stack(nodes=2, services=False, pools=pools, namespaces=NAMESPACES) as s:
+        core_api, custom, sim, url, nodes = s.api, s.custom, s.sim, s.url, s.nodes
         async with admitting(url, sim, custom, teams=teams, folder=tmp_path) as admission:
             await _ready(core_api, admission)
             await _group(custom, "team-a", "big", 2)
@@ -244,4 +226,3 @@ async def test_a_member_no_node_could_take_is_refused_naming_the_largest_node(
             assert "asks 9 nvidia.com/gpu, more than any node has" in message, message
             assert f"the largest it could use, node {nodes[0]}, has 8 of the 9" in message
             assert admission.state.gangs["team-a/big"].held == 0
-        await api.close()

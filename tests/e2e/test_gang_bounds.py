@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.libs.bus import Bus
 from baton.proto import k8s, subjects
@@ -15,9 +14,7 @@ from baton.proto.deadletter import DeadLetter
 from baton.proto.placement import AnyPlacement, GangUnschedulable
 from baton.services.gang import main as gang
 from tests.e2e.admitting import gang_objects
-from tests.pipeline import every, running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.pipeline import every, stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 C = "c1"
@@ -26,11 +23,10 @@ PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1", NS, "podgroups")
 
 
 async def test_gang_does_not_believe_a_node_claiming_more_gpus_than_it_can_hold() -> None:
-    async with (
-        running_nats() as url,
-        running_sim(nodes=2) as sim,
-        running_services(url, sim, gang_settings=gang.Settings(cycle_interval=0.1)) as services,
-    ):
+    async with stack(
+        nodes=2, namespaces=[NS], gang_settings=gang.Settings(cycle_interval=0.1)
+    ) as s:
+        api, custom, sim, url = s.api, s.custom, s.sim, s.url
         bus = await Bus.connect(url, cluster=C, name="forger")
         try:
             nodes_subject = subjects.wildcard(C, subjects.K8S, "node", ">")
@@ -46,8 +42,6 @@ async def test_gang_does_not_believe_a_node_claiming_more_gpus_than_it_can_hold(
             forged = msgspec.structs.replace(real, allocatable=claimed)
             await bus.publish(subjects.subject(C, subjects.K8S, "node", real.name),
                               k8s.NodeEvent(op="upsert", at=held[0].at, node=forged))  # fmt: skip
-            api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-            await api.create_namespace({"metadata": {"name": NS}})
             group, pods = gang_objects("wide", 3)
             await custom.create_namespaced_custom_object(*PODGROUPS, group)
             for pod in pods:

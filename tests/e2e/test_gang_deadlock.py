@@ -20,9 +20,8 @@ import pytest
 from baton.libs.runner import Runner
 from baton.services.gang.core import State
 from baton.services.simcluster.world.workload import Job
-from tests.pipeline import drain_as_health_does, running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import Sim, running_sim
+from tests.pipeline import drain_as_health_does, stack, until
+from tests.support.sim import Sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 C = "c1"
@@ -52,12 +51,8 @@ class System:
 @contextlib.asynccontextmanager
 async def system(nodes: int) -> AsyncIterator[System]:
     """nats-server, simcluster, and the bridge, gang and actuator services in this loop."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=nodes) as sim,
-        running_services(url, sim, cluster=C) as services,
-    ):
-        yield System(sim=sim, gang=services.gang)
+    async with stack(nodes=nodes, cluster=C) as s:
+        yield System(sim=s.sim, gang=s.gang)
 
 
 async def test_two_gangs_that_cannot_both_fit_run_one_after_the_other_never_half() -> None:

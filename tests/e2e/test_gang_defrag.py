@@ -8,13 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import CoreV1Api
 
 from baton.proto.keys import PREEMPTIBLE
 from baton.services.gang import main as gang
-from tests.pipeline import running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.pipeline import stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 NS = "research"
@@ -31,13 +28,8 @@ def lone(name: str, gpus: int, *, node: str = "", preemptible: bool = False) -> 
 
 
 async def test_scattered_free_gpus_are_consolidated_for_a_waiting_pod() -> None:
-    async with (
-        running_nats() as url,
-        running_sim(nodes=2) as sim,
-        running_services(url, sim, gang_settings=GANG) as services,
-    ):
-        api = CoreV1Api(services.client)
-        await api.create_namespace({"metadata": {"name": NS}})
+    async with stack(nodes=2, namespaces=[NS], gang_settings=GANG) as s:
+        api, sim = s.api, s.sim
         n0, n1 = sim.cluster.node_names()[:2]
         await api.create_namespaced_pod(NS, lone("small-a", 4, node=n0, preemptible=True))
         await api.create_namespaced_pod(NS, lone("small-b", 4, node=n1, preemptible=True))

@@ -8,14 +8,11 @@ node; the one with no estimate and the one expected to take two hours wait."""
 from __future__ import annotations
 
 import pytest
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.proto import keys
 from baton.services.gang import main as gang
 from tests.e2e.admitting import gang_objects
-from tests.pipeline import running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.pipeline import stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 NS = "research"
@@ -24,13 +21,8 @@ GANG = gang.Settings(cycle_interval=0.1)  # EASY is on by default; estimates fro
 
 
 async def test_only_a_job_expected_to_end_before_the_head_starts_runs_on_its_nodes() -> None:
-    async with (
-        running_nats() as url,
-        running_sim(nodes=3) as sim,
-        running_services(url, sim, gang_settings=GANG) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": NS}})
+    async with stack(nodes=3, namespaces=[NS], gang_settings=GANG) as s:
+        api, custom, sim = s.api, s.custom, s.sim
 
         async def submit(name: str, size: int, expected: str = "") -> None:
             group, pods = gang_objects(name, size)

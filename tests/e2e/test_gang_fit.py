@@ -8,14 +8,11 @@ the ones its selector leaves out."""
 from __future__ import annotations
 
 import pytest
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.proto import keys
 from tests.e2e.test_gang_formats import PLUGINS, member
 from tests.e2e.test_gang_quorum import TOLD, condition, failed_event
-from tests.pipeline import running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.pipeline import stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -25,15 +22,10 @@ async def test_a_selector_that_leaves_free_nodes_out_is_named_with_per_reason_co
     count per reason, sorted), as a pod with a nodeSelector no node matches gets it in
     its FailedScheduling Event: two 8-GPU members asking ``pool=a`` on four free
     8-GPU nodes of which one is labelled so."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
+    async with stack(nodes=4, namespaces=["ml"], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         nodes = sorted(n.metadata.name for n in (await api.list_node()).items)
         await api.patch_node(nodes[0], {"metadata": {"labels": {"pool": "a"}}})
-        await api.create_namespace({"metadata": {"name": "ml"}})
         body = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                 "metadata": {"name": "job"}, "spec": {"minMember": 2}}  # fmt: skip
         await custom.create_namespaced_custom_object(*PLUGINS, "ml", "podgroups", body)

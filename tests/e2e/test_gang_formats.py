@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.proto import keys
 from baton.services.cli import why
 from baton.services.reporter import main as reporter
-from tests.pipeline import running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import Sim, running_sim
+from tests.pipeline import stack, until
+from tests.support.sim import Sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 KUBECTL = "/usr/bin/kubectl"
@@ -105,12 +103,8 @@ async def test_every_format_is_placed_whole_and_told_as_kubectl_describe_shows(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     told = reporter.Settings(pod_every=0.2, tick_every=0.1)
-    async with (
-        running_nats() as url,
-        running_sim(nodes=8) as sim,
-        running_services(url, sim, reporter_settings=told) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
+    async with stack(nodes=8, reporter_settings=told) as s:
+        api, custom, sim, url = s.api, s.custom, s.sim, s.url
 
         # Kueue: one member of two is not a gang of one; it waits, and says why.
         await create_gang(api, custom, "kueue", 1)

@@ -10,16 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.proto import keys
 from baton.services.reporter import main as reporter
 from baton.services.simcluster.world.spec import from_dict
 from tests.e2e.test_gang_formats import PLUGINS, member, pods
 from tests.e2e.test_gang_quorum import bound, condition, group
-from tests.pipeline import running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import Sim, running_sim
+from tests.pipeline import stack, until
+from tests.support.sim import Sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 TOLD = reporter.Settings(pod_every=0.2, tick_every=0.1)
@@ -80,15 +78,10 @@ async def test_a_higher_priority_group_created_later_starts_first() -> None:
     "different priority, sequentially pg1 meet min and pg2 meet min": two groups of 3 that
     cannot both fit; the high-priority one, created second, is the one scheduled. Both are
     created while every node is cordoned, so both wait when room appears."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
+    async with stack(nodes=4, namespaces=["ml"], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await priority_classes(custom, mid=100, high=1000)
         await cordoned(api, True)
-        await api.create_namespace({"metadata": {"name": "ml"}})
         await prioritised(api, custom, "ml", "pg1", need=3, priority_class="mid")
         await prioritised(api, custom, "ml", "pg2", need=3, priority_class="high")
         await until(lambda: "were unschedulable" in condition(sim, "ml", "pg1-0"), within=30,
@@ -106,13 +99,8 @@ async def test_a_group_that_can_never_fit_does_not_hold_back_one_that_can() -> N
     "pg1 can not be scheduled and pg2 can be scheduled": a minMember-6 group larger than
     the cluster, created first, and a group of one behind it; the second is scheduled,
     the first is told it needs more nodes."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(nodes=4, namespaces=["ml"], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await group(api, custom, "ml", "pg1", need=6, size=6, gpus=8)
         await group(api, custom, "ml", "pg2", need=1, size=1, gpus=4)
         await until(lambda: bound(sim, "ml") == ["pg2-0"], within=60, what="pg2 bound")
@@ -128,13 +116,8 @@ async def test_min_resources_more_than_the_cluster_has_is_not_tried() -> None:
     resource not enough"): a PodGroup whose minResources the free nodes cannot cover is
     rejected before any member is tried, though its two pods would fit; the verdict
     names the gap."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(nodes=4, namespaces=["ml"], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         body = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                 "metadata": {"name": "pg"},
                 "spec": {"minMember": 2, "minResources": {keys.GPU: "48"}}}  # fmt: skip
@@ -155,13 +138,8 @@ async def test_a_completed_member_does_not_count_toward_the_quorum() -> None:
     "pg cannot be scheduled with completed pod": a minMember-6 group whose first member
     already ran to completion and five pending; the five are not scheduled, they wait
     for a sixth."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=8) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(nodes=8, namespaces=["ml"], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await group(api, custom, "ml", "pg", need=6, size=0)
         (node, *_) = [n.metadata.name for n in (await api.list_node()).items]
         done = member("pg-0", gpus=1, labels={keys.POD_GROUP: "pg"}, nodeName=node)
@@ -182,13 +160,8 @@ async def test_pods_whose_podgroup_is_deleted_wait_for_it_and_start_when_it_is_b
     belongs to a non-existent pg" (rejected) and TestPermit "pod specifies a non-existent
     pg" (Wait): the PodGroup of two waiting pods is deleted; they stay unbound and say
     which PodGroup they wait for, and start once it is created again with minMember 2."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(nodes=4, namespaces=["ml"], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await group(api, custom, "ml", "pg", need=3, size=2)
         said = "waiting for all 3 members of gang pg to be created (minMember 3)"
         await until(lambda: said in condition(sim, "ml", "pg-1"), within=30,
@@ -211,13 +184,8 @@ async def test_a_required_level_that_fits_places_the_group_in_one_domain() -> No
     """Mirrors Kueue test/integration/singlecluster/tas/tas_test.go "should admit workload
     which fits in a required topology domain": three 8-GPU pods requiring one block
     (racks of two nodes) are placed in one block, over two of its racks."""
-    async with (
-        running_nats() as url,
-        running_sim(spec=BLOCKS) as sim,
-        running_services(url, sim) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(spec=BLOCKS, namespaces=["ml"]) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await priority_classes(custom, normal=0)
         await prioritised(api, custom, "ml", "pg", need=3, priority_class="normal",
                           **{keys.TOPOLOGY_REQUIRED: keys.BLOCK})  # fmt: skip
@@ -230,13 +198,8 @@ async def test_a_required_level_that_does_not_fit_binds_nothing() -> None:
     """Mirrors Kueue test/integration/singlecluster/tas/tas_test.go "should not admit
     workload which does not fit to the required topology domain": three 8-GPU pods that
     require one rack of two nodes bind none, with eight free nodes, and say why."""
-    async with (
-        running_nats() as url,
-        running_sim(spec=BLOCKS) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(spec=BLOCKS, namespaces=["ml"], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await priority_classes(custom, normal=0)
         await prioritised(api, custom, "ml", "pg", need=3, priority_class="normal",
                           **{keys.TOPOLOGY_REQUIRED: keys.RACK})  # fmt: skip
@@ -255,13 +218,8 @@ async def test_a_preferred_level_falls_back_to_a_broader_domain() -> None:
     """Mirrors Kueue pkg/cache/scheduler/tas_cache_test.go TestFindTopologyAssignments
     "rack preferred; but only block can accommodate the workload; BestFit": three 8-GPU
     pods preferring one rack of two nodes are placed in one block instead."""
-    async with (
-        running_nats() as url,
-        running_sim(spec=BLOCKS) as sim,
-        running_services(url, sim) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(spec=BLOCKS, namespaces=["ml"]) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await priority_classes(custom, normal=0)
         await prioritised(api, custom, "ml", "pg", need=3, priority_class="normal",
                           **{keys.TOPOLOGY_PREFERRED: keys.RACK})  # fmt: skip

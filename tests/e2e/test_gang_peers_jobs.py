@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.proto import keys
 from baton.services.gang import main as gang
@@ -20,9 +19,7 @@ from tests.e2e.test_controllers import JOBSETS, pod_template
 from tests.e2e.test_gang_formats import pods
 from tests.e2e.test_gang_peers import TOLD, label, prioritised, priority_classes, verdict
 from tests.e2e.test_gang_quorum import bound
-from tests.pipeline import running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.pipeline import stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -37,13 +34,10 @@ async def test_a_running_group_of_the_same_priority_is_not_preempted() -> None:
     a running group of the same priority as the one that waits is never taken off;
     the waiting one is told it needs more nodes."""
     settings = gang.Settings(cycle_interval=0.1, preempt_min_run_s=0, preempt_grace_s=0)
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, gang_settings=settings, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(
+        nodes=4, namespaces=["ml"], gang_settings=settings, reporter_settings=TOLD
+    ) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await priority_classes(custom, normal=100)
         await prioritised(api, custom, "ml", "old", need=3, priority_class="normal")
         await until(lambda: len(bound(sim, "ml", "old-")) == 3, within=60, what="old bound")
@@ -61,13 +55,8 @@ async def test_a_high_priority_group_takes_off_the_low_and_mid_ones_whole() -> N
     mid-priority group of one pod each running; a high-priority group of two takes both
     nodes. Both are taken off (their bare pods recreated unbound), the high one bound."""
     settings = gang.Settings(cycle_interval=0.1, preempt_min_run_s=0, preempt_grace_s=0)
-    async with (
-        running_nats() as url,
-        running_sim(nodes=2) as sim,
-        running_services(url, sim, gang_settings=settings) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(nodes=2, namespaces=["ml"], gang_settings=settings) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await priority_classes(custom, low=1, mid=2, high=3)
         for name in ("low", "mid"):
             await prioritised(api, custom, "ml", name, need=1, priority_class=name)
@@ -109,13 +98,9 @@ async def test_exclusive_placement_for_one_replicated_job_keeps_its_jobs_apart()
             "spec": {"replicatedJobs": [
                 {"name": "workers", "replicas": 2, "template": workers},
                 {"name": "driver", "replicas": 1, "template": driver}]}}  # fmt: skip
-    async with (
-        running_nats() as url,
-        running_sim(spec=racks) as sim,
-        running_services(url, sim) as services,
-    ):
-        await CoreV1Api(services.client).create_namespace({"metadata": {"name": "research"}})
-        await CustomObjectsApi(services.client).create_namespaced_custom_object(*JOBSETS, body)
+    async with stack(spec=racks, namespaces=["research"]) as s:
+        sim = s.sim
+        await s.custom.create_namespaced_custom_object(*JOBSETS, body)
         await until(lambda: len(bound(sim, "research")) == 7, within=60, what="7 pods bound")
         by_job: dict[str, set[str]] = {}
         for pod in pods(sim, "research"):
@@ -151,13 +136,9 @@ async def test_a_jobset_that_fails_past_max_restarts_is_failed_each_attempt_plac
                  if c["type"] == "Failed" and c["status"] == "True"]  # fmt: skip
         return status if found else None
 
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim) as services,
-    ):
-        await CoreV1Api(services.client).create_namespace({"metadata": {"name": "research"}})
-        await CustomObjectsApi(services.client).create_namespaced_custom_object(*JOBSETS, body)
+    async with stack(nodes=4, namespaces=["research"]) as s:
+        sim = s.sim
+        await s.custom.create_namespaced_custom_object(*JOBSETS, body)
         status = await until(failed, within=90, what="the JobSet Failed", step=0.01)
         (cond,) = [c for c in status["conditions"] if c["type"] == "Failed"]
         assert cond["reason"] == "ReachedMaxRestarts", cond
@@ -185,14 +166,9 @@ async def test_a_team_that_would_have_to_borrow_takes_nothing_back(tmp_path: Pat
     of its 16 GPUs, b uses its own 16 and borrows a's other 8. a's gang of 16 more would
     take a past its quota (it would have to borrow), so it is no reclaim: b's gangs keep
     running and a's waits, saying why."""
-    async with running_nats() as url, running_sim(nodes=4) as sim:
-        api = await sim.api_client()
-        core_api, custom = CoreV1Api(api), CustomObjectsApi(api)
-        nodes = sorted(n.metadata.name for n in (await core_api.list_node()).items)
-        for node, pool in zip(nodes, ("pa", "pa", "pb", "pb"), strict=True):
-            await core_api.patch_node(node, {"metadata": {"labels": {"baton.io/pool": pool}}})
-        for ns in ("team-a", "team-b"):
-            await core_api.create_namespace({"metadata": {"name": ns}})
+    pools, namespaces = ["pa", "pa", "pb", "pb"], ["team-a", "team-b"]  # nodes in name order
+    async with stack(nodes=4, services=False, pools=pools, namespaces=namespaces) as s:
+        core_api, custom, sim, url, nodes = s.api, s.custom, s.sim, s.url, s.nodes
         async with admitting(url, sim, custom, teams=COHORT, folder=tmp_path) as admission:
 
             async def tainted() -> bool:
@@ -224,4 +200,3 @@ async def test_a_team_that_would_have_to_borrow_takes_nothing_back(tmp_path: Pat
             )
             assert {p["metadata"]["uid"] for p in pods(sim, "team-b")} == before
             assert len(bound(sim, "team-b")) == 3 and bound(sim, "team-a") == ["own-0"]
-        await api.close()

@@ -8,12 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.services.gang import main as gang
-from tests.pipeline import running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.pipeline import stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 NS = "research"
@@ -32,13 +29,8 @@ def member(name: str, group: str, priority_class: str) -> dict[str, Any]:
 
 
 async def test_a_high_priority_gang_preempts_a_low_one_whole() -> None:
-    async with (
-        running_nats() as url,
-        running_sim(nodes=2) as sim,
-        running_services(url, sim, gang_settings=GANG) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": NS}})
+    async with stack(nodes=2, namespaces=[NS], gang_settings=GANG) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         for name, value in (("low", 0), ("high", 1000)):
             await custom.create_cluster_custom_object(
                 "scheduling.k8s.io", "v1", "priorityclasses",

@@ -9,14 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio import client
 
 from baton.libs.runner import serve
 from baton.services.reporter import main as reporter_main
 from tests.e2e.admitting import admitting, common, submit
-from tests.pipeline import until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.pipeline import stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]  # its waits add up to 165 s
 
@@ -30,13 +27,8 @@ teams:
 
 
 async def test_a_head_over_quota_and_an_empty_podgroup_block_nobody(tmp_path: Path) -> None:
-    async with running_nats() as url, running_sim(nodes=3) as sim:
-        api = await sim.api_client()
-        core_api, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        for node in (await core_api.list_node()).items:
-            labels = {"baton.io/pool": "pa"}
-            await core_api.patch_node(node.metadata.name, {"metadata": {"labels": labels}})
-        await core_api.create_namespace({"metadata": {"name": "team-a"}})
+    async with stack(nodes=3, services=False, pools=["pa"] * 3, namespaces=["team-a"]) as s:
+        core_api, custom, sim, url = s.api, s.custom, s.sim, s.url
 
         reporter = reporter_main.Settings(**common(url), tick_every=0.2)
         async with admitting(
@@ -95,4 +87,3 @@ async def test_a_head_over_quota_and_an_empty_podgroup_block_nobody(tmp_path: Pa
             # both the gang service (its verdict) and admission (GangQueued) say so
             await until(lambda: admission.state.gangs["team-a/ghost"].aside,
                         what="admission setting the empty PodGroup aside", within=30)  # fmt: skip
-        await api.close()

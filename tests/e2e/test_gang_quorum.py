@@ -9,14 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.proto import keys
 from baton.services.reporter import main as reporter
 from tests.e2e.test_gang_formats import PLUGINS, events, member, pods
-from tests.pipeline import running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import Sim, running_sim
+from tests.pipeline import stack, until
+from tests.support.sim import Sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 TOLD = reporter.Settings(pod_every=0.2, tick_every=0.1)
@@ -60,13 +58,8 @@ async def test_min_member_2_with_six_pods_and_room_for_four_binds_four() -> None
     (a group with more pods than minMember passes) and Volcano schedulingbase "Job E2E
     Test: Schedule Job" (minAvailable 2, more replicas than room: the job is ready once
     2 run): four of six bound, the two others told why they wait."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(nodes=4, namespaces=["ml"], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await group(api, custom, "ml", "job", need=2, size=6)
         got = await until(lambda: len(bound(sim, "ml")) == 4 and bound(sim, "ml"),
                           within=60, what="four of the six members bound")  # fmt: skip
@@ -85,16 +78,11 @@ async def test_three_groups_of_min_member_2_each_start() -> None:
     minAvailable 2, each with more replicas than the cluster holds: every job becomes
     ready). Three groups of minMember 2 x eight 4-GPU pods, all created while the four
     8-GPU nodes are cordoned; once they are not, every group starts."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
+    async with stack(nodes=4, namespaces=["ml"], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         nodes = [n.metadata.name for n in (await api.list_node()).items]
         for name in nodes:
             await api.patch_node(name, {"spec": {"unschedulable": True}})
-        await api.create_namespace({"metadata": {"name": "ml"}})
         for name in ("a", "b", "c"):
             await group(api, custom, "ml", name, need=2, size=8, gpus=4)
         cordoned = "4 node(s) were unschedulable"
@@ -112,13 +100,8 @@ async def test_late_members_join_a_running_group_as_room_appears() -> None:
     enough pods" (a pod of a group whose minMember are already assigned is let through):
     members created after the group runs are bound while there is room, and the one
     that finds none says why until a running member ends."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(nodes=4, namespaces=["ml"], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await group(api, custom, "ml", "job", need=2, size=2)
         await until(lambda: len(bound(sim, "ml")) == 2, within=60, what="the group running")
         await group(api, custom, "ml", "job", need=2, size=3, first=2)
@@ -139,13 +122,8 @@ async def test_a_group_with_fewer_members_than_min_member_waits() -> None:
     """Mirrors scheduler-plugins coscheduling core "TestPreFilter/pod count less than
     minMember" and "TestPermit/pod belongs to a pg that doesn't have enough pods" (Wait):
     two pods of a minMember-3 group bind none and say they wait for members."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": "ml"}})
+    async with stack(nodes=4, namespaces=["ml"], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await group(api, custom, "ml", "job", need=3, size=2)
         said = "waiting for all 3 members of gang job to be created (minMember 3)"
         for name in ("job-0", "job-1"):

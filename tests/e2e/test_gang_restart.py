@@ -10,13 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.proto.keys import ADMITTED, DRAINING, RECREATED_FROM
 from baton.services.health import main as health
-from tests.pipeline import running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.pipeline import stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 # NotReady counts after 1 s here (120 s by default); no preflight checks in this test.
@@ -52,17 +49,12 @@ def member(name: str, *, hosts: list[str]) -> dict[str, Any]:
 
 
 async def test_a_bare_pod_gang_comes_back_whole_after_health_drains_its_not_ready_node() -> None:
-    async with (
-        running_nats() as url,
-        running_sim(nodes=8) as sim,
-        running_services(url, sim, health_settings=HEALTH) as services,
-    ):
-        api = CoreV1Api(services.client)
+    async with stack(nodes=8, namespaces=[NS], health_settings=HEALTH) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         hosts = sim.cluster.node_names()[:4]
-        await api.create_namespace({"metadata": {"name": NS}})
         group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                  "metadata": {"name": "train"}, "spec": {"minMember": 2}}  # fmt: skip
-        await CustomObjectsApi(services.client).create_namespaced_custom_object(*PODGROUPS, group)
+        await custom.create_namespaced_custom_object(*PODGROUPS, group)
         for name in ("train-0", "train-1"):
             await api.create_namespaced_pod(NS, member(name, hosts=hosts))
 

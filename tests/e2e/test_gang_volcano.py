@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.libs.runner import serve
 from baton.proto import keys
@@ -23,9 +22,8 @@ from baton.services.reporter import main as reporter
 from tests.e2e.admitting import admitting, common
 from tests.e2e.test_gang_formats import member, pods
 from tests.e2e.test_gang_quorum import bound
-from tests.pipeline import running_services, until
-from tests.support.nats import running_nats
-from tests.support.sim import Sim, running_sim
+from tests.pipeline import Stack, stack, until
+from tests.support.sim import Sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 VOLCANO = ("scheduling.volcano.sh", "v1beta1")
@@ -120,13 +118,8 @@ async def test_gang_scheduling() -> None:
     """Mirrors volcano job_scheduling.go "Gang scheduling": a ReplicaSet holds half the
     cluster plus one slot; a job of minAvailable = replicas = that many is Pending and
     Unschedulable, none of its pods bound; once the ReplicaSet is deleted it is ready."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": NS}})
+    async with stack(nodes=4, namespaces=[NS], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         held = await occupy(api, 3)
         await until(lambda: len(bound(sim, NS, "rs-")) == 3, within=60, what="the occupier bound")
         await job(api, custom, "gang-qj", min_member=3, tasks=[(3, 8)])
@@ -146,13 +139,8 @@ async def test_schedule_multiple_jobs() -> None:
     minAvailable 2, each with as many replicas as the cluster has slots, submitted
     together (their pods created in turn, as three job controllers would): every job
     is ready (Baton places every waiting quorum before members beyond one)."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": NS}})
+    async with stack(nodes=4, namespaces=[NS], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         made = [await job(api, custom, name, min_member=2, tasks=[(8, 4)], with_pods=False)
                 for name in ("mqj-1", "mqj-2", "mqj-3")]  # fmt: skip
         for one in zip(*made, strict=True):  # jobs submitted together: their pods interleave
@@ -169,13 +157,8 @@ async def test_gang_scheduling_full_occupied() -> None:
     """Mirrors volcano job_scheduling.go "Gang scheduling: Full Occupied": a job of
     minAvailable = replicas = the cluster fills it; a second one stays Pending, and the
     first stays ready."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": NS}})
+    async with stack(nodes=4, namespaces=[NS], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await job(api, custom, "gang-fq-qj1", min_member=4, tasks=[(4, 8)])
         await until(lambda: ready(sim, "gang-fq-qj1", 4), within=60, what="gang-fq-qj1 ready")
         await job(api, custom, "gang-fq-qj2", min_member=4, tasks=[(4, 8)])
@@ -191,13 +174,8 @@ async def test_schedule_best_effort_job() -> None:
     one asking a slot each (minAvailable 2 of as many replicas as slots), one asking
     nothing (best-effort, 2 of half as many), is ready: zero-GPU members count towards
     its quorum and are placed beside the others."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": NS}})
+    async with stack(nodes=4, namespaces=[NS], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await job(api, custom, "test", min_member=4, tasks=[(8, 4), (4, 0)])
         await until(lambda: len(bound(sim, NS, "test-")) == 12, within=60,
                     what="all 12 members bound (8 asking 4 GPUs, 4 best-effort)")  # fmt: skip
@@ -209,13 +187,10 @@ async def test_statement() -> None:
     the cluster runs; a second one of the same priority is Unschedulable and takes
     nothing from the first (no eviction, no Preempted event: a decision that cannot
     place a whole gang changes nothing)."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, gang_settings=PREEMPTING, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": NS}})
+    async with stack(
+        nodes=4, namespaces=[NS], gang_settings=PREEMPTING, reporter_settings=TOLD
+    ) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await job(api, custom, "st-qj-1", min_member=4, tasks=[(4, 8)])
         await until(lambda: ready(sim, "st-qj-1", 4), within=60, what="st-qj-1 ready")
         first = uids(sim, "st-qj-1-")
@@ -231,13 +206,8 @@ async def test_job_priority() -> None:
     """Mirrors volcano job_scheduling.go "Job Priority" (older releases): a ReplicaSet
     fills the cluster, a low- and then a high-priority job of the whole cluster wait;
     once the ReplicaSet is gone the high-priority one is ready, the low one waits."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": NS}})
+    async with stack(nodes=4, namespaces=[NS], reporter_settings=TOLD) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await priority_classes(custom)
         held = await occupy(api, 4)
         await until(lambda: len(bound(sim, NS, "rs-")) == 4, within=60, what="the occupier bound")
@@ -259,13 +229,10 @@ async def test_preempt_when_idle_resource_is_not_enough() -> None:
     Volcano evicts half the low job's pods; Baton takes the low gang off whole (its bare
     pods recreated unbound, with new uids), binds the high one, and the low gang starts
     again on the room left (its quorum is 1): half its members run, as in Volcano."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, gang_settings=PREEMPTING, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": NS}})
+    async with stack(
+        nodes=4, namespaces=[NS], gang_settings=PREEMPTING, reporter_settings=TOLD
+    ) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await priority_classes(custom)
         await job(api, custom, "preemptee-qj", min_member=1, tasks=[(4, 8)], priority_class="low")
         await until(lambda: ready(sim, "preemptee-qj", 4), within=60, what="the low job on all")
@@ -287,13 +254,10 @@ async def test_no_preemption_when_resource_is_enough() -> None:
     """Mirrors volcano preempt.go "schedule high priority job without preemption when
     resource is enough": a low- and a high-priority job of half the cluster each both
     run, and the low one is not touched."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=4) as sim,
-        running_services(url, sim, gang_settings=PREEMPTING, reporter_settings=TOLD) as services,
-    ):
-        api, custom = CoreV1Api(services.client), CustomObjectsApi(services.client)
-        await api.create_namespace({"metadata": {"name": NS}})
+    async with stack(
+        nodes=4, namespaces=[NS], gang_settings=PREEMPTING, reporter_settings=TOLD
+    ) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         await priority_classes(custom)
         await job(api, custom, "preemptee-qj", min_member=1, tasks=[(2, 8)], priority_class="low")
         await until(lambda: ready(sim, "preemptee-qj", 2), within=60, what="the low job ready")
@@ -309,23 +273,16 @@ TEAMS = "teams:\n" + "".join(
 
 
 @contextlib.asynccontextmanager
-async def three_teams(url: str, sim: Sim, folder: Path) -> AsyncIterator[tuple[Any, Any]]:
+async def three_teams(folder: Path) -> AsyncIterator[Stack]:
     """Three teams (Volcano's queues), each with one 8-GPU node of its own, behind the
-    webhook and admission, with the reporter; yields the core and custom APIs."""
-    client = await sim.api_client()
-    try:
-        api, custom = CoreV1Api(client), CustomObjectsApi(client)
-        nodes = sorted(n.metadata.name for n in (await api.list_node()).items)
-        for node, team in zip(nodes, "abc", strict=True):
-            await api.patch_node(node, {"metadata": {"labels": {"baton.io/pool": f"p{team}"}}})
-        for team in "abc":
-            await api.create_namespace({"metadata": {"name": f"team-{team}"}})
+    webhook and admission, with the reporter, on a stack of its own."""
+    pools, namespaces = [f"p{t}" for t in "abc"], [f"team-{t}" for t in "abc"]
+    async with stack(nodes=3, services=False, pools=pools, namespaces=namespaces) as s:
+        url, sim, custom = s.url, s.sim, s.custom
         told = serve(reporter.SPEC, reporter.Settings(**common(url), pod_every=0.2))
         async with admitting(url, sim, custom, teams=TEAMS, folder=folder, beside=[told]) as adm:
             await until(lambda: adm.ready, within=30, what="admission caught up")
-            yield api, custom
-    finally:
-        await client.close()
+            yield s
 
 
 def running(sim: Sim, team: str, name: str) -> bool:
@@ -348,11 +305,8 @@ async def test_reclaim_case_1_no_reclaim_when_resource_is_enough(tmp_path: Path)
     when resource is enough": jobs of two queues run; a job of a new queue runs too and
     nothing is reclaimed. Queues are Baton teams (the team file), so the path includes
     the webhook and admission, which admits each Volcano PodGroup (its mark on it)."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=3) as sim,
-        three_teams(url, sim, tmp_path) as (api, custom),
-    ):
+    async with three_teams(tmp_path) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         for team in "ab":
             await job(api, custom, f"reclaim-j{team}", min_member=1, tasks=[(1, 8)],
                       ns=f"team-{team}")  # fmt: skip
@@ -371,11 +325,8 @@ async def test_reclaim_case_6_no_reclaim_when_overused(tmp_path: Path) -> None:
     reclaims nothing. Volcano leaves it Inqueue (enqueue looks at the cluster's idle
     room); Baton does not admit a gang beyond its team's quota that may not borrow, so
     its Volcano PodGroup stays Pending and says it waits for admission."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=3) as sim,
-        three_teams(url, sim, tmp_path) as (api, custom),
-    ):
+    async with three_teams(tmp_path) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         for team in "abc":
             await job(api, custom, f"reclaim-j{team}", min_member=1, tasks=[(1, 8)],
                       ns=f"team-{team}")  # fmt: skip
@@ -399,11 +350,8 @@ async def test_reclaim_case_7_no_reclaim_when_job_not_satisfied_with_predicates(
     names a node that does not exist) reclaims nothing. Volcano's test expects its
     PodGroup Running and calls that a bug; Baton's is Inqueue (admitted within its
     team's quota), Unschedulable with the verdict, and the others keep running."""
-    async with (
-        running_nats() as url,
-        running_sim(nodes=3) as sim,
-        three_teams(url, sim, tmp_path) as (api, custom),
-    ):
+    async with three_teams(tmp_path) as s:
+        api, custom, sim = s.api, s.custom, s.sim
         for team in "ab":
             await job(api, custom, f"reclaim-j{team}", min_member=1, tasks=[(1, 8)],
                       ns=f"team-{team}")  # fmt: skip

@@ -38,12 +38,15 @@ async def running_nats(
     port: int = -1,
     debug: bool = False,
     config: str | Path | None = None,
+    log: str | Path | None = None,
 ) -> AsyncIterator[str]:
     """Run nats-server with JetStream; yields its client URL (``nats://127.0.0.1:PORT``).
     ``config``: a server config file (e.g. users from ``baton nats-config``); the address,
-    port and store given here win over the file's."""
+    port and store given here win over the file's. ``log``: where the server writes its
+    log, for a test to read (else a scratch file)."""
     with tempfile.TemporaryDirectory(prefix="baton-nats-") as scratch:
         store = Path(store_dir) if store_dir is not None else Path(scratch) / "js"
+        logged = Path(log) if log is not None else Path(scratch) / "nats.log"
         args = [
             nats_server_binary(),
             "--addr", "127.0.0.1",
@@ -51,7 +54,7 @@ async def running_nats(
             "--jetstream",
             "--store_dir", str(store),
             "--ports_file_dir", scratch,
-            "--log", str(Path(scratch) / "nats.log"),
+            "--log", str(logged),
         ]  # fmt: skip
         if debug:
             args.append("--debug")
@@ -61,21 +64,21 @@ async def running_nats(
             *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL
         )
         try:
-            url = await _wait_for_ports_file(proc, Path(scratch))
+            url = await _wait_for_ports_file(proc, Path(scratch), str(logged))
             yield url
         finally:
             await _stop(proc)
 
 
-async def _wait_for_ports_file(proc: asyncio.subprocess.Process, folder: Path) -> str:
+async def _wait_for_ports_file(proc: asyncio.subprocess.Process, folder: Path, log: str) -> str:
     """The server writes ``nats-server_<pid>.ports`` once it accepts clients."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _START_TIMEOUT
     path = folder / f"{Path(nats_server_binary()).name}_{proc.pid}.ports"
     while loop.time() < deadline:
         if proc.returncode is not None:
-            log = folder / "nats.log"
-            text = log.read_text() if log.exists() else ""
+            logged = Path(log)  # read once, as the start fails
+            text = logged.read_text() if logged.exists() else ""  # noqa: ASYNC240
             raise RuntimeError(f"nats-server exited with {proc.returncode}: {text[-2000:]}")
         if path.exists():
             try:

@@ -2,8 +2,10 @@
 
 One try, as the operator (``BATON_NATS_NKEY_SEED_FILE``, ``BATON_NATS_CA_FILE``): a
 refusal or an unreachable server is :class:`NoBus`, one line that names what to set or
-check, never nats-py's retries with a traceback each. Errors after the connection is up
-(a permissions violation) go to ``on_error`` as one line, also without a traceback.
+check, never nats-py's retries with a traceback each. A refused connection (nothing
+listens there) is told at once; a server that does not answer gets ``CONNECT_S`` a try.
+Errors after the connection is up (a permissions violation) go to ``on_error`` as one
+line, also without a traceback.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ class NoBus(Exception):
 
 def refusal(url: str, exc: BaseException) -> str:
     """One line for a failed connect: what went wrong and what to set."""
-    text = str(exc) or type(exc).__name__
+    text = "connection refused" if isinstance(exc, ConnectionRefusedError) else str(exc)
+    text = text or type(exc).__name__
     lowered = text.lower()
     if "authorization" in lowered or "authentication" in lowered or "nkey" in lowered:
         return (
@@ -55,13 +58,16 @@ async def connect(
     """A connection to ``url`` as the operator, or :class:`NoBus`. It does not reconnect:
     ``on_closed`` is called when it is lost (a follower such as ``tail`` then ends)."""
     up = False
+    failed: list[Exception] = []  # each try's error while connecting, the last one told
 
     async def closed() -> None:
         if up and on_closed is not None:
             on_closed()
 
     async def errors(exc: Exception) -> None:  # nats-py would log each with a traceback
-        if up and on_error is not None:
+        if not up:
+            failed.append(exc)
+        elif on_error is not None:
             on_error(refusal(url, exc))
 
     try:
@@ -72,12 +78,18 @@ async def connect(
                 error_cb=errors,
                 closed_cb=closed,
                 allow_reconnect=False,
-                max_reconnect_attempts=0,
+                # nats-py reads 0 as "no limit" for the first connect and, without
+                # reconnect_time_wait=0, sleeps 2 s between tries: 1 and 0 give each
+                # server one more try at once, then NoServersError
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0,
                 connect_timeout=CONNECT_S,
                 **env_auth_options(),
             ),
             timeout=CONNECT_S * 2,
         )
+    except nats.errors.NoServersError as exc:
+        raise NoBus(refusal(url, failed[-1] if failed else exc)) from None
     except (TimeoutError, OSError, nats.errors.Error) as exc:
         raise NoBus(refusal(url, exc)) from None
     up = True
