@@ -295,6 +295,21 @@ def running(sim: Sim, team: str, name: str) -> bool:
     return placed and marked and phase(sim, name, ns) == "Running"
 
 
+def team_terms(sim: Sim, ns: str) -> dict[str, list[int]]:
+    """pod name -> how many ``baton.io/team`` requirements each of its required node
+    selector terms has (the webhook ANDs exactly one into each)."""
+    out = {}
+    for p in pods(sim, ns):
+        node = ((p["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ) or {}
+        out[p["metadata"]["name"]] = [
+            sum(e.get("key") == keys.TEAM for e in term.get("matchExpressions") or [])
+            for term in node.get("nodeSelectorTerms") or []
+        ]
+    return out
+
+
 def team_uids(sim: Sim) -> dict[str, str]:
     return {p["metadata"]["name"]: p["metadata"]["uid"]
             for t in "abc" for p in pods(sim, f"team-{t}")}  # fmt: skip
@@ -317,6 +332,9 @@ async def test_reclaim_case_1_no_reclaim_when_resource_is_enough(tmp_path: Path)
         await until(lambda: running(sim, "c", "reclaim-jc"), within=60,
                     what="the new team's job admitted and Running")  # fmt: skip
         assert {n: u for n, u in team_uids(sim).items() if n in before} == before
+        for team in "abc":  # the webhook's node requirement, once per term
+            terms = team_terms(sim, f"team-{team}")
+            assert terms and all(counts == [1] for counts in terms.values()), terms
 
 
 async def test_reclaim_case_6_no_reclaim_when_overused(tmp_path: Path) -> None:

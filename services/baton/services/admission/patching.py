@@ -26,7 +26,12 @@ def map_patch(path: str, have: dict[str, str] | None, want: dict[str, str]) -> l
 def affinity_patch(
     affinity: dict[str, Any] | None, *, key: str, values: tuple[str, ...]
 ) -> list[PatchOp]:
-    """AND a required ``key In values`` node requirement into every node selector term."""
+    """AND a required ``key In values`` node requirement into every node selector term,
+    once: a term that already requires ``key In`` a subset of ``values`` (a copy of a pod
+    admitted before, such as a gang recreated whole; the values in another order; or its
+    author's narrower choice) is left as it is, and one whose ``key In`` allows more (a
+    copy admitted when its team could borrow) has that requirement replaced, never a
+    second one added beside it."""
     requirement = {"key": key, "operator": "In", "values": list(values)}
     term = {"matchExpressions": [requirement]}
     required = {"nodeSelectorTerms": [term]}
@@ -48,6 +53,22 @@ def affinity_patch(
         path = f"{base}/nodeSelectorTerms/{i}/matchExpressions"
         if not isinstance(expressions, list):
             ops.append(PatchOp(op="add", path=path, value=[requirement]))
-        elif requirement not in expressions:
+            continue
+        held = _requirements(expressions, key)
+        if any(set(values) >= allowed for _, allowed in held):
+            continue  # as narrow already: admitted before, or narrowed by its author
+        if held:  # a stale copy's, allowing more: narrowed where it stands
+            ops.append(PatchOp(op="replace", path=f"{path}/{held[0][0]}", value=requirement))
+        else:
             ops.append(PatchOp(op="add", path=f"{path}/-", value=requirement))
     return ops
+
+
+def _requirements(expressions: list[Any], key: str) -> list[tuple[int, set[str]]]:
+    """(index, values) of the ``key In [...]`` requirements among a term's expressions."""
+    return [
+        (i, {str(v) for v in e.get("values") or ()})
+        for i, e in enumerate(expressions)
+        if isinstance(e, dict) and e.get("key") == key and e.get("operator") == "In"
+        and isinstance(e.get("values"), list)
+    ]  # fmt: skip

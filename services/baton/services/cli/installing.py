@@ -106,6 +106,9 @@ def run(argv: list[str]) -> int:
 
 
 PREFLIGHT_NAMESPACE = "baton-system"
+# deploy/base/namespace.yaml's namespaces: baton up's simcluster has them, as a cluster
+# Baton was installed in does, so deploy/'s manifests dry-run there (docs/deploy.md)
+BATON_NAMESPACES = ("baton-system", "baton-agent", "baton-preflight")
 
 
 async def ensure_namespace(kubeconfig: Path, name: str) -> None:

@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from baton.libs.runner import access
-from baton.services.cli.installing import PREFLIGHT_NAMESPACE, ensure_namespace
+from baton.services.cli.installing import (
+    BATON_NAMESPACES,
+    PREFLIGHT_NAMESPACE,
+    ensure_namespace,
+)
 from baton.services.cli.monitoring import start_prometheus
 from baton.services.cli.natsconfig import specs, write_config, write_seed
 from baton.services.cli.processes import (
@@ -105,6 +109,8 @@ def start_all(args: argparse.Namespace, stack: Stack) -> None:
         env["BATON_ADMISSION_TEAMS_FILE"] = str(args.teams)
         env["BATON_BANDWIDTH_TEAMS_FILE"] = str(args.teams)
     wanted = [s for s in args.services.split(",") if s]
+    for namespace in BATON_NAMESPACES if stack.sim else ():
+        asyncio.run(ensure_namespace(stack.kubeconfig, namespace))
     if getattr(args, "autoscale", False):
         wanted += [s for s in AUTOSCALE if s not in wanted]
         if stack.sim:

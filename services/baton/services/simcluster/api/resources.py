@@ -82,7 +82,10 @@ class Resource:
 
 BUILT_IN_GROUPS = (
     "",
+    "apps",
     "batch",
+    "policy",
+    "rbac.authorization.k8s.io",
     "coordination.k8s.io",
     "discovery.k8s.io",
     "events.k8s.io",
@@ -94,6 +97,8 @@ _SCHED = "scheduling.k8s.io"
 _UPSTREAM_PODGROUPS = "podgroups.scheduling.k8s.io"
 _WORKLOADS = "workloads.scheduling.k8s.io"
 _DRA = "resource.k8s.io"
+_RBAC = "rbac.authorization.k8s.io"
+_CERTS = "cert-manager.io"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource(
@@ -159,6 +164,25 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("batch", "v1", "jobs", "Job", True, ("status",)),
     Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, ("status",)),
     Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", True, ("status",), ("mpij",)),
+    # What deploy/ installs, kept but never run (docs/simcluster.md, "Kept, not run"):
+    # simcluster has no Deployment, StatefulSet or DaemonSet controller, no service
+    # network, no authorization and no cert-manager; these answer so that a manifest of
+    # them applies, and its server-side dry run answers, as on a cluster that has them.
+    Resource("", "v1", "configmaps", "ConfigMap", True, (), ("cm",)),
+    Resource("", "v1", "serviceaccounts", "ServiceAccount", True, (), ("sa",)),
+    Resource("", "v1", "services", "Service", True, ("status",), ("svc",)),
+    Resource("apps", "v1", "deployments", "Deployment", True, ("status", "scale"), ("deploy",)),
+    Resource("apps", "v1", "statefulsets", "StatefulSet", True, ("status", "scale"), ("sts",)),
+    Resource("apps", "v1", "daemonsets", "DaemonSet", True, ("status",), ("ds",)),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("status",),
+             ("pdb",)),
+    Resource(_RBAC, "v1", "clusterroles", "ClusterRole", False),
+    Resource(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+    Resource(_RBAC, "v1", "roles", "Role", True),
+    Resource(_RBAC, "v1", "rolebindings", "RoleBinding", True),
+    Resource(_CERTS, "v1", "certificates", "Certificate", True, ("status",), ("cert", "certs")),
+    Resource(_CERTS, "v1", "issuers", "Issuer", True, ("status",)),
+    Resource(_CERTS, "v1", "clusterissuers", "ClusterIssuer", False, ("status",)),
     # Admission webhooks (services/baton/services/simcluster/api/webhooks.py calls them on create).
     Resource(
         "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
