@@ -155,7 +155,8 @@ async def test_kubectl_auth_can_i_is_answered(sim: Sim) -> None:
 
 @needs_kubectl
 async def test_an_unserved_kind_has_no_matches(sim: Sim, tmp_path: Path) -> None:
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa"}}
-    code, err = await kubectl_create(sim, tmp_path, account)
+    # (ServiceAccount, which this test named first, is kept now: deploy/ installs one)
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "pvc"}}
+    code, err = await kubectl_create(sim, tmp_path, claim)
     assert code != 0
-    assert 'no matches for kind "ServiceAccount" in version "v1"' in err, err
+    assert 'no matches for kind "PersistentVolumeClaim" in version "v1"' in err, err
