@@ -105,6 +105,7 @@ class Progress:
     lines: list[str] = field(default_factory=list)
 
     def read(self, line: str, at: float) -> None:
+        self.lines = [*self.lines[-19:], line]  # the last words, if `baton up` ends early
         if m := _LOGS.search(line):
             self.logs = self.logs or m.group(1)
         if m := _ALLOCATED.search(line):
@@ -174,7 +175,10 @@ def _api(url: str) -> dict[str, float]:
 
 async def _streams(env: dict[str, str]) -> dict[str, int]:
     options = auth_options(seed_file=env.get("BATON_NATS_NKEY_SEED_FILE", ""))
-    nc = await nats.connect(env["BATON_NATS_URL"], connect_timeout=5, max_reconnect_attempts=0,
+    # 1 and 0, not 0: nats-py reads max_reconnect_attempts=0 as "no limit" on the first
+    # connect, so a sample after `baton up` died retried forever and the bench hung
+    nc = await nats.connect(env["BATON_NATS_URL"], connect_timeout=5, allow_reconnect=False,
+                            max_reconnect_attempts=1, reconnect_time_wait=0,
                             **options)  # fmt: skip
     try:
         infos = await nc.jetstream().streams_info()
@@ -284,6 +288,9 @@ def run() -> tuple[Progress, list[Sample]]:
                 up.terminate()
             up.wait(timeout=120)
             reader.join(timeout=10)
+    if up.returncode not in (0, -15) and (time.monotonic() - started) < SECONDS:
+        print(f"baton up ended early (exit {up.returncode}); its last lines:", file=sys.stderr)
+        print("\n".join(progress.lines), file=sys.stderr)
     return progress, samples
 
 
