@@ -24,7 +24,7 @@ from baton.proto.k8s import (
     PodGroupEvent,
 )
 from baton.proto.runner import Tick
-from baton.services.admission.core import nodes, queueing, showing, unplaced
+from baton.services.admission.core import nodes, queueing, reclaiming, showing, unplaced
 from baton.services.admission.core.gangs import ACTIVE, Gang, Member
 from baton.services.admission.core.members import grow, resume
 from baton.services.admission.core.state import State, recount_growth
@@ -289,7 +289,7 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
     if gang.finished and any(m.phase in ACTIVE for m in gang.members.values()):
         gang.finished = False  # new members after it ended: a new run, queued again
         reason = "new member pods after the gang ended: it waits in its team's queue again"
-        outputs.append(queueing.unadmit(gang, now, reason=reason))
+        outputs.append(reclaiming.unadmit(gang, now, reason=reason))
     if gang.team and not gang.finished and gang.qkey != queueing.queue_key(gang):
         state.enqueue(gang)  # its priority changed: move it
     elif gang.qkey is not None:

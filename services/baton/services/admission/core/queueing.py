@@ -1,4 +1,5 @@
-"""Gang admission: quota, borrowing, reclaim, and each team's queue in order.
+"""Gang admission: quota, borrowing, and each team's queue in order (whom to take off
+for a gang, by reclaim or preemption: ``reclaiming``).
 
 One cycle (``admit``), one gang at a time, teams in order of team priority, then
 weighted fair share (``team_order``):
@@ -24,19 +25,22 @@ import re
 import msgspec
 
 from baton.proto import ids, keys
-from baton.proto.actions import Annotate, AnyAction
+from baton.proto.actions import Annotate
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
 from baton.services.admission.core import members
 from baton.services.admission.core.gangs import ACTIVE, Gang, queue_key
 from baton.services.admission.core.members import grow, members_reason
-from baton.services.admission.core.state import State, on_team
+from baton.services.admission.core.reclaiming import (
+    Output,
+    fits_without,
+    lower_priority,
+    preempt,
+    reclaim_plan,
+    unadmit,
+)
+from baton.services.admission.core.state import State
 
-__all__ = [
-    "admit", "grow_paused", "preempt", "queue_key", "queued", "reclaim_plan", "remark",
-    "team_order", "unadmit", "wants_tick",
-]  # fmt: skip
-
-Output = AnyAction | GangAdmitted | GangQueued | GangPreempted
+__all__ = ["admit", "grow_paused", "queue_key", "queued", "remark", "team_order", "wants_tick"]
 
 
 def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
@@ -259,11 +263,6 @@ def release_memberless(state: State, now: float) -> list[Output]:
     return outputs
 
 
-def unadmit(gang: Gang, now: float, *, reason: str) -> Annotate:
-    return members.mark(gang, now, what="unadmit", reason=reason,
-                        annotations={keys.ADMITTED: None, keys.BORROWING: None})  # fmt: skip
-
-
 def _try(
     state: State, gang: Gang, now: float, *, reserve: int = 0, behind: Gang | None = None
 ) -> list[Output]:
@@ -278,8 +277,8 @@ def _try(
     lendable = min(state.lendable(team), state.free()) - reserve
     if limit and borrowed + need <= limit and need <= lendable:
         return _commit(state, gang, now, borrowing=True)
-    victims = _lower(state, gang, now) if behind is None else []  # nothing ahead reserves
-    if victims and _fits_without(state, gang, victims, now):
+    victims = lower_priority(state, gang, now) if behind is None else []  # nothing ahead reserves
+    if victims and fits_without(state, gang, victims, now):
         outputs: list[Output] = []
         for victim in victims:
             outputs.extend(preempt(state, victim, now, for_gang=gang))
@@ -323,114 +322,6 @@ def _in_quota(state: State, gang: Gang, now: float, *, reserve: int, kept: str) 
         for victim in victims:
             outputs.extend(preempt(state, victim, now, for_gang=gang))
     return outputs + _commit(state, gang, now, borrowing=False)
-
-
-def _fits_without(state: State, gang: Gang, victims: list[Gang], now: float) -> bool:
-    """The gang is admitted once ``victims`` (in-quota gangs of its team) are off: its
-    team's nodes and the cluster then have its GPUs, or borrowers can be reclaimed for
-    them. If not, preempting them would only lose their work (and, re-admitted in the
-    same cycle, they would be preempted again and again)."""
-    freed = sum(v.held for v in victims)
-    need, team = gang.gpus, gang.team
-    room, free = state.room(team) + freed, state.free() + freed
-    if need <= room and need <= free:
-        return True
-    short_own, short = need - room, need - free
-    return bool(reclaim_plan(state, team=team, short_own=short_own, short=short, now=now))
-
-
-def _lower(state: State, gang: Gang, now: float) -> list[Gang]:
-    """In-quota gangs of the gang's team to preempt so that it fits its quota ([]: none
-    will do): lower priority only, run at least ``preempt_min_run_s``, lowest priority
-    then least GPU-time lost first."""
-    queueing = state.config.queueing
-    if not queueing.preempt_within_team or gang.borrowed:
-        return []
-    team, mine = gang.team, gang.priority
-    candidates = sorted(
-        (
-            g
-            for g in state.holding(team)
-            if g.admitted
-            and not g.borrowed
-            and g.priority < mine
-            and now - g.admitted_at >= queueing.preempt_min_run_s
-        ),
-        key=lambda g: (g.priority, g.held * (now - g.admitted_at), g.key),
-    )
-    short = state.used.get(team, 0) + gang.gpus - state.quota(team)
-    victims: list[Gang] = []
-    for victim in candidates:
-        if short <= 0:
-            break
-        victims.append(victim)
-        short -= victim.held
-    return victims if short <= 0 else []
-
-
-def reclaim_plan(
-    state: State, *, team: str, short_own: int, short: int, now: float = 0.0
-) -> list[Gang]:
-    """Borrowing gangs of other teams to preempt whole ([]: not enough): first those
-    bound to ``team``'s nodes until ``short_own`` GPUs are back there, then any until
-    ``short`` GPUs are free in the cluster; lowest team priority, then lowest gang
-    priority, then least GPU-time lost (newest admitted), then newest first. Borrowed
-    GPUs are taken back at once: no minimum run time (the quota is its owner's)."""
-    priority = {t.name: t.priority for t in state.config.teams}
-    candidates = sorted(
-        (g for g in state.holding() if g.admitted and g.borrowed > 0 and g.team != team),
-        key=lambda g: (
-            priority.get(g.team, 0), g.priority, g.held * (now - g.admitted_at), -g.created_at,
-            g.key,
-        ),
-    )  # fmt: skip
-    victims: list[Gang] = []
-    back = freed = 0
-    for gang in candidates:
-        if back >= short_own:
-            break
-        here = on_team(state, gang, team)
-        if here:
-            victims.append(gang)
-            back, freed = back + here, freed + gang.held
-    for gang in candidates:
-        if freed >= short:
-            break
-        if gang not in victims:
-            victims.append(gang)
-            freed += gang.held
-    return victims if back >= short_own and freed >= short else []
-
-
-def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Output]:
-    """Take the whole gang off (its bare pods recreated, ``members.evictions``), take
-    back its admission and put it back in its queue."""
-    gpus = gang.held
-    state.hold(gang, 0, borrowing=False)
-    members.resume(state, gang)
-    gang.admitted, gang.reason = False, ""
-    if for_gang.team == gang.team:
-        reason = f"preempted for {for_gang.key} (priority {for_gang.priority})"
-    else:
-        reason = f"reclaimed by team {for_gang.team!r} for {for_gang.key}"
-    taken = members.evictions(gang, now, reason=reason)
-    for name, m in list(gang.members.items()):
-        if m.phase in ACTIVE:  # they go: it waits for its pods to come back
-            del gang.members[name]
-    gang.complete = True  # (declared or not: admitted again only once they are back)
-    state.enqueue(gang)
-    return [
-        unadmit(gang, now, reason=reason),
-        *taken,
-        GangPreempted(
-            at=now,
-            gang=gang.key,
-            team=gang.team,
-            for_team=for_gang.team,
-            for_gang=for_gang.key,
-            gpus=gpus,
-        ),
-    ]
 
 
 def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Output]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from baton.proto.admission import GangQueued
 from baton.services.admission.core import members
-from baton.services.admission.core.queueing import Output, unadmit
+from baton.services.admission.core.reclaiming import Output, unadmit
 from baton.services.admission.core.state import State
 
 MAX_BACKOFF_S = 3600.0  # Kueue's backoffMaxSeconds default
