@@ -98,14 +98,7 @@ async def test_a_leader_that_leads_again_sends_its_actions_again_under_its_new_e
             lease._lose("paused past its TTL (the test)")
             await until(lambda: runner.leader and lease.epoch > first, within=10,
                         what="a leads again under a new epoch")  # fmt: skip
-            actions: list[Any] = []
-            async with bus.consume(subjects.wildcard(C, "action", ">"), type_=AnyAction) as sub:
-                async with asyncio.timeout(10):  # both copies: the stream keeps every one
-                    async for msg in sub:
-                        actions.append(msg.event)
-                        await msg.ack()
-                        if len(actions) == 2:
-                            break
+            actions = await _in_order(bus, "action", AnyAction, 2)  # the stream keeps both
         finally:
             await stop(task, within=10.0, what="replica-a")
             await bus.close()
@@ -123,6 +116,27 @@ async def _all_actions(bus: Bus) -> list[Any]:
     return await bus.snapshot(subjects.wildcard(C, "action", ">"), AnyAction)
 
 
+@contextlib.asynccontextmanager
+async def deposed(bus: Bus, key: str = "admission") -> AsyncIterator[tuple[Lease, Lease]]:
+    """``(old, new)``: ``old`` led, stopped renewing (paused) without giving the lease up,
+    and ``new`` took it over with a higher epoch; ``new`` keeps renewing until the end."""
+    old = Lease(bus, key, ttl=TTL)
+    holding = asyncio.create_task(old.run())
+    await until(lambda: old.leader, within=10, what="the old leader")
+    holding.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await holding
+    new = Lease(bus, key, ttl=TTL)
+    taking = asyncio.create_task(new.run())
+    try:
+        await until(lambda: new.leader and new.epoch > old.epoch, within=10, what="new leader")
+        yield old, new
+    finally:
+        taking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await taking
+
+
 async def test_actions_of_a_deposed_leader_or_past_their_expiry_are_answered_stale() -> None:
     """An admission leader at epoch E is replaced (epoch E' > E); an action the old one
     sends afterwards is answered stale, as is one whose producer said it expires. One
@@ -130,49 +144,40 @@ async def test_actions_of_a_deposed_leader_or_past_their_expiry_are_answered_sta
     async with running_nats() as url, running_sim(nodes=2) as sim:
         bus = await Bus.connect(url, cluster=C, name="test")
         await bus.ensure_streams()
-        old = Lease(bus, "admission", ttl=TTL)
-        new = Lease(bus, "admission", ttl=TTL)
-        holding = asyncio.create_task(old.run())
-        await until(lambda: old.leader, within=10, what="the old leader")
-        holding.cancel()  # it stops renewing (paused), without giving the lease up
-        with contextlib.suppress(asyncio.CancelledError):
-            await holding
-        taking = asyncio.create_task(new.run())
-        await until(lambda: new.leader and new.epoch > old.epoch, within=10, what="new leader")
-        client = await sim.api_client()
-        node = sim.cluster.node_names()[0]
-        limits = actuator_core.Limits(qps=0, backoff_base=0.05)
-        abus = await Bus.connect(url, cluster=C, name="actuator")
-        settings = actuator_main.Settings()
-        actuator = actuator_main.runner(abus, settings, api=Api(client), limits=limits)
-        running = asyncio.create_task(actuator.run())
-        try:
-            labels = {
-                "deposed": SetLabels(id="l-old", by="admission", at=1.0, epoch=old.epoch,
-                                     node=node, labels={"t.baton.io/old": "1"}),
-                "current": SetLabels(id="l-new", by="admission", at=1.0, epoch=new.epoch,
-                                     node=node, labels={"t.baton.io/new": "1"}),
-                "expired": SetLabels(id="l-exp", by="admission", at=1.0, expires=2.0,
-                                     epoch=new.epoch, node=node, labels={"t.baton.io/exp": "1"}),
-                "zero": SetLabels(id="l-zero", by="admission", at=1.0, node=node,
-                                  labels={"t.baton.io/zero": "1"}),
-                "future": SetLabels(id="l-future", by="admission", at=1.0, epoch=new.epoch + 1000,
-                                    node=node, labels={"t.baton.io/future": "1"}),
-            }  # fmt: skip
-            dead = bus.consume(subjects.wildcard(C, subjects.DEADLETTER, ">"), type_=DeadLetter)
-            for action in labels.values():
-                await bus.publish(action_subject(C, action), action, msg_id=action.id)
-            results = await _results(bus, 5)
-            letters = [(await asyncio.wait_for(anext(aiter(dead)), 20)).event for _ in range(2)]
-            await dead.close()
-        finally:
-            await stop(running, within=10, what="actuator")
-            await abus.close()
-            taking.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await taking
-            await client.close()
-            await bus.close()
+        async with deposed(bus) as (old, new):
+            client = await sim.api_client()
+            node = sim.cluster.node_names()[0]
+            limits = actuator_core.Limits(qps=0, backoff_base=0.05)
+            abus = await Bus.connect(url, cluster=C, name="actuator")
+            settings = actuator_main.Settings()
+            actuator = actuator_main.runner(abus, settings, api=Api(client), limits=limits)
+            running = asyncio.create_task(actuator.run())
+            try:
+                labels = {
+                    "deposed": SetLabels(id="l-old", by="admission", at=1.0, epoch=old.epoch,
+                                         node=node, labels={"t.baton.io/old": "1"}),
+                    "current": SetLabels(id="l-new", by="admission", at=1.0, epoch=new.epoch,
+                                         node=node, labels={"t.baton.io/new": "1"}),
+                    "expired": SetLabels(id="l-exp", by="admission", at=1.0, expires=2.0,
+                                         epoch=new.epoch, node=node,
+                                         labels={"t.baton.io/exp": "1"}),
+                    "zero": SetLabels(id="l-zero", by="admission", at=1.0, node=node,
+                                      labels={"t.baton.io/zero": "1"}),
+                    "future": SetLabels(id="l-future", by="admission", at=1.0,
+                                        epoch=new.epoch + 1000, node=node,
+                                        labels={"t.baton.io/future": "1"}),
+                }  # fmt: skip
+                dead = bus.consume(subjects.wildcard(C, subjects.DEADLETTER, ">"), type_=DeadLetter)
+                for action in labels.values():
+                    await bus.publish(action_subject(C, action), action, msg_id=action.id)
+                results = await _results(bus, 5)
+                letters = [(await asyncio.wait_for(anext(aiter(dead)), 20)).event for _ in range(2)]
+                await dead.close()
+            finally:
+                await stop(running, within=10, what="actuator")
+                await abus.close()
+                await client.close()
+                await bus.close()
         outcome = {r.action_id: (r.outcome, r.error) for r in results}
         assert outcome["l-new"][0] == "applied"
         assert outcome["l-old"][0] == "stale" and "older than its leader's" in outcome["l-old"][1]
@@ -204,49 +209,45 @@ async def test_a_new_leaders_copy_of_a_fenced_decision_is_applied() -> None:
     async with running_nats() as url, running_sim(nodes=1) as sim:
         bus = await Bus.connect(url, cluster=C, name="test")
         await bus.ensure_streams()
-        old = Lease(bus, "admission", ttl=TTL)
-        holding = asyncio.create_task(old.run())
-        await until(lambda: old.leader, within=10, what="the old leader")
-        holding.cancel()  # paused: it stops renewing without giving the lease up
-        with contextlib.suppress(asyncio.CancelledError):
-            await holding
-        new = Lease(bus, "admission", ttl=TTL)
-        taking = asyncio.create_task(new.run())
-        await until(lambda: new.leader and new.epoch > old.epoch, within=10, what="new leader")
-        client = await sim.api_client()
-        node = sim.cluster.node_names()[0]
-        decided = SetLabels(id="admit-1", by="admission", at=1.0, node=node,
-                            labels={"t.baton.io/admitted": "1"})  # fmt: skip
-        abus = await Bus.connect(url, cluster=C, name="actuator")
-        limits = actuator_core.Limits(qps=0, backoff_base=0.05)
-        actuator = actuator_main.runner(abus, actuator_main.Settings(), api=Api(client),
-                                        limits=limits)  # fmt: skip
-        answers: list[ActionResult] = []
-        try:
-            for epoch in (old.epoch, new.epoch):  # the deposed leader's copy first
-                copy = msgspec.structs.replace(decided, epoch=epoch)
-                subject, msg_id = action_route(C, copy)
-                await bus.publish(subject, copy, msg_id=msg_id)
-            running = asyncio.create_task(actuator.run())
-            async with bus.consume(subjects.wildcard(C, "result", ">"), type_=ActionResult) as sub:
-                async with asyncio.timeout(20):
-                    async for msg in sub:
-                        answers.append(msg.event)
-                        await msg.ack()
-                        if len(answers) == 2:
-                            break
-            await stop(running, within=10, what="actuator")
-        finally:
-            await abus.close()
-            taking.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await taking
-            await client.close()
-            await bus.close()
+        async with deposed(bus) as (old, new):
+            client = await sim.api_client()
+            node = sim.cluster.node_names()[0]
+            decided = SetLabels(id="admit-1", by="admission", at=1.0, node=node,
+                                labels={"t.baton.io/admitted": "1"})  # fmt: skip
+            abus = await Bus.connect(url, cluster=C, name="actuator")
+            limits = actuator_core.Limits(qps=0, backoff_base=0.05)
+            actuator = actuator_main.runner(abus, actuator_main.Settings(), api=Api(client),
+                                            limits=limits)  # fmt: skip
+            try:
+                for epoch in (old.epoch, new.epoch):  # the deposed leader's copy first
+                    copy = msgspec.structs.replace(decided, epoch=epoch)
+                    subject, msg_id = action_route(C, copy)
+                    await bus.publish(subject, copy, msg_id=msg_id)
+                running = asyncio.create_task(actuator.run())
+                answers = await _in_order(bus, "result", ActionResult, 2)
+                await stop(running, within=10, what="actuator")
+            finally:
+                await abus.close()
+                await client.close()
+                await bus.close()
         said = [(r.action_id, r.outcome, r.fenced) for r in answers]
         assert said == [("admit-1", "stale", True), ("admit-1", "applied", False)], said
         written = sim.store.get("nodes", None, node)["metadata"]["labels"]
         assert written.get("t.baton.io/admitted") == "1"
+
+
+async def _in_order(bus: Bus, domain: str, type_: Any, count: int) -> list[Any]:
+    """The first ``count`` messages under ``baton.<c>.<domain>.>``, in stream order (two
+    copies of one action, or two answers to one id, both kept)."""
+    got: list[Any] = []
+    async with bus.consume(subjects.wildcard(C, domain, ">"), type_=type_) as sub:
+        async with asyncio.timeout(20):
+            async for msg in sub:
+                got.append(msg.event)
+                await msg.ack()
+                if len(got) >= count:
+                    break
+    return got
 
 
 async def _results(bus: Bus, count: int) -> list[ActionResult]:
