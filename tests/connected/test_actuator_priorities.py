@@ -51,10 +51,6 @@ def health() -> SetTaint:
     return SetTaint(id="h1", by="admission", at=0.0, node=NODES[0], taint=taint, priority="health")
 
 
-async def publish(bus: Bus, action: AnyAction) -> None:
-    await Producers(bus).publish(action)
-
-
 async def collect(sub: Any, into: list[ActionResult]) -> None:
     async for msg in sub:
         into.append(msg.event)
@@ -82,7 +78,10 @@ async def running_actuator(url: str, api: Api, limits: core.Limits) -> AsyncIter
         await bus.close()
 
 
-async def test_health_action_overtakes_queued_balloon_actions() -> None:
+async def answered(backlog: list[AnyAction], limits: core.Limits, *, within: float = 60.0
+                   ) -> tuple[list[ActionResult], Any]:  # fmt: skip
+    """Publish ``backlog``, then the health taint, all into ACTIONS before an actuator
+    with ``limits`` starts; every result, and ``NODES[0]`` as the API has it after."""
     async with running_nats() as url, running_sim() as sim:
         bus = await Bus.connect(url, cluster=C, name="test")
         await bus.ensure_streams()
@@ -93,14 +92,11 @@ async def test_health_action_overtakes_queued_balloon_actions() -> None:
         try:
             for name in NODES:
                 await CoreV1Api(client).create_node({"metadata": {"name": name}})
-            # The backlog first, the health action last: all wait in ACTIONS.
-            for i in range(BALLOONS):
-                action = balloon(i)
-                await publish(bus, action)
-            await publish(bus, health())
-            limits = core.Limits(qps=5, burst=2, backoff_base=0.05)
+            producers = Producers(bus)
+            for action in [*backlog, health()]:
+                await producers.publish(action)
             async with running_actuator(url, Api(client, tries=2, base=0.01), limits):
-                await wait_for(results, BALLOONS + 1)
+                await wait_for(results, len(backlog) + 1, within=within)
             node = await CoreV1Api(client).read_node(NODES[0])
         finally:
             reader.cancel()
@@ -109,6 +105,13 @@ async def test_health_action_overtakes_queued_balloon_actions() -> None:
             await sub.close()
             await client.close()
             await bus.close()
+    return results, node
+
+
+async def test_health_action_overtakes_queued_balloon_actions() -> None:
+    # The backlog first, the health action last: all wait in ACTIONS.
+    limits = core.Limits(qps=5, burst=2, backoff_base=0.05)
+    results, node = await answered([balloon(i) for i in range(BALLOONS)], limits)
 
     assert {r.outcome for r in results} == {"applied"}, [r.error for r in results if r.error]
     assert any(t.key == "baton.io/unhealthy" for t in node.spec.taints or [])
@@ -134,30 +137,8 @@ async def test_a_health_action_is_not_held_behind_a_backlog_of_status_writes() -
     Read from one consumer in stream order, the taint could not even be delivered before
     ~500 status writes were answered (the window of unacked deliveries is full of them);
     status kinds have a consumer of their own, so it goes among the first few."""
-    async with running_nats() as url, running_sim() as sim:
-        bus = await Bus.connect(url, cluster=C, name="test")
-        await bus.ensure_streams()
-        client = await sim.api_client()
-        results: list[ActionResult] = []
-        sub = bus.consume(subjects.wildcard(C, subjects.RESULT, ">"), type_=ActionResult)
-        reader = asyncio.create_task(collect(sub, results))
-        try:
-            for name in NODES:
-                await CoreV1Api(client).create_node({"metadata": {"name": name}})
-            producers = Producers(bus)
-            for i in range(STATUSES):
-                await producers.publish(status(i))
-            await producers.publish(health())
-            limits = core.Limits(qps=300, burst=10, backoff_base=0.05)
-            async with running_actuator(url, Api(client, tries=2, base=0.01), limits):
-                await wait_for(results, STATUSES + 1, within=120.0)
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-            await sub.close()
-            await client.close()
-            await bus.close()
+    limits = core.Limits(qps=300, burst=10, backoff_base=0.05)
+    results, _ = await answered([status(i) for i in range(STATUSES)], limits, within=120.0)
 
     taint = next(r for r in results if r.action_id == "h1")
     assert taint.outcome == "applied", taint.error
