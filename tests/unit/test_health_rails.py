@@ -9,7 +9,7 @@ import pytest
 from baton.proto import keys
 from baton.proto.actions import CreatePod, MarkNode
 from baton.proto.health import Control, HealthPolicy, Note, StateChanged, Withheld
-from baton.proto.k8s import Node
+from baton.proto.k8s import Node, NodeEvent, Taint
 from baton.services.health import core
 from baton.services.health.rails import Domain, Rails, SlowStart, domains
 from baton.services.health.states import TAINTS
@@ -213,6 +213,23 @@ def test_new_nodes_take_a_share_of_the_cluster_in_test_slots_rechecks_only_max_t
         rec.validated, rec.recheck_at = 1.0, 1.0 + 86_400.0  # every node due, every one idle
     tick(state, 90_000.0)
     assert sorted(states(state).values()).count("validating") == 2  # in-service nodes
+
+
+def test_a_new_node_that_joined_under_preflight_is_checked_without_a_write_to_mark_it() -> None:
+    # kubelet's --register-with-taints=baton.io/preflight=:NoSchedule (what baton up does)
+    joined = Taint(key=keys.PREFLIGHT, effect="NoSchedule")
+    nodes = [msgspec.structs.replace(n, created_at=100.0, taints=(joined,)) for n in rack(3)]
+    state = core.initial(HealthPolicy())
+    out = feed(state, [NodeEvent(op="upsert", at=120.0, node=n) for n in nodes], 120.0)
+    assert of(out, MarkNode) == []  # nothing to mark: the taint is on already
+    assert sorted(p.pod.node_name for p in of(out, CreatePod)) == ["n0", "n1", "n2"]
+    assert state.nodes["n0"].state == "validating"
+    assert "joined under preflight" in state.nodes["n0"].reason
+
+    out = feed(state, [preflight_pod(state, "n0", phase="Succeeded", at=130.0)])
+    [mark] = of(out, MarkNode)  # the one write that lets work land
+    assert (mark.node, [t.key for t in mark.untaint]) == ("n0", [keys.PREFLIGHT])
+    assert states(state)["n0"] == "healthy"
 
 
 def test_a_node_seen_long_after_it_joined_is_not_taken_out_for_its_first_check() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from baton.services.simcluster import main
-from baton.services.simcluster.world import fault_cli
+from baton.services.simcluster.world import fault_cli, topology
 
 pytestmark = pytest.mark.unit
 
@@ -142,3 +142,19 @@ def test_cloud_flags_apply_to_every_pool(
     with pytest.raises(SystemExit):
         main.parse_args(["--not-ready-share", "1.5"])
     assert "--not-ready-share: pools[0].not_ready_share" in capsys.readouterr().err
+
+
+def test_nodes_join_with_the_taints_registered_as_kubelet_would(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    opts = main.parse_args(["--nodes", "2", "--register-with-taints",
+                            "baton.io/preflight=:NoSchedule,team=a:NoExecute"])  # fmt: skip
+    pool = opts.spec.pools[0]
+    made = topology.node_object(opts.spec, pool=pool, slot=0, ordinal=1)
+    assert made["spec"]["taints"] == [
+        {"key": "baton.io/preflight", "effect": "NoSchedule"},
+        {"key": "team", "value": "a", "effect": "NoExecute"},
+    ]
+    with pytest.raises(SystemExit):
+        main.parse_args(["--register-with-taints", "baton.io/preflight"])  # no effect
+    assert "'baton.io/preflight': expected KEY[=VALUE]:EFFECT" in capsys.readouterr().err

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from baton.libs.runner import access
+from baton.proto import keys
 from baton.services.cli.installing import (
     BATON_NAMESPACES,
     PREFLIGHT_NAMESPACE,
@@ -200,7 +201,14 @@ def start_sim(args: argparse.Namespace, stack: Stack) -> Path:
     kubeconfig = stack.run_dir / "kubeconfig"
     stack.sim = f"127.0.0.1:{free_port()}"
     argv = baton("sim", "--nodes", str(args.nodes), "--listen", stack.sim)
-    argv += ["--kubeconfig", str(kubeconfig)]
+    # nodes join as kubelet's --register-with-taints would have them: under preflight, so
+    # no work lands before health has validated them (docs/health.md)
+    argv += [
+        "--kubeconfig",
+        str(kubeconfig),
+        "--register-with-taints",
+        f"{keys.PREFLIGHT}=:NoSchedule",
+    ]
     if args.workload != "none":
         argv += ["--trace", args.workload, "--speed", str(args.speed)]
         if getattr(args, "submit", None):

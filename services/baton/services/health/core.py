@@ -113,8 +113,9 @@ def restore(s: State, rec: NodeRecord, node: Node, now: float) -> None:
     rec.asked = frozenset(t.key for t in node.taints if t.key in keys.HEALTH_TAINTS)
     rec.label = node.labels.get(keys.REMEDIATION, "")
     note = read_note(node.annotations.get(keys.HEALTH, ""))
+    new = now - node.created_at < s.policy.new_node_s
     if note is None and rec.asked:
-        note = _from_marks(rec, now)
+        note = _from_marks(rec, now, new=new)
     if note is not None:
         rec.restore(note, now)
         if rec.state in ("suspect", "withheld"):
@@ -126,13 +127,16 @@ def restore(s: State, rec: NodeRecord, node: Node, now: float) -> None:
         rec.recheck_at = (checks.due_at(rec, s.policy) if rec.state == "healthy"
                           else rec.since + s.policy.remediation_recheck_s)  # fmt: skip
         return
-    new = now - node.created_at < s.policy.new_node_s
     rec.first_check = s.policy.preflight and new and not rec.opt_out
     rec.recheck_at = checks.due_at(rec, s.policy)
 
 
-def _from_marks(rec: NodeRecord, now: float) -> Note | None:
-    """No annotation but Baton's taints: infer the state from them."""
+def _from_marks(rec: NodeRecord, now: float, *, new: bool) -> Note | None:
+    """No annotation but Baton's taints: infer the state from them. A new node that
+    joined under ``baton.io/preflight`` alone (kubelet's ``--register-with-taints``) is
+    validating: nothing could land on it, and marking it cost no write."""
+    if new and rec.asked == {keys.PREFLIGHT} and not rec.label:
+        return Note(state="validating", since=now, reason="a new node, joined under preflight")
     order = (("remediating", bool(rec.label)), ("draining", keys.DRAINING in rec.asked),
              ("quarantined", keys.UNHEALTHY in rec.asked),
              ("validating", keys.PREFLIGHT in rec.asked))  # fmt: skip

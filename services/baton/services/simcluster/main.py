@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import structlog
@@ -53,7 +55,18 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     fault_trace: tuple[fault_trace.TraceRow, ...] = ()
 
 
-CLOUD_FLAGS: tuple[tuple[str, type, str], ...] = (
+def _taints(text: str) -> tuple[str, ...]:
+    found = tuple(t.strip() for t in text.split(",") if t.strip())
+    for taint in found:
+        if not re.match(spec.TAINT, taint):
+            raise argparse.ArgumentTypeError(
+                f"{taint!r}: expected KEY[=VALUE]:EFFECT, EFFECT one of NoSchedule, "
+                "PreferNoSchedule, NoExecute (kubelet's --register-with-taints)"
+            )
+    return found
+
+
+CLOUD_FLAGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("--provisioning-s", float, "seconds from scale-up to a node joining"),
     ("--provisioning-spread-s", float, "each machine joins up to this much sooner or later"),
     ("--join-failure-share", float, "share of new machines that never join (0..1)"),
@@ -61,6 +74,11 @@ CLOUD_FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--quota", int, "cloud quota: machines a pool may have; more wait, pending"),
     ("--min-size", int, "autoscaler min-size annotation of each MachineDeployment"),
     ("--max-size", int, "autoscaler max-size annotation of each MachineDeployment"),
+    (
+        "--register-with-taints",
+        _taints,
+        "taints every node joins with, as kubelet's: KEY[=VALUE]:EFFECT, comma-separated",
+    ),
 )
 
 

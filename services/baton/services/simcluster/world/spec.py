@@ -33,6 +33,9 @@ Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Name = Annotated[str, msgspec.Meta(pattern=_DNS_LABEL, max_length=40)]
 LabelKey = Annotated[str, msgspec.Meta(pattern=_LABEL_KEY, max_length=253)]
 Quantity = Annotated[str, msgspec.Meta(pattern=_QUANTITY)]
+# kubelet's --register-with-taints form: ``<key>[=<value>]:<effect>``
+TAINT = _LABEL_KEY[:-1] + r"(=[A-Za-z0-9_.-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$"
+Taint = Annotated[str, msgspec.Meta(pattern=TAINT)]
 
 
 class SpecError(ValueError):
@@ -64,6 +67,9 @@ class Pool(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     join_failure_share: Share = 0.0
     not_ready_share: Share = 0.0
     quota: Count | None = None
+    # taints each node registers with, as kubelet's --register-with-taints: ``baton up``
+    # registers ``baton.io/preflight=:NoSchedule`` so no work lands before a preflight
+    register_with_taints: tuple[Taint, ...] = ()
 
     @property
     def max_nodes(self) -> int:
@@ -122,6 +128,16 @@ def with_pools(spec: ClusterSpec, **fields: Any) -> ClusterSpec:
     for pool in raw["pools"]:
         pool.update(fields)
     return from_dict(raw)
+
+
+def taints(pool: Pool) -> list[dict[str, str]]:
+    """The pool's ``register_with_taints`` as a node's ``spec.taints``."""
+    found = []
+    for text in pool.register_with_taints:
+        head, _, effect = text.rpartition(":")
+        key, _, value = head.partition("=")
+        found.append({"key": key, "effect": effect} | ({"value": value} if value else {}))
+    return found
 
 
 def load(path: Path) -> ClusterSpec:

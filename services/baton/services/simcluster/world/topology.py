@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from baton.services.simcluster.clock import timestamp
-from baton.services.simcluster.world.spec import ClusterSpec, Pool
+from baton.services.simcluster.world.spec import ClusterSpec, Pool, taints
 
 POOL_LABEL = "baton.io/pool"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -75,7 +75,8 @@ def node_object(spec: ClusterSpec, *, pool: Pool, slot: int, ordinal: int) -> Ob
             "labels": labels,
             "annotations": {MACHINE_ANNOTATION: f"{pool.name}-{ordinal:05d}"},
         },
-        "spec": {"providerID": f"sim://{spec.cluster_name}/{pool.name}/{name}"},
+        "spec": {"providerID": f"sim://{spec.cluster_name}/{pool.name}/{name}"}
+        | ({"taints": taints(pool)} if pool.register_with_taints else {}),
         "status": {
             "capacity": capacity,
             "allocatable": dict(capacity),
