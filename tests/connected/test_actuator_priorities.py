@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 from kubernetes_asyncio.client import CoreV1Api
 
@@ -18,6 +19,8 @@ from baton.proto import subjects
 from baton.proto.actions import (
     ActionResult,
     AnyAction,
+    BindGang,
+    Binding,
     GroupStatus,
     SetGroupStatus,
     SetLabels,
@@ -78,10 +81,10 @@ async def running_actuator(url: str, api: Api, limits: core.Limits) -> AsyncIter
         await bus.close()
 
 
-async def answered(backlog: list[AnyAction], limits: core.Limits, *, within: float = 60.0
-                   ) -> tuple[list[ActionResult], Any]:  # fmt: skip
-    """Publish ``backlog``, then the health taint, all into ACTIONS before an actuator
-    with ``limits`` starts; every result, and ``NODES[0]`` as the API has it after."""
+async def answered(backlog: list[AnyAction], limits: core.Limits, *, within: float = 60.0,
+                   last: AnyAction | None = None) -> tuple[list[ActionResult], Any]:  # fmt: skip
+    """Publish ``backlog``, then ``last`` (the health taint), all into ACTIONS before an
+    actuator with ``limits`` starts; every result, and ``NODES[0]`` as the API has it after."""
     async with running_nats() as url, running_sim() as sim:
         bus = await Bus.connect(url, cluster=C, name="test")
         await bus.ensure_streams()
@@ -93,7 +96,7 @@ async def answered(backlog: list[AnyAction], limits: core.Limits, *, within: flo
             for name in NODES:
                 await CoreV1Api(client).create_node({"metadata": {"name": name}})
             producers = Producers(bus)
-            for action in [*backlog, health()]:
+            for action in [*backlog, last or health()]:
                 await producers.publish(action)
             async with running_actuator(url, Api(client, tries=2, base=0.01), limits):
                 await wait_for(results, len(backlog) + 1, within=within)
@@ -145,3 +148,28 @@ async def test_a_health_action_is_not_held_behind_a_backlog_of_status_writes() -
     order = [r.action_id for r in sorted(results, key=lambda r: r.at)]
     before = order.index("h1")
     assert before < 200, f"the taint was answered after {before} status writes"
+
+
+def validation(i: int) -> SetLabels:
+    """A node write of preflight's class, like the ~20,000 a new 7,500-node cluster asks."""
+    return msgspec.structs.replace(balloon(i), id=f"v{i}", priority="validation")
+
+
+def bind() -> BindGang:
+    """A gang's bind (of a pod that is not there: answered "failed" at once)."""
+    member = Binding(namespace="team-a", pod="job-0", node=NODES[1])
+    return BindGang(id="g1", by="gang", at=0.0, gang="team-a/job-0", bindings=(member,))
+
+
+async def test_a_bind_is_not_held_behind_a_backlog_of_preflight_writes() -> None:
+    """1,500 node writes of the validation class, then one bind. Read from one consumer in
+    stream order, the bind waited for ~500 of them, and among those it held, the core took
+    preflight's (then "health") class first; binds have a consumer of their own and rank
+    above validation, so it goes among the first few."""
+    limits = core.Limits(qps=300, burst=10, backoff_base=0.05)
+    backlog: list[AnyAction] = [validation(i) for i in range(STATUSES)]
+    results, _ = await answered(backlog, limits, within=120.0, last=bind())
+
+    order = [r.action_id for r in sorted(results, key=lambda r: r.at)]
+    before = order.index("g1")
+    assert before < 200, f"the bind was answered after {before} preflight writes"

@@ -9,6 +9,7 @@ RESERVE: dict[str, float] = {
     "health": 0.0,
     "placement": 0.0,
     "admission": 0.1,
+    "validation": 0.15,  # preflight pods and the marks around them
     "scaling": 0.25,
     "balloon": 0.5,
     "status": 0.6,  # what Baton tells users: never at the expense of a decision

@@ -118,7 +118,7 @@ def ask(
     if balloons:
         evictions: list[Output] = [
             Evict(id=ids.make("evict", p.uid, "preflight"), by="health", at=now,
-                  priority="health", reason=f"preflight check of {rec.name}",
+                  priority="validation", reason=f"preflight check of {rec.name}",
                   namespace=p.namespace, pod=p.name, uid=p.uid)
             for p in balloons
         ]  # fmt: skip
@@ -127,7 +127,7 @@ def ask(
     gpus = state.node.allocatable.get(GPU, 0) if state is not None else 0
     name = pod_name(rec.name, now)
     action = CreatePod(
-        id=ids.make("preflight", rec.uid, name), by="health", at=now, priority="health",
+        id=ids.make("preflight", rec.uid, name), by="health", at=now, priority="validation",
         reason=f"preflight ({check.why}) of {rec.name}",
         pod=template(policy, node=rec.name, name=name, gpus=gpus),
     )  # fmt: skip
@@ -143,8 +143,8 @@ def cleanup(rec: NodeRecord, policy: HealthPolicy, now: float) -> list[Output]:
         return []
     return [
         DeletePod(id=ids.make("delete", check.pod, "preflight"), by="health", at=now,
-                  priority="health", reason="preflight done", namespace=policy.preflight_namespace,
-                  pod=check.pod, grace_seconds=0)
+                  priority="validation", reason="preflight done",
+                  namespace=policy.preflight_namespace, pod=check.pod, grace_seconds=0)
     ]  # fmt: skip
 
 

@@ -183,7 +183,8 @@ def mark(
     note = msgspec.json.encode(rec.note()).decode()
     action = MarkNode(
         id=ids.make("mark", rec.uid, rec.state, repr(now)), by="health", at=now,
-        priority="health", reason=f"{rec.state}: {rec.reason}"[:300], node=rec.name,
+        priority="health" if rec.state in OUT else "validation",
+        reason=f"{rec.state}: {rec.reason}"[:300], node=rec.name,
         taints=tuple(adds), untaint=tuple(removes), labels=labels,
         annotations={keys.HEALTH: note},
     )  # fmt: skip
