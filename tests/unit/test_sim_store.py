@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -119,3 +120,38 @@ def test_watch_from_before_the_ring_is_expired() -> None:
     watcher = store.watch("nodes", namespace=None, predicate=None, since=store.rv - 2, capacity=10)
     assert watcher.drain().count(b"\n") == 2
     store.unwatch(watcher)
+
+
+def test_pods_listed_by_node_from_the_index_are_those_a_scan_finds() -> None:
+    """``spec.nodeName=X`` is answered from an index kept on every write (create, bind,
+    move, graceful and immediate delete, a namespace deleted): always what a scan finds."""
+    rng = random.Random(7)
+    store = Store(clock=lambda: 0.0, seed=1)
+    store.create("namespaces", {"metadata": {"name": "team"}})
+    nodes = ["n0", "n1", "n2", ""]
+    for i in range(300):
+        name, ns = f"p{rng.randrange(40)}", rng.choice(["default", "team"])
+        exists = name in {p["metadata"]["name"] for p in store.list("pods", namespace=ns)[0]}
+        op = rng.random()
+        if not exists:
+            node = rng.choice(nodes)
+            store.create("pods", pod(name, ns, **({"nodeName": node} if node else {})))
+        elif op < 0.4:
+            store.mutate("pods", ns, name, lambda p: p["spec"].update(nodeName=rng.choice(nodes)))
+        else:
+            store.delete("pods", ns, name, grace_seconds=rng.choice([0, None]))
+        if i == 250:
+            store.delete("namespaces", None, "team")
+            store.create("namespaces", {"metadata": {"name": "team"}})
+    for node in nodes[:3]:
+        for ns in (None, "default", "team"):
+            for extra in ("", ",metadata.namespace!=team"):
+                selector = f"spec.nodeName={node}{extra}"
+                every = store.list("pods", namespace=ns)[0]
+                scan = [p for p in every if p["spec"].get("nodeName") == node
+                        and (not extra or p["metadata"]["namespace"] != "team")]  # fmt: skip
+                found = store.list("pods", namespace=ns, field_selector=selector)[0]
+                key = lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])  # noqa: E731
+                assert sorted(map(key, found)) == sorted(map(key, scan)), selector
+    indexed = sum(len(keys) for keys in store._on_node.values())
+    assert indexed == len(store.list("pods")[0])  # nothing deleted is kept in it

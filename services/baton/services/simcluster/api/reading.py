@@ -92,7 +92,7 @@ async def list_(call: Call) -> web.StreamResponse:
             meta = b',"continue":"' + next_token.encode() + b'"'
     else:
         _check_exact(call)
-        entries = store.entries(res.key, call.namespace, pred)
+        entries = store.entries(res.key, call.namespace, pred, field=call.query("fieldSelector"))
     if call.as_table:  # kubectl get: only this path pays for building rows
         objs = [served(call, obj) for obj, _ in entries]
         return json_response(_table(call, objs, rv=str(rv), cont=next_token))

@@ -120,6 +120,16 @@ def field_value(obj: dict[str, Any], path: str) -> str:
     return str(node)
 
 
+def field_equals(text: str, path: str) -> str | None:
+    """The value a field selector requires ``path`` to equal (``path=v``), if it does: the
+    store answers from an index instead of a scan (the API server's ``spec.nodeName``)."""
+    for part in _split(text or ""):
+        m = _OP.match(part)
+        if m and m.group(1) == path and m.group(2) in ("=", "=="):
+            return m.group(3)
+    return None
+
+
 @lru_cache(maxsize=512)
 def field_predicate(text: str, allowed: tuple[str, ...]) -> Predicate | None:
     """A predicate for a field selector string, or None when it selects everything."""

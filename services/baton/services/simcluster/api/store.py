@@ -27,7 +27,12 @@ from baton.services.simcluster.api import objects
 from baton.services.simcluster.api.history import Change, Predicate, Ring, Watcher
 from baton.services.simcluster.api.objects import ApiError, not_found
 from baton.services.simcluster.api.resources import resource
-from baton.services.simcluster.api.selectors import combine, field_predicate, label_predicate
+from baton.services.simcluster.api.selectors import (
+    combine,
+    field_equals,
+    field_predicate,
+    label_predicate,
+)
 
 __all__ = ["ApiError", "Listener", "Store"]
 
@@ -38,6 +43,7 @@ Entries = list[Entry]
 Keys = list[tuple[str, str]]
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
+NODE_FIELD = "spec.nodeName"
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -52,6 +58,9 @@ class Store:
         self._rv = 0
         self._objs: dict[str, dict[str, dict[str, Entry]]] = {}  # res -> ns -> name -> entry
         self._sorted: dict[str, Keys] = {}
+        # pods by spec.nodeName, as the API server's watch cache indexes them (what each
+        # kubelet lists): a field-selected list of one node's pods reads its own few
+        self._on_node: dict[str, set[tuple[str, str]]] = {}
         self.ring = Ring(history)
         self._watchers: dict[str, set[Watcher]] = {}
         self._listeners: list[Listener] = []
@@ -95,7 +104,8 @@ class Store:
     ) -> tuple[Objects, int]:
         """Matching objects and the resourceVersion they are current at."""
         pred = self.predicate(res, label_selector, field_selector)
-        return [obj for obj, _ in self.entries(res, namespace, pred)], self._rv
+        found = self.entries(res, namespace, pred, field=field_selector)
+        return [obj for obj, _ in found], self._rv
 
     def predicate(
         self, res: str, label_selector: str = "", field_selector: str = ""
@@ -105,7 +115,16 @@ class Store:
             label_predicate(label_selector), field_predicate(field_selector, resource(res).fields)
         )
 
-    def entries(self, res: str, namespace: str | None, pred: Predicate | None = None) -> Entries:
+    def entries(
+        self, res: str, namespace: str | None, pred: Predicate | None = None, *, field: str = ""
+    ) -> Entries:
+        """Objects of ``res`` (in ``namespace``) that ``pred`` holds for; ``field``, the
+        field selector ``pred`` came from, may name a node whose pods are indexed."""
+        node = field_equals(field, NODE_FIELD) if res == "pods" else None
+        if node is not None:
+            keys = sorted(self._on_node.get(node, ()))
+            found = (self.lookup(res, k) for k in keys if namespace in (None, k[0]))
+            return [e for e in found if e is not None and (pred is None or pred(e[0]))]
         by_ns = self._objs.get(res, {})
         spaces = [by_ns.get(namespace or "", {})] if namespace is not None else by_ns.values()
         if pred is None:
@@ -274,6 +293,8 @@ class Store:
     def _remove(self, res: str, ns: str, name: str) -> dict[str, Any]:
         old = self._objs[res][ns].pop(name)[0]
         self._sorted.pop(res, None)
+        if res == "pods":
+            self._index(ns, name, old, None)
         gone = {**old, "metadata": {**old["metadata"], "resourceVersion": str(self._rv + 1)}}
         return self._write(res, ns, name, gone, "DELETED", None, keep=False)
 
@@ -292,7 +313,11 @@ class Store:
         obj["metadata"]["resourceVersion"] = str(self._rv)
         raw = _encode(obj)
         if keep:
-            self._objs[res][ns][name] = (obj, raw)
+            space = self._objs[res][ns]
+            if res == "pods":
+                was = space.get(name)
+                self._index(ns, name, was[0] if was else None, obj)
+            space[name] = (obj, raw)
         change = Change(self._rv, kind, res, ns, obj, raw, prev)
         self.ring.append(change)
         for watcher in self._watchers.get(res, ()):
@@ -300,6 +325,17 @@ class Store:
         self._pending.append(change)
         self._dispatch()
         return obj
+
+    def _index(self, ns: str, name: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+               ) -> None:  # fmt: skip
+        was = (old or {}).get("spec", {}).get("nodeName") or ""
+        now = (new or {}).get("spec", {}).get("nodeName") or ""
+        if was == now and old is not None and new is not None:
+            return
+        if old is not None:
+            self._on_node.get(was, set()).discard((ns, name))
+        if new is not None:
+            self._on_node.setdefault(now, set()).add((ns, name))
 
     # following changes
 
