@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from baton.proto import keys
+from baton.proto.actions import TeamStatus
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.teams import TeamConfig
 from baton.services.admission import core as admission
@@ -59,6 +60,14 @@ def _in_admission_order(view: View, *, now: float) -> list[Any]:
     events += [PodGroupEvent(op="upsert", at=now, pod_group=g) for g in groups]
     events += [PodEvent(op="upsert", at=now, pod=p) for p in lone]
     return events
+
+
+def shown_row(name: str, status: TeamStatus) -> TeamRow:
+    """A team's row from the status admission showed it with (its Team object)."""
+    head = next((q for q in status.queue if q.position == 0), None)
+    return TeamRow(name=name, quota=status.quota, used=status.used, borrowed=status.borrowed,
+                   waiting=status.waiting, head=head.name if head else "",
+                   reason=head.reason if head else "")  # fmt: skip
 
 
 def team_rows(view: View, config: TeamConfig, *, now: float = 0.0) -> tuple[TeamRow, ...]:

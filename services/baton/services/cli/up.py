@@ -27,7 +27,7 @@ import aiohttp
 import nats
 
 from baton.libs.bus.connection import auth_options
-from baton.services.cli.following import NoBaton, follow, wait_for_streams
+from baton.services.cli.following import NoBaton, count_streams, follow, wait_for_streams
 from baton.services.cli.installing import install_webhook
 from baton.services.cli.monitoring import NoPrometheus
 from baton.services.cli.processes import Child
@@ -153,6 +153,7 @@ async def watch(args: argparse.Namespace, stack: Stack) -> int:
             installing = start_installing(stack, http, say=say)
             with Screen() if tty else contextlib.nullcontext() as screen:
                 while True:  # one status at least, however short --duration is
+                    await count_streams(nc, view, cluster=args.cluster)
                     await shown.refresh(view, stack, http, screen=screen)
                     if disabled is not None and await disabled.check(
                         http, monitor=stack.nats_monitor, now=time.monotonic()

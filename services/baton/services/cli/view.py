@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from baton.proto import keys
-from baton.proto.actions import ActionResult, CreatePod
+from baton.proto.actions import ActionResult, CreatePod, SetTeamStatus, TeamStatus
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased, TeamsLoaded
 from baton.proto.bandwidth import Allocation
 from baton.proto.health import Control, StateChanged, Withheld
@@ -34,7 +34,7 @@ from baton.proto.k8s import (
 )
 from baton.proto.runner import Started
 from baton.proto.teams import TeamConfig
-from baton.services.cli.teams import TeamRow, team_rows
+from baton.services.cli.teams import TeamRow, shown_row, team_rows
 
 TERMINAL = {"Succeeded", "Failed"}
 RECENT = 12  # decisions kept on screen
@@ -79,6 +79,7 @@ class View:
     said: list[str] | None = None  # plain output: decisions not printed yet (None: a screen)
     preflight_asks: dict[str, str] = field(default_factory=dict)  # node -> its last ask's id
     refused: dict[str, str] = field(default_factory=dict)  # create-pod id -> the API's error
+    team_status: dict[str, TeamStatus] = field(default_factory=dict)  # as admission shows it
 
     def apply(self, event: K8sEvent) -> None:
         match event:
@@ -115,6 +116,11 @@ class View:
                 (self.withheld.add if state == "withheld" else self.withheld.discard)(node)
             case Control(paused=paused):
                 self.paused = paused
+            case SetTeamStatus(team=team, status=status):
+                if event.remove:
+                    self.team_status.pop(team, None)
+                else:
+                    self.team_status[team] = status
             case CreatePod(pod=pod) if pod.labels.get(keys.PREFLIGHT) == "true":
                 self.preflight_asks[pod.node_name] = event.id
             case ActionResult(action_id=action_id) if event.action_type == CREATE_POD:
@@ -211,9 +217,15 @@ def summarize(
 
 
 def teams_now(view: View, *, now: float) -> tuple[TeamRow, ...] | None:
-    """The team rows, or None when no admission service has said what the teams are."""
+    """The team rows, or None when no admission service has said what the teams are:
+    as admission last showed each team (its ``SetTeamStatus``), or, until it has shown
+    every one, from a replay of its core over every object (a pass costly at scale)."""
     view.changed = False
-    return None if view.teams is None else team_rows(view, view.teams, now=now)
+    if view.teams is None:
+        return None
+    if all(t.name in view.team_status for t in view.teams.teams):
+        return tuple(shown_row(t.name, view.team_status[t.name]) for t in view.teams.teams)
+    return team_rows(view, view.teams, now=now)
 
 
 def capacity_lines(view: View) -> tuple[str, ...]:
