@@ -93,6 +93,23 @@ def test_unschedulable_verdicts_are_published_only_when_they_change() -> None:
     assert second.need.nodes == 11
 
 
+def test_a_verdict_changing_only_in_numbers_is_said_again_at_most_every_refresh_doubling() -> None:
+    """Each node that joins changes the numbers (nodes short); a waiting gang says so
+    again only ``verdict_refresh_s`` (10 s) after the last time, then 20 s, then 40 s:
+    at 8,000 waiting gangs every bind moved every gang's numbers."""
+    group, members = gang("big", 16)
+    state = make(flat(4), group, members)
+    (first,) = verdicts(tick(state, 1.0))
+    said = {1.0: first.need.nodes}
+    for i, at in enumerate([5.0, 12.0, 25.0, 33.0, 60.0, 74.0]):
+        feed(state, [node(f"extra-{i}", gpus=8).build()], at=at)
+        for v in verdicts(tick(state, at)):
+            said[at] = v.need.nodes
+    # computed again every 10 s at most (at 12, 25, 60, 74): said at 12 (10 s after 1);
+    # at 25 held (not before 32); at 60 said; at 74 held (not before 100)
+    assert said == {1.0: 12, 12.0: 10, 60.0: 7}
+
+
 @pytest.mark.parametrize("outcome", ["rolled-back", "failed", "stale"])
 def test_a_failed_bind_is_forgotten_and_retried_after_a_backoff_with_a_new_id(outcome: str) -> None:
     """``stale``: the actuator refused it unapplied (expired while queued): nothing was

@@ -149,10 +149,11 @@ def cycle(state: State, now: float) -> list[Output]:
         asked = ask(cl, gang, state.kinds)
         members, required, preferred = asked.members, asked.required, asked.preferred
         if (size := sum(map(len, members.values()))) > MAX_GANG_MEMBERS:  # the actuator's limit
-            outputs += _published(gang, too_large(gang.key, size, now))
+            outputs += _published(gang, too_large(gang.key, size, now), now=now)
             continue
         if required and required not in cl.levels:  # a level the search cannot honour
-            outputs += _published(gang, unknown_level(gang.key, members, required, cl.levels, now))
+            unknown = unknown_level(gang.key, members, required, cl.levels, now)
+            outputs += _published(gang, unknown, now=now)
             continue
         # 2. decide: all members in the narrowest, best-fitting domain, or none.
         found, backfill = None, False
@@ -247,7 +248,7 @@ def _beyond_quorum(
                 cl, left, gang=gang.key, running=len(gang.bound),
                 quorum=ordering.min_member(cl, gang), required=required, now=now,
             )  # fmt: skip
-            outputs += _published(gang, told)
+            outputs += _published(gang, told, now=now, every=state.policy.verdict_refresh_s)
     return outputs
 
 
@@ -358,7 +359,7 @@ def _set_aside(state: State, now: float) -> list[Output]:
             need=Need(nodes=0),
             members=need,
         )
-        outputs += _published(gang, event)
+        outputs += _published(gang, event, now=now)
     return outputs
 
 
@@ -390,25 +391,44 @@ def _unschedulable(
         event = msgspec.structs.replace(event, reason=reason)
         seen = identity(event)
     timed_out = _timed_out(cl, gang, now)
+    every = state.policy.verdict_refresh_s
     if not asked.floor and not timed_out:
-        return _published(gang, event, seen)
+        return _published(gang, event, seen, now=now, every=every)
     if gap := _min_resources_gap(cl, asked):
         reason = f"short of the PodGroup's minResources ({_quantities(gap)} more free); "
         event = msgspec.structs.replace(event, reason=reason + event.reason)
     if timed_out:
         reason = f"timed out (scheduleTimeoutSeconds), holds no reservation: {event.reason}"
         event = msgspec.structs.replace(event, reason=reason)
-    return _published(gang, event, identity(event))
+    return _published(gang, event, identity(event), now=now, every=every, timed_out=timed_out)
+
+
+VERDICT_MAX_S = 300.0  # kube-scheduler's podMaxInUnschedulablePodsDuration: 5 minutes
 
 
 def _published(
-    gang: Gang, event: GangUnschedulable, seen: tuple[object, ...] | None = None
-) -> list[Output]:
-    """A verdict (its ``identity``: ``seen``) is published when it changes, for ``gang``."""
+    gang: Gang, event: GangUnschedulable, seen: tuple[object, ...] | None = None, *,
+    now: float, every: float = 0.0, timed_out: bool = False,
+) -> list[Output]:  # fmt: skip
+    """A verdict (its ``identity``: ``seen``) is published when it changes, for ``gang``.
+
+    ``every`` > 0 (a verdict about room): one that says the same in kind as the last
+    (whether it fits when work ends, within which domain, timed out or not) and differs
+    only in numbers or in the gang ahead comes at most ``every`` seconds after the last,
+    that gap doubling up to ``VERDICT_MAX_S`` while the gang waits. Those numbers move
+    with every bind: at 7,500 nodes and 8,000 gangs waiting, publishing each move was
+    ~900 verdicts a second, and as many status writes. A new kind is said at once."""
     seen = identity(event) if seen is None else seen
     if seen == gang.verdict:
         return []
-    gang.verdict = seen
+    told = (event.fits_when_free, event.need.within, timed_out)
+    if every and gang.verdict is not None and told == gang.told:
+        if now < gang.told_at + gang.told_gap:
+            return []  # said again once the gap is over, with the numbers of then
+        gang.told_gap = min(max(2 * gang.told_gap, every), VERDICT_MAX_S)
+    else:
+        gang.told_gap = every
+    gang.verdict, gang.told, gang.told_at = seen, told, now
     return [event if event.gang == gang.key else msgspec.structs.replace(event, gang=gang.key)]
 
 

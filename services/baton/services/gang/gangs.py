@@ -77,6 +77,11 @@ class Gang(GangView):
     restarting: bool = False
     restarts: int = 0
     verdict: tuple[object, ...] | None = None  # last published unschedulable verdict
+    # what the last verdict said in kind (could it fit when free, within which domain,
+    # timed out), when, and how long until one that says only new numbers may follow
+    told: tuple[object, ...] = ()
+    told_at: float = 0.0
+    told_gap: float = 0.0
     checked_at: float = -1.0
     started: float = 0.0  # when this core last placed it (0: before it started)
     room_after: float = 0.0  # no new try at making room for it before then
