@@ -28,7 +28,8 @@ messages per second per stream, likewise.
 (some members bound, fewer than all, none ended) in two samples running - the e2e LLM
 test's rule - and before stopping records the bus (``baton replay --record``) and replays
 it (``baton replay --compare``), printing the verdict. It prints GPUs allocated and gangs
-waiting at every sample.
+waiting at every sample. ``BATON_WHOLE_KEEP=DIR`` keeps ``baton up``'s store there (its
+``logs/`` show what each service did).
 
 Never part of the suite (timing belongs here); ``tests/e2e`` holds the functional
 1,000-node check.
@@ -62,6 +63,7 @@ SECONDS = float(os.environ.get("BATON_WHOLE_SECONDS", "360"))
 EVERY = float(os.environ.get("BATON_WHOLE_EVERY", "10"))
 SPEED = os.environ.get("BATON_WHOLE_SPEED", "")
 RECORD = os.environ.get("BATON_WHOLE_RECORD", "") == "1"
+KEEP = os.environ.get("BATON_WHOLE_KEEP", "")  # a folder: baton up's store (logs) kept there
 STEADY_S = 60.0  # the last minute: the steady state
 
 _ALLOCATED = re.compile(r"nodes (\d+) \((\d+) ready\)\s+gpus (\d+)/(\d+) allocated")
@@ -246,6 +248,7 @@ def run() -> tuple[Progress, list[Sample]]:
     samples: list[Sample] = []
     with tempfile.TemporaryDirectory(prefix="bench-whole-") as tmp:
         endpoints = Path(tmp) / "up.env"
+        store = Path(KEEP) if KEEP else Path(tmp) / "store"
         argv = [
             sys.executable,
             "-m",
@@ -260,7 +263,7 @@ def run() -> tuple[Progress, list[Sample]]:
             "--endpoints-file",
             str(endpoints),
             "--store",
-            str(Path(tmp) / "store"),
+            str(store),
             *(["--speed", SPEED] if SPEED else []),
         ]  # --store: baton up keeps its run directory (the logs) for the lease count
         started = time.monotonic()
