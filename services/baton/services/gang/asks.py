@@ -19,7 +19,7 @@ from baton.proto.k8s import GPU, Pod
 from baton.proto.placement import GangUnschedulable
 from baton.services.gang import exclusive, ordering
 from baton.services.gang.gangs import Ask, Cluster, Gang, Kind
-from baton.services.gang.needs import identity, shortfall, verdict
+from baton.services.gang.needs import Memo, identity, shortfall, verdict
 from baton.services.gang.topology import Search, search
 
 KINDS_KEPT = 4096  # distinct kinds interned before the table starts again
@@ -100,6 +100,7 @@ class Refused:
     totals: dict[Kind, bool] = field(default_factory=dict)
     searches: dict[tuple[Kind, frozenset[str]], Search] = field(default_factory=dict)
     verdicts: dict[tuple[int, str], tuple[Search, Verdict]] = field(default_factory=dict)
+    counts: Memo = field(default_factory=dict)  # nodes refused by reason, by shape
 
     def allows(self, ask: Ask, free: dict[str, int]) -> bool:
         """Free capacity in total allows the gang (``needs.shortfall``)."""
@@ -130,7 +131,7 @@ class Refused:
             return seen[1]
         event = verdict(
             cluster, ask.members, found, gang=gang, required=ask.required,
-            blocked_by=blocked_by, now=now,
+            blocked_by=blocked_by, now=now, memo=self.counts,
         )  # fmt: skip
         made = (event, identity(event))
         self.verdicts[id(found), blocked_by] = (found, made)  # keeps ``found``: ids stay unique

@@ -18,13 +18,14 @@ def verdict(
     required: str,
     blocked_by: str,
     now: float,
+    memo: Memo | None = None,
 ) -> GangUnschedulable:
     """Why ``members`` (a gang's quorum) found no plan. A gang of one shape counts its
     members in nodes of that shape (the autoscaler's unit is a node); a gang of several
     (a launcher and workers) is counted shape by shape and names the one that is short."""
     if len(members) > 1 and found.by_shape:
         return _mixed(cluster, members, found, gang=gang, required=required,
-                      blocked_by=blocked_by, now=now)  # fmt: skip
+                      blocked_by=blocked_by, now=now, memo=memo)  # fmt: skip
     shape = next(iter(members))
     total = sum(len(k) for k in members.values())
     within = required if required in cluster.levels else ""
@@ -35,7 +36,7 @@ def verdict(
         return GangUnschedulable(
             gang=gang,
             at=now,
-            reason=f"no node takes a member: {refusals(cluster, shape, empty=True).text(shape)}",
+            reason=f"no node takes a member: {_no_node(cluster, shape, memo)}",
             need=Need(nodes=total, shape=request, within=within),
             members=total,
         )
@@ -55,7 +56,7 @@ def verdict(
     return GangUnschedulable(
         gang=gang,
         at=now,
-        reason=reason + _counts(cluster, shape),
+        reason=reason + _counts(cluster, shape, memo),
         need=Need(nodes=-(-missing // per_node), shape=node_shape, within=within),
         members=total,
         fits_when_free=when_free >= total,
@@ -72,6 +73,7 @@ def _mixed(
     required: str,
     blocked_by: str,
     now: float,
+    memo: Memo | None = None,
 ) -> GangUnschedulable:
     total = sum(len(k) for k in members.values())
     within = required if required in cluster.levels else ""
@@ -82,7 +84,7 @@ def _mixed(
             return GangUnschedulable(
                 gang=gang, at=now, members=total,
                 reason=(f"no node takes the {len(names)} members asking {text(shape)}: "
-                        f"{refusals(cluster, shape, empty=True).text(shape)}"),
+                        f"{_no_node(cluster, shape, memo)}"),
                 need=Need(nodes=len(names), shape=_shape(dict(shape.requests)), within=within),
             )  # fmt: skip
         best = found.by_shape.get(shape, {}).get(within, 0)
@@ -98,7 +100,7 @@ def _mixed(
         shape, count, best = short
         missing = count - best
         reason = f"{fits} of {total} members fit{where}: {best} of the {count} asking {text(shape)}"
-        reason += _counts(cluster, shape)
+        reason += _counts(cluster, shape, memo)
     empty = cluster.eligible(shape, empty=True)
     per_node, name = max((n, name) for name, n in empty.tally.n.items())
     node = cluster.nodes[name].node
@@ -142,7 +144,12 @@ def beyond_quorum(
     )  # fmt: skip
 
 
-def _counts(cluster: Cluster, shape: Shape) -> str:
+# A cycle's node counts by shape (``_counts``, ``_no_node``): each is a pass over every
+# node, the same for every gang of the shape until a placement changes the cluster.
+Memo = dict[tuple[Shape, bool], str]
+
+
+def _counts(cluster: Cluster, shape: Shape, memo: Memo | None = None) -> str:
     """``; 2/16 nodes are available: 9 node(s) didn't match ...``: the nodes refused
     by reason, when more than room refuses some (a taint, selector, affinity, a node
     down); '' when room alone is short (then the need says it). Every node taking a
@@ -150,8 +157,23 @@ def _counts(cluster: Cluster, shape: Shape) -> str:
     pass over the nodes is skipped."""
     if cluster.eligible(shape, empty=True).eligible == len(cluster.nodes):
         return ""
+    if memo is not None and (shape, False) in memo:
+        return memo[shape, False]
     found = refusals(cluster, shape)
-    return f"; {found.text(shape)}" if found.constrained else ""
+    said = f"; {found.text(shape)}" if found.constrained else ""
+    if memo is not None:
+        memo[shape, False] = said
+    return said
+
+
+def _no_node(cluster: Cluster, shape: Shape, memo: Memo | None = None) -> str:
+    """Why no node takes a member of ``shape`` even empty, by reason."""
+    if memo is not None and (shape, True) in memo:
+        return memo[shape, True]
+    said = refusals(cluster, shape, empty=True).text(shape)
+    if memo is not None:
+        memo[shape, True] = said
+    return said
 
 
 def _when_free(cluster: Cluster, shape: Shape, within: str) -> int:
