@@ -226,10 +226,15 @@ def test_a_new_node_that_joined_under_preflight_is_checked_without_a_write_to_ma
     assert state.nodes["n0"].state == "validating"
     assert "joined under preflight" in state.nodes["n0"].reason
 
-    out = feed(state, [preflight_pod(state, "n0", phase="Succeeded", at=130.0)])
-    [mark] = of(out, MarkNode)  # the one write that lets work land
-    assert (mark.node, [t.key for t in mark.untaint]) == ("n0", [keys.PREFLIGHT])
-    assert states(state)["n0"] == "healthy"
+    assert state.nodes["n0"].check.why == "first check"  # type: ignore[union-attr]
+
+    passed = [preflight_pod(state, n, phase="Succeeded", at=130.0) for n in ("n0", "n1", "n2")]
+    out = feed(state, passed)
+    marks = of(out, MarkNode)  # the one write each that lets work land
+    assert [(m.node, [t.key for t in m.untaint]) for m in marks] == [
+        (n, [keys.PREFLIGHT]) for n in ("n0", "n1", "n2")
+    ]
+    assert set(states(state).values()) == {"healthy"}  # new, not returning: no slow start
 
 
 def test_a_node_seen_long_after_it_joined_is_not_taken_out_for_its_first_check() -> None:

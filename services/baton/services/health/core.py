@@ -114,10 +114,18 @@ def restore(s: State, rec: NodeRecord, node: Node, now: float) -> None:
     rec.label = node.labels.get(keys.REMEDIATION, "")
     note = read_note(node.annotations.get(keys.HEALTH, ""))
     new = now - node.created_at < s.policy.new_node_s
-    if note is None and rec.asked:
-        note = _from_marks(rec, now, new=new)
+    # A new node that joined under ``baton.io/preflight`` alone (kubelet's
+    # ``--register-with-taints``) is validating, as a new node: nothing could land on it,
+    # and marking it cost no write. Not a returning one: slow start is for nodes coming
+    # back from repair, and held a brand-new cluster's nodes back by the thousand.
+    joined = note is None and new and rec.asked == {keys.PREFLIGHT} and not rec.label
+    if joined:
+        note = Note(state="validating", since=now, reason="a new node, joined under preflight")
+    elif note is None and rec.asked:
+        note = _from_marks(rec, now)
     if note is not None:
         rec.restore(note, now)
+        rec.returning = rec.returning and not joined
         if rec.state in ("suspect", "withheld"):
             rec.state = "healthy"
         if rec.state == "validating":
@@ -131,12 +139,8 @@ def restore(s: State, rec: NodeRecord, node: Node, now: float) -> None:
     rec.recheck_at = checks.due_at(rec, s.policy)
 
 
-def _from_marks(rec: NodeRecord, now: float, *, new: bool) -> Note | None:
-    """No annotation but Baton's taints: infer the state from them. A new node that
-    joined under ``baton.io/preflight`` alone (kubelet's ``--register-with-taints``) is
-    validating: nothing could land on it, and marking it cost no write."""
-    if new and rec.asked == {keys.PREFLIGHT} and not rec.label:
-        return Note(state="validating", since=now, reason="a new node, joined under preflight")
+def _from_marks(rec: NodeRecord, now: float) -> Note | None:
+    """No annotation but Baton's taints: infer the state from them."""
     order = (("remediating", bool(rec.label)), ("draining", keys.DRAINING in rec.asked),
              ("quarantined", keys.UNHEALTHY in rec.asked),
              ("validating", keys.PREFLIGHT in rec.asked))  # fmt: skip
