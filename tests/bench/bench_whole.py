@@ -259,7 +259,9 @@ def run() -> tuple[Progress, list[Sample]]:
             "--workload",
             WORKLOAD,
             "--duration",
-            str(SECONDS + 900 if RECORD else SECONDS),  # RECORD: stopped after recording
+            # stopped by the bench after its last sample (RECORD: after recording): a
+            # sample taken while `baton up` stopped its services found none of them
+            str(SECONDS + 900 if RECORD else SECONDS + 120),
             "--endpoints-file",
             str(endpoints),
             "--store",
@@ -285,6 +287,7 @@ def run() -> tuple[Progress, list[Sample]]:
                     samples.append(_sample(up.pid, _env(endpoints), at, progress))
                     if RECORD and at >= SECONDS:
                         progress.replay = _record(_env(endpoints), Path(tmp) / "run.jsonl")
+                    if at >= SECONDS:
                         break
         finally:
             if up.poll() is None:

@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from baton.proto import keys
-from baton.proto.actions import CreatePod, MarkNode
+from baton.proto.actions import CreatePod, DeletePod, MarkNode
 from baton.proto.health import Control, HealthPolicy, Note, StateChanged, Withheld
 from baton.proto.k8s import Node, NodeEvent, Taint
 from baton.services.health import core
@@ -235,6 +235,9 @@ def test_a_new_node_that_joined_under_preflight_is_checked_without_a_write_to_ma
         (n, [keys.PREFLIGHT]) for n in ("n0", "n1", "n2")
     ]
     assert set(states(state).values()) == {"healthy"}  # new, not returning: no slow start
+    swept = of(out, DeletePod)  # the pods that passed hold nothing: swept after the binds
+    assert len(swept) == 3 and {d.priority for d in swept} == {"balloon"}
+    assert {m.priority for m in marks} == {"validation"}
 
 
 def test_a_node_seen_long_after_it_joined_is_not_taken_out_for_its_first_check() -> None:
