@@ -62,6 +62,7 @@ WORKLOAD = os.environ.get("BATON_WHOLE_WORKLOAD", "synthetic")
 SECONDS = float(os.environ.get("BATON_WHOLE_SECONDS", "360"))
 EVERY = float(os.environ.get("BATON_WHOLE_EVERY", "10"))
 SPEED = os.environ.get("BATON_WHOLE_SPEED", "")
+LOAD = os.environ.get("BATON_WHOLE_LOAD", "")  # baton up --load: above 1 keeps a queue
 RECORD = os.environ.get("BATON_WHOLE_RECORD", "") == "1"
 KEEP = os.environ.get("BATON_WHOLE_KEEP", "")  # a folder: baton up's store (logs) kept there
 STEADY_S = 60.0  # the last minute: the steady state
@@ -71,6 +72,7 @@ _USED = re.compile(r"quota \d+\s+used (\d+)")  # a team's line (one team: baton 
 _WAITING = re.compile(r"gangs waiting (\d+)")
 _VALIDATING = re.compile(r"validating (\d+)")
 _LOGS = re.compile(r"logs in (\S+)")
+_LAG = re.compile(r'baton_runner_lag_seconds\{service="([^"]*)"\} (\S+)')
 _API = re.compile(r'apiserver_request_total\{code="[^"]*",resource="([^"]*)",'
                   r'subresource="([^"]*)",verb="([^"]*)"\} (\S+)')  # fmt: skip
 
@@ -89,6 +91,7 @@ class Sample:
     waiting: int = 0  # gangs waiting, likewise
     used: int = 0  # GPUs admission counts against the team (admitted, bound or not)
     partial: frozenset[str] = frozenset()  # gangs partly bound (RECORD only)
+    lag: dict[str, float] = field(default_factory=dict)  # service -> baton_runner_lag_seconds
 
 
 @dataclass
@@ -221,12 +224,18 @@ def _sample(root: int, env: dict[str, str], at: float, progress: Progress) -> Sa
         api = _api(_sim_url(env))
     with contextlib.suppress(Exception):
         streams = asyncio.run(_streams(env))
+    lag: dict[str, float] = {}
+    for pair in env.get("BATON_UP_OPS_PORTS", "").split(","):
+        name, _, port = pair.partition(":")
+        with contextlib.suppress(Exception):  # a service not up (yet): no figure
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+            lag |= {service: float(v) for service, v in _LAG.findall(text.decode())}
     found: frozenset[str] = frozenset()
     if RECORD:
         with contextlib.suppress(Exception):
             found = _partial(env)
     return Sample(at, dict(cpu), dict(rss), api, streams, progress.allocated,
-                  progress.waiting, progress.used, found)  # fmt: skip
+                  progress.waiting, progress.used, found, lag)  # fmt: skip
 
 
 def _record(env: dict[str, str], into: Path) -> str:
@@ -267,6 +276,7 @@ def run() -> tuple[Progress, list[Sample]]:
             "--store",
             str(store),
             *(["--speed", SPEED] if SPEED else []),
+            *(["--load", LOAD] if LOAD else []),
         ]  # --store: baton up keeps its run directory (the logs) for the lease count
         started = time.monotonic()
         up = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -319,7 +329,8 @@ def _at(seconds: float) -> str:
 
 
 def report(progress: Progress, samples: list[Sample]) -> None:
-    print(f"`baton up --nodes {NODES} --workload {WORKLOAD}` for {SECONDS:.0f} s, "
+    flags = "".join(f" --{k} {v}" for k, v in (("speed", SPEED), ("load", LOAD)) if v)
+    print(f"`baton up --nodes {NODES} --workload {WORKLOAD}{flags}` for {SECONDS:.0f} s, "
           f"sampled every {EVERY:.0f} s\n")  # fmt: skip
     print("| milestone | since start |\n|---|---|")
     print(f"| every node validated | {_at(progress.validated_at)} |")
@@ -351,8 +362,23 @@ def report(progress: Progress, samples: list[Sample]) -> None:
               f"| {peak[name]:.0f} |")  # fmt: skip
     baton = sum(v for k, v in steady_cpu.items() if k not in ("nats-server", "sim"))
     print(f"| Baton's own (not nats-server, not simcluster) | | {baton:.2f} | |\n")
+    _lags(samples)
     _table("API requests", first.api, steady.api, last.api, window)
     _table("bus messages (stream)", first.streams, steady.streams, last.streams, window)
+
+
+def _lags(samples: list[Sample]) -> None:
+    """Each runner's lag (``baton_runner_lag_seconds``, at each sample): the largest and
+    the last, so "no service behind its input by more than 5 s" can be read off."""
+    names = sorted({name for s in samples for name in s.lag})
+    if not names:
+        return
+    print("| runner | lag, largest sampled (s) | at (s) | lag, last (s) |\n|---|---|---|---|")
+    for name in names:
+        seen = [(s.lag[name], s.at) for s in samples if name in s.lag]
+        worst, at = max(seen)
+        print(f"| {name} | {worst:.1f} | {at:.0f} | {seen[-1][0]:.1f} |")
+    print()
 
 
 def _timeline(progress: Progress, samples: list[Sample]) -> None:

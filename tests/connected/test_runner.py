@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -107,6 +109,25 @@ async def test_bootstraps_then_decides_and_publishes_once(bus: Bus) -> None:
     assert [(a.id, a.node, a.at) for a in actions] == [("cordon-gpu-7", "gpu-7", 500.0)]
     info = await bus.js.stream_info(subjects.stream_name(CLUSTER, "actions"))
     assert info.state.messages == 1
+
+
+async def test_the_lag_behind_the_bus_is_measured_once_caught_up(bus: Bus) -> None:
+    """``baton_runner_lag_seconds``: from an input's time on the bus to its outputs
+    stored. A live input handled at once shows a lag of well under the test's time."""
+    from prometheus_client import REGISTRY
+
+    def lag() -> float | None:
+        return REGISTRY.get_sample_value("baton_runner_lag_seconds", {"service": "lagging"})
+
+    spec = dataclasses.replace(SPEC, name="lagging")
+    started = time.monotonic()
+    async with running(bus, spec) as runner:
+        await until(lambda: runner.ready, what="caught up")
+        assert lag() is None  # nothing live handled yet
+        await bus.publish(*pod_event("w-1", "gpu-1"))
+        await until(lambda: lag() is not None, what="a lag measured")
+    measured = lag()
+    assert measured is not None and 0.0 <= measured <= time.monotonic() - started
 
 
 async def test_dry_run_publishes_no_action(bus: Bus) -> None:

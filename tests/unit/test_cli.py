@@ -165,6 +165,26 @@ def test_up_takes_named_workloads_and_refuses_a_missing_trace(
     assert "--workload '/no/such/trace.csv'" in capsys.readouterr().err
 
 
+def test_up_passes_the_offered_load_to_simcluster_and_refuses_none(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from baton.services.cli.stack import Stack, start_sim
+    from baton.services.cli.up import parse_args
+
+    args = parse_args(["--nodes", "8", "--load", "1.3"])
+    stack = Stack(run_dir=tmp_path)
+    started: list[list[str]] = []
+    stack.start = lambda child: started.append(child.argv) or child  # type: ignore[method-assign,func-returns-value]
+    (tmp_path / "kubeconfig").write_text("")  # as if simcluster had come up
+    start_sim(args, stack)
+    argv = started[0]
+    assert argv[argv.index("--load") + 1] == "1.3"
+    assert argv[argv.index("--register-with-taints") + 1] == "baton.io/preflight=:NoSchedule"
+    with pytest.raises(SystemExit):
+        parse_args(["--load", "0"])
+    assert "--load: expected > 0" in capsys.readouterr().err
+
+
 def test_bus_rates_are_messages_since_the_last_update() -> None:
     from baton.services.cli.up import update_rates
 

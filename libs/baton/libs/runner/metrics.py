@@ -23,3 +23,9 @@ CAUGHT_UP = Gauge(
     "baton_runner_caught_up", "1 once the core has read everything its feed held", ["service"]
 )
 LEADER = Gauge("baton_runner_leader", "1 while this replica holds its service's lease", ["service"])
+LAG = Gauge(
+    "baton_runner_lag_seconds",
+    "Seconds between the newest input handled reaching the bus and its outputs stored (once"
+    " caught up; a service behind its input shows it here)",
+    ["service"],
+)

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import msgspec
+import nats.errors
 import structlog
 
 from baton.libs.bus import Bus, Outgoing
@@ -203,7 +204,21 @@ class Runner(Generic[S]):
             if item.settle is not None:
                 await item.settle()
         self.handled += len(items)
+        self._lag(items)
         metrics.BATCH_SECONDS.labels(service=self.spec.name).observe(time.perf_counter() - started)
+
+    def _lag(self, items: list[Item]) -> None:
+        """How far behind its input the core is: from the newest input's time on the bus
+        (its JetStream timestamp) to now, its outputs stored. Only once caught up: the
+        snapshot read at the start is old by design."""
+        newest = next((i.raw for i in reversed(items) if i.raw is not None), None)
+        if newest is None or not self.feed.caught_up:
+            return
+        try:
+            stored = newest.metadata.timestamp.timestamp()
+        except (AttributeError, ValueError, TypeError, nats.errors.Error):
+            return  # not a JetStream message (a test's feed)
+        metrics.LAG.labels(service=self.spec.name).set(max(0.0, time.time() - stored))
 
     async def _decide(self, item: Item) -> Sequence[Any]:
         event = item.event

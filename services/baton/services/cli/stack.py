@@ -213,6 +213,8 @@ def start_sim(args: argparse.Namespace, stack: Stack) -> Path:
         argv += ["--trace", args.workload, "--speed", str(args.speed)]
         if getattr(args, "submit", None):
             argv += ["--submit", args.submit]
+        if getattr(args, "load", None):
+            argv += ["--load", str(args.load)]
     if getattr(args, "autoscale", False):
         argv += ["--min-size", str(max(1, args.nodes // 2)), "--max-size", str(2 * args.nodes)]
     child = stack.start(Child("simcluster", argv, stack.logs / "simcluster.log"))

@@ -56,6 +56,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "MPIJobs through simcluster's controllers (default: controllers for llm, else pods)",
     )  # fmt: skip
     p.add_argument("--speed", type=float, default=60.0, help="trace time compression (default 60)")
+    p.add_argument(
+        "--load", type=float,
+        help="synthetic: the share of the GPUs the jobs offered keep busy (simcluster's 0.9); "
+        "above 1, a queue that keeps the cluster full",
+    )  # fmt: skip
     p.add_argument("--cluster", default="c1", help="cluster token in subjects (default c1)")
     p.add_argument("--endpoints-file", type=Path, help="write BATON_NATS_URL and KUBECONFIG here")
     p.add_argument("--kubeconfig", type=Path, help="use this cluster instead of simcluster")
@@ -85,6 +90,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--nodes must be at least 1")
     if args.replicas < 1:
         p.error("--replicas must be at least 1")
+    if args.load is not None and args.load <= 0:
+        p.error(f"--load: expected > 0, got {args.load}")
     named = {"none", "synthetic", "llm", "philly-sample"}
     if args.workload not in named and not Path(args.workload).is_file():
         p.error(f"--workload {args.workload!r}: not {', '.join(sorted(named))} or a trace file")

@@ -43,6 +43,8 @@ def lower_priority(state: State, gang: Gang, now: float) -> list[Gang]:
     if not queueing.preempt_within_team or gang.borrowed:
         return []
     team, mine = gang.team, gang.priority
+    if state.least_priority(team) >= mine:
+        return []  # no in-quota gang of the team runs at a lower priority (the kept floor)
     candidates = sorted(
         (
             g
