@@ -46,7 +46,9 @@ def feed(
 ) -> list[Any]:
     """Step each event. ``echo``: as the actuator and the bridge do, each ``MarkNode``
     is applied to the node and the node event comes back, at the same time (health asks
-    for a preflight pod only once its node shows the preflight taint)."""
+    for a preflight pod only once its node shows the preflight taint); and, as the
+    runner does, a tick follows an event that freed a test slot (preflights are asked on
+    ticks)."""
     out: list[Any] = []
     for event in events:
         now = at if at is not None else float(event.at)
@@ -54,6 +56,8 @@ def feed(
         out.extend(outputs)
         if echo:
             out.extend(feed(state, marked(state, outputs, at=now), now))
+            if state.slots_changed and not isinstance(event, Tick):
+                out.extend(feed(state, [Tick(at=now, service="health")], now))
     return out
 
 

@@ -23,6 +23,9 @@ class State:
     asks: dict[str, str] = field(default_factory=dict)  # CreatePod action id -> node
     marks: dict[str, str] = field(default_factory=dict)  # the MarkNode in flight -> node
     freed: bool = False  # a node came back in (or left): withheld verdicts may go through
+    # a test slot freed or a node became testable: preflights are asked at the next tick,
+    # once for every outcome since (a pass over the validating nodes each)
+    slots_changed: bool = False
 
     def record(self, name: str) -> NodeRecord:
         rec = self.nodes.get(name)
