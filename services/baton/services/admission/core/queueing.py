@@ -20,7 +20,9 @@ lowest gang priority, then newest.
 
 from __future__ import annotations
 
+import bisect
 import re
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -58,11 +60,16 @@ def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
     outputs += grow_paused(state, now)
     stuck = set() if every else _stuck_teams(state, [t.name for t in state.config.teams])
     teams = [t for t in team_order(state) if t not in stuck or not _tell(state, t, now, outputs)]
+    walks: dict[str, Walk] = {}
     while True:
         seen = len(outputs)
-        served = next((t for t in teams if _serve(state, t, now, outputs)), None)
+        served = next(
+            (t for t in teams if _serve(state, t, now, outputs, walks.setdefault(t, Walk()))), None
+        )
         if served is None:
             return outputs
+        if any(isinstance(o, GangPreempted) for o in outputs[seen:]):
+            walks = {}  # GPUs came back: gangs passed over may go now
         if not every:
             if any(isinstance(o, GangPreempted) for o in outputs[seen:]):
                 stuck = set()  # GPUs came back: any team may go again
@@ -128,16 +135,31 @@ def share(state: State, team: str) -> float:
     return held / max(state.quota(team), 1)
 
 
-def _serve(state: State, team: str, now: float, outputs: list[Output]) -> bool:
-    """Admit the first gang of the team's queue that may go (True), in the team's
+@dataclass(slots=True)
+class Walk:
+    """Where one ``admit`` has got to in a team's queue. An admission only takes GPUs,
+    so the gangs passed over before it still cannot go: the next ``_serve`` of the team
+    goes on after the gang admitted instead of from the head again (with 11,000 gangs
+    queued at 7,500 nodes, each admission walked them all). A preemption, which gives
+    GPUs back, starts every walk again."""
+
+    after: tuple[tuple[int, float, str], str] | None = None  # the last queue entry admitted
+    tried: dict[int, str] = field(default_factory=dict)  # need -> why it waits
+    reserve: Gang | None = None  # a starving gang those behind must leave room for
+
+
+def _serve(state: State, team: str, now: float, outputs: list[Output], walk: Walk) -> bool:
+    """Admit the next gang of the team's queue that may go (True), in the team's
     queueing strategy: StrictFIFO stops at the head; BestEffortFIFO goes on past gangs
     that cannot go now, less what a starving gang (waited ``starvation_s``) reserves."""
     queueing = state.config.queueing
     strict = queueing.strategy == "StrictFIFO"
-    reserve: Gang | None = None
-    tried: dict[int, str] = {}  # need -> why it waits: the same need fares the same
+    tried = walk.tried  # the same need fares the same
     ceiling = state.ceiling(team)
-    for _, key in list(state.queues.get(team, ())):
+    queue = state.queues.get(team, [])
+    start = bisect.bisect_right(queue, walk.after) if walk.after is not None else 0
+    for entry in queue[start:]:
+        key = entry[1]
         gang = state.gangs[key]
         if gang.retry_at > now:  # given back unplaced: it backs off (``unplaced``)
             outputs.extend(_wait(state, gang, now, reason=gang.reason))
@@ -155,19 +177,23 @@ def _serve(state: State, team: str, now: float, outputs: list[Output]) -> bool:
         if gang.waiting_members:  # never a head: it may have no pods for a long time
             outputs.extend(_wait(state, gang, now, reason=members_reason(gang)))
             continue
+        reserve = walk.reserve
         held = reserve.gpus if reserve is not None else 0
         if known and need in tried:
             outputs.extend(_wait(state, gang, now, reason=tried[need]))
             continue
         outputs.extend(_try(state, gang, now, reserve=held, behind=reserve))
         if gang.admitted:
+            walk.after = entry
             return True
         if strict:
             return False
         if known:
             tried[need] = gang.reason
             if reserve is None and now - gang.created_at >= queueing.starvation_s:
-                reserve, tried = gang, {}  # those behind must leave it room
+                walk.reserve, walk.tried = gang, {}  # those behind must leave it room
+                tried = walk.tried
+    walk.after = queue[-1] if queue else None
     return False
 
 
