@@ -104,6 +104,7 @@ def test_team_rows_are_read_from_admissions_team_status_once_it_showed_every_tea
     view.record(SetTeamStatus(id="t1", by="admission", at=3.0, team="a", status=shown_a))
     replayed = {row.name: row for row in teams_now(view, now=10.0) or ()}
     assert replayed["a"].used == 16  # b not shown yet: the replay's count
+    assert teams_now(view, now=10.0, replay=False) is None  # baton up: admission's word only
     view.record(SetTeamStatus(id="t2", by="admission", at=3.0, team="b",
                               status=TeamStatus(quota=0)))  # fmt: skip
     rows = {row.name: row for row in teams_now(view, now=10.0) or ()}

@@ -210,7 +210,7 @@ class Shown:
         elapsed = time.monotonic() - self.started
         update_rates(view, interval=1.0)
         if view.changed and elapsed - self.teams_at >= TEAMS_EVERY:
-            self.teams, self.teams_at = teams_now(view, now=time.time()), elapsed
+            self.teams, self.teams_at = teams_now(view, now=time.time(), replay=False), elapsed
         health = [await probe(http, c, stack.ops.get(c.name)) for c in stack.children]
         self.summary = summarize(view, health, title=f"baton up  {elapsed:6.0f}s",
                                  teams=self.teams, endpoints=stack.endpoints())  # fmt: skip
