@@ -172,3 +172,21 @@ def decisions(outputs: Any) -> list[Any]:
     """What changes the cluster or a gang's fate: all but why a gang waits (``GangQueued``)
     and the teams' status, which may trail by one pass (``Walk``)."""
     return [o for o in outputs if not isinstance(o, GangQueued | SetTeamStatus)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0, 4, 8, 16]), st.booleans()),
+                max_size=40))  # fmt: skip
+def test_the_largest_node_kept_as_nodes_change_is_the_one_found_from_scratch(
+    changes: list[tuple[int, int, bool]],
+) -> None:
+    """``largest_node`` is kept as nodes come, change and go (a pass over every node only
+    when the largest shrank or went): always what a pass from scratch finds."""
+    state = core.initial(parse({"teams": []}))
+    for n, gpus, gone in changes:
+        node = Node(name=f"n{n}", uid=f"u{n}", allocatable={GPU: gpus})
+        state, _ = core.step(state, NodeEvent(op="delete" if gone else "upsert", at=0.0,
+                                              node=node), 0.0)  # fmt: skip
+        kept = state.largest_node()
+        state.largest = None
+        assert kept == state.largest_node(), (n, gpus, gone)

@@ -61,7 +61,9 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
     if not _relevant(event):
         return state, ()
     outputs: list[Output] = []
-    if isinstance(event, NodeEvent | MachineDeploymentEvent):
+    if isinstance(event, NodeEvent):
+        state.refit_largest(event.node, gone=event.op == "delete")
+    elif isinstance(event, MachineDeploymentEvent):
         state.largest = None  # the largest node shape is found again when asked
     match event:
         case NodeEvent(op="upsert", node=node):

@@ -15,7 +15,7 @@ from baton.libs.view import GangView, NodeView, View
 from baton.libs.view.pools import owns
 from baton.proto import keys
 from baton.proto.actions import TeamStatus
-from baton.proto.k8s import MachineDeployment
+from baton.proto.k8s import MachineDeployment, Node
 from baton.services.admission.core.gangs import ACTIVE, Gang, Member, queue_key
 from baton.services.admission.teams import DEFAULT, Team, TeamConfig, is_default
 
@@ -79,6 +79,19 @@ class State:
                        for name, md in self.pools.items() if md.capacity]  # fmt: skip
             self.largest = min(shapes, key=lambda s: (-s[0], s[1]), default=(0, ""))
         return self.largest
+
+    def refit_largest(self, node: Node, *, gone: bool) -> None:
+        """Keep ``largest_node`` as one node changes: found again (a pass over every node)
+        only when the largest shrank or went, not on every node event (at 7,500 nodes
+        under preflight, thousands a minute)."""
+        if self.largest is None:
+            return
+        most, which = self.largest
+        gpus, name = node.allocatable.get(keys.GPU, 0), f"node {node.name}"
+        if not which or (name == which and (gone or gpus < most)):
+            self.largest = None  # an unknown pool may be known now; or the largest went
+        elif not gone and (-gpus, name) < (-most, which):
+            self.largest = (gpus, name)
 
     def unknown_pool(self) -> bool:
         """An autoscaled pool whose node shape is unknown: no capacity annotations and
