@@ -18,12 +18,15 @@ and peak RSS; API requests per second over the run and over the last minute; bus
 messages per second per stream, likewise.
 
     python -m tests.bench whole                         # 1,500 nodes, synthetic, 6 minutes
-    BATON_WHOLE_NODES=7500 BATON_WHOLE_SECONDS=420 python -m tests.bench whole   # just scale
+    BATON_WHOLE_NODES=7500 BATON_WHOLE_SECONDS=420 BATON_WHOLE_LOAD=1.3 \
+        BATON_WHOLE_SPEED=10 python -m tests.bench whole                      # just scale
     BATON_WHOLE_WORKLOAD=llm python -m tests.bench whole
     BATON_WHOLE_NODES=1024 BATON_WHOLE_WORKLOAD=llm BATON_WHOLE_SPEED=600 \\
         BATON_WHOLE_RECORD=1 python -m tests.bench whole     # issue 20's LLM mix at 1,024
 
-``BATON_WHOLE_SPEED`` is ``baton up --speed`` (trace time compression). With
+``BATON_WHOLE_SPEED`` is ``baton up --speed`` (trace time compression), ``BATON_WHOLE_LOAD``
+``baton up --load`` (above 1 the synthetic mix keeps a queue: the default 0.9 can never
+fill the cluster). With
 ``BATON_WHOLE_RECORD=1`` the bench also reads the API every sample for gangs partly bound
 (some members bound, fewer than all, none ended) in two samples running - the e2e LLM
 test's rule - and before stopping records the bus (``baton replay --record``) and replays
