@@ -152,6 +152,9 @@ def test_the_cycle_decides_as_the_straightforward_one(
         with mock.patch.object(queueing, "admit", reference_admit):
             slow, want = core.step(slow, event, now)
         assert decisions(got) == decisions(want), (event, got, want)
+        for team in TEAMS:  # the kept counts against the holders read now
+            held = [g.priority for g in fast.holding(team) if not g.borrowed]
+            assert fast.least_priority(team) == min(held, default=1 << 62), (team, event)
     # What a gang passed over before an admission is told (why it waits, its team's
     # queue) is brought up to date by the next pass: after a tick that admits nothing
     # (one that admits may pass gangs over again) it is the same.

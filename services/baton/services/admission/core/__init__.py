@@ -278,9 +278,8 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
         gang.complete = True  # its pods all came: it holds quota for as long as it runs
         state.short.discard(gang.key)
     if gang.admitted:
-        if (priority := gang.priority) != gang.ranked:  # the team's floor may move
-            gang.ranked = priority
-            state.floor.pop(gang.team, None)
+        if gang.ranked is not None and gang.priority != gang.ranked:  # counted anew
+            state.rank(gang, holds=True)
         if gang.key in state.unplaced and gang.bound:
             state.unplaced.discard(gang.key)
             gang.releases = 0

@@ -46,7 +46,7 @@ class Gang:
     told_gpus: int = -1  # its demand when it was last told why it waits
     complete: bool = False  # it has had all its member pods at once (any phase)
     qneed: int | None = None  # its demand as counted in the team's ``needs`` (queued, known)
-    ranked: int = 0  # its priority when the team's floor last counted it (``State.floor``)
+    ranked: int | None = None  # the priority it is counted at while holding (``State.ranks``)
     paused: bool = False  # admitted, its marks taken back: new members beyond its quota
     releases: int = 0  # times given back unplaced since it last had a member bound
     retry_at: float = 0.0  # given back unplaced: not admitted again before then

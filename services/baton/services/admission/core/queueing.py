@@ -64,8 +64,7 @@ def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
     while True:
         seen = len(outputs)
         served = next(
-            (t for t in teams if _serve(state, t, now, outputs, walks.setdefault(t, Walk(every)))),
-            None,
+            (t for t in teams if _serve(state, t, now, outputs, walks.setdefault(t, Walk()))), None
         )
         if served is None:
             return outputs
@@ -144,7 +143,6 @@ class Walk:
     queued at 7,500 nodes, each admission walked them all). A preemption, which gives
     GPUs back, starts every walk again."""
 
-    full: bool = True  # a tick's walk: every gang is looked at, those waiting for pods too
     after: tuple[tuple[int, float, str], str] | None = None  # the last queue entry admitted
     tried: dict[int, str] = field(default_factory=dict)  # need -> why it waits
     reserve: Gang | None = None  # a starving gang those behind must leave room for
@@ -163,8 +161,6 @@ def _serve(state: State, team: str, now: float, outputs: list[Output], walk: Wal
     for entry in queue[start:]:
         key = entry[1]
         gang = state.gangs[key]
-        if not walk.full and gang.waiting_members:
-            continue  # it cannot go before its pods come (an event of its own); told on ticks
         if gang.retry_at > now:  # given back unplaced: it backs off (``unplaced``)
             outputs.extend(_wait(state, gang, now, reason=gang.reason))
             continue

@@ -44,7 +44,7 @@ def lower_priority(state: State, gang: Gang, now: float) -> list[Gang]:
         return []
     team, mine = gang.team, gang.priority
     if state.least_priority(team) >= mine:
-        return []  # no in-quota gang of the team runs at a lower priority (the kept floor)
+        return []  # no in-quota gang of the team runs at a lower priority (kept counts)
     candidates = sorted(
         (
             g
