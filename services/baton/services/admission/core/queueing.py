@@ -68,10 +68,11 @@ def admit(state: State, now: float, *, every: bool = True) -> list[Output]:
         )
         if served is None:
             return outputs
-        if any(isinstance(o, GangPreempted) for o in outputs[seen:]):
+        preempted = any(isinstance(o, GangPreempted) for o in outputs[seen:])
+        if preempted:
             walks = {}  # GPUs came back: gangs passed over may go now
         if not every:
-            if any(isinstance(o, GangPreempted) for o in outputs[seen:]):
+            if preempted:
                 stuck = set()  # GPUs came back: any team may go again
             stuck -= {served}
             again = [t.name for t in state.config.teams if t.name not in stuck]
