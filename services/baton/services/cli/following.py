@@ -197,7 +197,8 @@ async def follow(nc: NATS, view: View, *, cluster: str) -> None:
 
     async def on_any(msg: Msg) -> None:
         domain = msg.subject.split(".")[2]
-        view.counts[domain] += 1
+        if domain not in COUNTED:  # those are counted by their streams' sequence
+            view.counts[domain] += 1
         if domain == subjects.ACTION:  # counted by its stream; only these are read
             kind = msg.subject.split(".")[3]
             with contextlib.suppress(Undecodable):
