@@ -4,6 +4,8 @@ and the backend's "no NVML here" answer from the real library loader."""
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import sys
 from typing import Any
 
 import pynvml as N
@@ -118,6 +120,30 @@ def test_recovery_action_as_the_driver_reports_it(code: int, words: str, failed:
     values = field_values((N.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, OK, UI, code))
     status, failures = nvml.decode_fields(values)
     assert (status["recovery_action"], failures) == (words, failed)
+
+
+def test_recovery_action_numbers_are_the_bindings_own_where_they_name_them() -> None:
+    named = {int(getattr(N, n)): n for n in dir(N) if n.startswith("NVML_GPU_RECOVERY_ACTION_")}
+    assert named, "these bindings name no recovery action: the check below would pass empty"
+    assert set(named) <= set(nvml.RECOVERY_ACTIONS), named
+    assert nvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION == N.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+
+
+def test_the_agent_reads_gpus_with_bindings_that_do_not_name_the_newer_constants() -> None:
+    """A GPU node image can carry older nvidia-ml-py than this agent was written against
+    (seen on an H200 image: no NVML_GPU_RECOVERY_ACTION_BUS_RESET): the agent must start."""
+    script = (
+        "import pynvml\n"
+        "for name in [n for n in dir(pynvml) if n.startswith('NVML_GPU_RECOVERY_ACTION_')]"
+        " + ['NVML_FI_DEV_GET_GPU_RECOVERY_ACTION']:\n"
+        "    delattr(pynvml, name)\n"
+        "from baton.services.agent import nvml\n"
+        "print(nvml.RECOVERY_ACTIONS[6], nvml.FIELDS['recovery_action'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert done.stdout.split() == ["bus-reset", "(230,)"]
 
 
 def test_row_remapper_histogram_counts_full_banks() -> None:

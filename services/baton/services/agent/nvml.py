@@ -30,6 +30,10 @@ T = TypeVar("T")
 NAME: Final = "nvml"
 MIB: Final = 1024 * 1024
 
+# nvml.h's field id, named by the bindings only from nvidia-ml-py 12.570; an older driver
+# answers INVALID_ARGUMENT for it (unsupported: the field is absent from the report).
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: Final = 230
+
 # Report field -> the NVML field ids summed into it.
 FIELDS: Final[dict[str, tuple[int, ...]]] = {
     "ecc_volatile_sbe": (N.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,),
@@ -46,21 +50,23 @@ FIELDS: Final[dict[str, tuple[int, ...]]] = {
         N.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
         N.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
     ),
-    "recovery_action": (N.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,),
+    "recovery_action": (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,),
 }
 FIELD_IDS: Final = sorted({i for ids in FIELDS.values() for i in ids})
 FLAGS: Final = frozenset({"retired_pages_pending", "row_remap_pending", "row_remap_failure"})
 
-# nvmlDeviceGpuRecoveryAction_t -> the report's words.
+# nvmlDeviceGpuRecoveryAction_t -> the report's words. The numbers are nvml.h's, fixed by
+# the driver's ABI: the bindings name them only from nvidia-ml-py 12.570 (IMEX, bus reset
+# and system reboot from 13.610 or later), and what the driver sends is the number.
 RECOVERY_ACTIONS: Final[dict[int, str]] = {
-    N.NVML_GPU_RECOVERY_ACTION_NONE: "",
-    N.NVML_GPU_RECOVERY_ACTION_GPU_RESET: "reset",
-    N.NVML_GPU_RECOVERY_ACTION_NODE_REBOOT: "reboot",
-    N.NVML_GPU_RECOVERY_ACTION_DRAIN_P2P: "drain",
-    N.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET: "drain-and-reset",
-    N.NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN: "recover-imex-domain",
-    N.NVML_GPU_RECOVERY_ACTION_BUS_RESET: "bus-reset",
-    N.NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT: "system-reboot",
+    0: "",  # NVML_GPU_RECOVERY_ACTION_NONE
+    1: "reset",  # _GPU_RESET
+    2: "reboot",  # _NODE_REBOOT
+    3: "drain",  # _DRAIN_P2P
+    4: "drain-and-reset",  # _DRAIN_AND_RESET
+    5: "recover-imex-domain",  # _RECOVER_IMEX_DOMAIN
+    6: "bus-reset",  # _BUS_RESET
+    7: "system-reboot",  # _SYSTEM_REBOOT
 }
 
 # c_nvmlValue_t member for each nvmlValueType_t.

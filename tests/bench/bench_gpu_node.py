@@ -1,0 +1,174 @@
+"""The node agent against a real GPU: NVML as the driver answers it, and through NATS.
+
+    python -m tests.bench gpu_node        # on a machine with an NVIDIA driver
+
+What it reads and times, per GPU: which report fields the driver has (a field it does
+not have is absent, not an error), which failed, one NVML poll of every GPU (the agent
+polls every ``interval_s``), and a process using the GPU (PyTorch, where installed) as
+the agent sees it. Xid events: whether the driver lets the agent wait for them. Then
+the agent itself, ``baton agent --node <this host>``, against a nats-server started
+here: the first ``GpuReport`` it publishes, taken off the bus and decoded. On a machine
+without a driver it says why (the agent's own words) and measures nothing: the suite's
+tests of the NVML decoding (tests/unit/test_agent_nvml.py) run everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from baton.libs.bus import Bus
+from baton.proto import telemetry
+from baton.proto.codec import decode
+from baton.services.agent.nvml import FIELDS, Nvml
+from baton.services.agent.readings import Gpus
+from tests.support.nats import running_nats
+
+ROOT = Path(__file__).resolve().parents[2]
+POLLS = 50
+REPORT_WITHIN_S = 60.0
+# A process that holds 2 GiB of GPU memory and keeps the GPU busy until its stdin closes.
+LOAD = """
+import sys, torch
+held = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+a = torch.randn(4096, 4096, device="cuda")
+b = a @ a
+torch.cuda.synchronize()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def _gpus(nvml: Nvml) -> Gpus:
+    readings = [r for r in nvml.poll(time.time()) if isinstance(r, Gpus)]
+    return readings[-1]
+
+
+def _fields(status: telemetry.GpuStatus) -> tuple[list[str], list[str]]:
+    names = [*FIELDS, "temperature_c", "row_remap_banks_full"]
+    had = [n for n in names if getattr(status, n) not in (None, "") or n == "recovery_action"]
+    return had, [n for n in names if n not in had]
+
+
+def _load() -> subprocess.Popen[str] | None:
+    """A GPU process (PyTorch), or None where PyTorch is not installed or fails."""
+    try:
+        child = subprocess.Popen([sys.executable, "-c", LOAD], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+    except OSError:
+        return None
+    assert child.stdout is not None
+    if child.stdout.readline().strip() != "ready":
+        child.kill()
+        child.wait(timeout=30)
+        return None
+    return child
+
+
+def readings(nvml: Nvml) -> None:
+    gpus = _gpus(nvml)
+    print(f"{gpus.found} GPU(s) found on {platform.node()}\n")
+    print("| GPU | uuid | bus | temperature | fields the driver has | absent | failed |")
+    print("|---|---|---|---|---|---|---|")
+    for sample in gpus.gpus:
+        s = sample.status
+        had, absent = _fields(s)
+        failed = ", ".join(s.failed) or "-"
+        print(f"| {s.index} | {s.uuid[:16]}… | {s.bus_id} | {s.temperature_c} C "
+              f"| {', '.join(had)} | {', '.join(absent) or '-'} | {failed} |")  # fmt: skip
+    print("\nValues read:", ", ".join(
+        f"{k}={v}" for k, v in msgspec.structs.asdict(gpus.gpus[0].status).items()
+        if k not in ("uuid", "bus_id") and v not in (None, "", ())))  # fmt: skip
+
+    times = []
+    for _ in range(POLLS):
+        started = time.perf_counter()
+        _gpus(nvml)
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    print(f"\n| one NVML poll of every GPU ({POLLS} polls) | ms |\n|---|---|")
+    print(f"| median | {statistics.median(times):.2f} |\n| p99 | {times[int(POLLS * 0.99)]:.2f} |")
+    print(f"| per GPU, median | {statistics.median(times) / max(gpus.found or 1, 1):.2f} |\n")
+
+    load = _load()
+    if load is None:
+        print("A GPU process: not tried (PyTorch not installed or failed to start)\n")
+    else:
+        try:
+            seen = [(s.status.index, p) for s in _gpus(nvml).gpus for p in s.processes]
+            mine = [f"GPU {i}: {p.used_mib} MiB" for i, p in seen if p.pid == load.pid]
+            print(f"A GPU process (pid {load.pid}, 2 GiB held): the agent sees "
+                  f"{'; '.join(mine) or 'nothing of it'}; all processes seen: "
+                  f"{[(i, p.pid, p.used_mib) for i, p in seen]}\n")  # fmt: skip
+        finally:
+            load.communicate("", timeout=60)
+
+    waited = nvml.wait_xids(timeout_ms=500, at=time.time)
+    print("Xid events:", "the agent waits on NVML's event set (no Xid in 0.5 s)"
+          if waited == [] else f"cannot be waited on here ({waited!r}); the kernel log "
+          "remains the agent's source of Xids")  # fmt: skip
+
+
+async def end_to_end(node: str) -> None:
+    """``baton agent`` against a real nats-server: its first GpuReport off the bus."""
+    async with running_nats() as url:
+        bus = await Bus.connect(url, cluster="c1", name="bench-gpu-node")
+        try:
+            await bus.ensure_streams()
+            got: asyncio.Queue[bytes] = asyncio.Queue()
+
+            async def take(msg: Any) -> None:
+                await got.put(msg.data)
+
+            await bus.nc.subscribe(telemetry.wildcard("c1", "gpu"), cb=take)
+            env = {**os.environ, "BATON_AGENT_NATS_URL": url, "BATON_AGENT_SHAPE": "false",
+                   "BATON_AGENT_INTERVAL_S": "1", "BATON_AGENT_OPS_PORT": "0"}  # fmt: skip
+            started = time.monotonic()
+            agent = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "baton.services.cli", "agent", "--node", node,
+                env=env, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            try:
+                data = await asyncio.wait_for(got.get(), REPORT_WITHIN_S)
+            except TimeoutError:
+                agent.terminate()
+                _, err = await agent.communicate()
+                print(f"\nbaton agent: no GpuReport on the bus within {REPORT_WITHIN_S:.0f} s; "
+                      f"its log:\n{err.decode()[-2000:]}")  # fmt: skip
+                return
+            took = time.monotonic() - started
+            report: telemetry.GpuReport = decode(data, telemetry.GpuReport)
+            agent.terminate()
+            await agent.wait()
+            print(f"\n`baton agent --node {node}` against nats-server: first GpuReport "
+                  f"{took:.1f} s after start (process start included), {len(report.gpus)} "
+                  f"GPU(s), {len(data)} bytes:\n\n    {data.decode()[:600]}")  # fmt: skip
+        finally:
+            await bus.close()
+
+
+def main() -> None:
+    nvml = Nvml(expected=None)
+    _gpus(nvml)
+    if nvml.reason:
+        print(f"No GPU here, nothing measured: {nvml.reason}")
+        return
+    try:
+        readings(nvml)
+    finally:
+        nvml.close()
+    asyncio.run(end_to_end(platform.node().lower().replace("_", "-") or "gpu-node"))
+
+
+if __name__ == "__main__":
+    main()
