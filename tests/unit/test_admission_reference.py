@@ -193,3 +193,54 @@ def test_the_largest_node_kept_as_nodes_change_is_the_one_found_from_scratch(
         kept = state.largest_node()
         state.largest = None
         assert kept == state.largest_node(), (n, gpus, gone)
+
+
+def _forget_quiet(state: State) -> None:
+    for gang in state.gangs.values():
+        gang.quiet = None
+
+
+def _told(state: State) -> dict[str, tuple[str, str, int]]:
+    return {k: (g.reason, g.aside, g.told_gpus) for k, g in state.gangs.items()}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_a_walk_that_passes_quiet_gangs_by_says_and_decides_the_same(
+    workload: tuple[dict[str, Any], list[tuple[float, Any]]],
+) -> None:
+    """``Gang.quiet``: a gang set aside or short of members, told so, and unchanged since
+    is passed by. The same cycle visiting every gang must give every output (why each
+    gang waits included), and leave every gang told the same, event by event."""
+    config, events = workload
+    fast, slow = core.initial(parse(config)), core.initial(parse(config))
+    for now, event in [*events, *((events[-1][0] + t, Tick(at=events[-1][0] + t))
+                                  for t in (10.0, 100.0, 1000.0))]:  # fmt: skip
+        fast, got = core.step(fast, event, now)
+        _forget_quiet(slow)
+        slow, want = core.step(slow, event, now)
+        assert got == want, (event, got, want)
+        assert _told(fast) == _told(slow), event
+        assert fast.untold == slow.untold, event
+
+
+def test_gangs_waiting_for_their_pods_are_not_looked_at_again_by_each_event() -> None:
+    """500 PodGroups of team a, none of their pods yet, behind a gang waiting for nodes
+    (so the team is not passed over whole): the first walk tells each why it waits; a
+    later event (a pod of team b) looks at none of them again."""
+    teams = [{"name": t, "namespaces": [t], "quota": {"gpus": 8}} for t in ("a", "b")]
+    state = core.initial(parse({"teams": teams}))
+    big = PodGroup(namespace="a", name="big", uid="u-big", min_member=1, created_at=0)
+    state, _ = core.step(state, PodGroupEvent(op="upsert", at=1.0, pod_group=big), 1.0)
+    state, _ = core.step(state, _pod("a", "big", 0, 8, 0, "Pending"), 1.0)
+    for n in range(500):
+        group = PodGroup(namespace="a", name=f"g{n}", uid=f"u{n}", min_member=2, created_at=0)
+        state, _ = core.step(state, PodGroupEvent(op="upsert", at=1.0, pod_group=group), 1.0)
+    state, _ = core.step(state, Tick(at=2.0), 2.0)
+    assert "waiting for capacity" in state.gangs["a/big"].reason
+    waiting = [g for k, g in state.gangs.items() if k != "a/big"]
+    assert all(g.reason.startswith("waiting for members") for g in waiting)
+    with mock.patch.object(queueing, "_aside", wraps=queueing._aside) as aside:
+        state, outputs = core.step(state, _pod("b", "x", 0, 8, 0, "Pending"), 3.0)
+    assert aside.call_count < 5, aside.call_count  # (500 before Gang.quiet)
+    assert not [o for o in outputs if isinstance(o, GangQueued) and o.gang.startswith("a/")]
