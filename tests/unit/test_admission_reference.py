@@ -105,19 +105,29 @@ def workloads(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[float, Any]]]
     for n in range(draw(st.integers(1, 6))):
         team = draw(st.sampled_from(TEAMS))
         labels = {"baton.io/pool": f"p{team}"}
-        node = Node(name=f"n{n}", uid=f"u{n}", labels=labels, allocatable={GPU: 8})
+        gpus = draw(st.sampled_from([8, 8, 2, 16]))
+        node = Node(name=f"n{n}", uid=f"u{n}", labels=labels, allocatable={GPU: gpus})
         events.append((now, NodeEvent(op="upsert", at=now, node=node)))
     for _ in range(draw(st.integers(5, 40))):
         now += draw(st.sampled_from([0.0, 1.0, 50.0, 200.0]))
-        op = draw(st.sampled_from(["gang", "gang", "gang", "pods", "finish", "delete", "tick"]))
+        op = draw(st.sampled_from(["gang", "gang", "gang", "pods", "finish", "delete", "tick",
+                                   "node"]))  # fmt: skip
+        if op == "node":  # a node joins or goes: quotas of teams without one, largest node
+            n, team = draw(st.integers(0, 7)), draw(st.sampled_from(TEAMS))
+            labels = {"baton.io/pool": f"p{team}"}
+            gpus = draw(st.sampled_from([2, 8, 16]))
+            node = Node(name=f"n{n}", uid=f"u{n}", labels=labels, allocatable={GPU: gpus})
+            events.append((now, NodeEvent(op=draw(st.sampled_from(["upsert", "delete"])),
+                                          at=now, node=node)))  # fmt: skip
+            continue
         if op == "gang" or not gangs:
             team, name = draw(st.sampled_from(TEAMS)), f"g{len(gangs)}"
             members, gpus = draw(st.integers(1, 3)), draw(st.sampled_from([0, 1, 4, 8]))
             priority = draw(st.sampled_from([0, 0, 5, 10]))
             gangs.append((team, name, members, gpus, priority))
-            group = PodGroup(
-                namespace=team, name=name, uid=f"uid-{name}", min_member=members, created_at=now
-            )
+            declared = draw(st.sampled_from([{}, {}, {}, {"baton.io/gpus-per-pod": str(gpus)}]))
+            group = PodGroup(namespace=team, name=name, uid=f"uid-{name}", min_member=members,
+                             created_at=now, annotations=declared)  # fmt: skip
             events.append((now, PodGroupEvent(op="upsert", at=now, pod_group=group)))
             for i in range(draw(st.integers(0, members))):  # some pods may come later
                 events.append((now, _pod(team, name, i, gpus, priority, "Pending")))
@@ -195,11 +205,6 @@ def test_the_largest_node_kept_as_nodes_change_is_the_one_found_from_scratch(
         assert kept == state.largest_node(), (n, gpus, gone)
 
 
-def _forget_quiet(state: State) -> None:
-    for gang in state.gangs.values():
-        gang.quiet = None
-
-
 def _told(state: State) -> dict[str, tuple[str, str, int]]:
     return {k: (g.reason, g.aside, g.told_gpus) for k, g in state.gangs.items()}
 
@@ -209,15 +214,15 @@ def _told(state: State) -> dict[str, tuple[str, str, int]]:
 def test_a_walk_that_passes_quiet_gangs_by_says_and_decides_the_same(
     workload: tuple[dict[str, Any], list[tuple[float, Any]]],
 ) -> None:
-    """``Gang.quiet``: a gang set aside or short of members, told so, and unchanged since
-    is passed by. The same cycle visiting every gang must give every output (why each
+    """``State.hush``: a gang set aside or short of members, told so, and unchanged since
+    is left out of walks. The same cycle visiting every gang must give every output (why each
     gang waits included), and leave every gang told the same, event by event."""
     config, events = workload
     fast, slow = core.initial(parse(config)), core.initial(parse(config))
     for now, event in [*events, *((events[-1][0] + t, Tick(at=events[-1][0] + t))
                                   for t in (10.0, 100.0, 1000.0))]:  # fmt: skip
         fast, got = core.step(fast, event, now)
-        _forget_quiet(slow)
+        slow.wake_all()
         slow, want = core.step(slow, event, now)
         assert got == want, (event, got, want)
         assert _told(fast) == _told(slow), event
@@ -242,5 +247,5 @@ def test_gangs_waiting_for_their_pods_are_not_looked_at_again_by_each_event() ->
     assert all(g.reason.startswith("waiting for members") for g in waiting)
     with mock.patch.object(queueing, "_aside", wraps=queueing._aside) as aside:
         state, outputs = core.step(state, _pod("b", "x", 0, 8, 0, "Pending"), 3.0)
-    assert aside.call_count < 5, aside.call_count  # (500 before Gang.quiet)
+    assert aside.call_count < 5, aside.call_count  # (500 before State.hush)
     assert not [o for o in outputs if isinstance(o, GangQueued) and o.gang.startswith("a/")]

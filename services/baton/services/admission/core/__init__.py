@@ -274,7 +274,7 @@ def _member(pod: Pod) -> Member:
 
 def _changed(state: State, gang: Gang, now: float) -> list[Output]:
     """A gang's demand, priority or members changed: re-account, finish, or re-queue it."""
-    gang.changes += 1
+    state.wake(gang)  # looked at again by the next walk
     if not gang.complete and len(gang.members) >= gang.min_member:
         gang.complete = True  # its pods all came: it holds quota for as long as it runs
         state.short.discard(gang.key)

@@ -50,10 +50,6 @@ class Gang:
     paused: bool = False  # admitted, its marks taken back: new members beyond its quota
     releases: int = 0  # times given back unplaced since it last had a member bound
     retry_at: float = 0.0  # given back unplaced: not admitted again before then
-    changes: int = 0  # bumped when its members or its PodGroup change (``quiet``)
-    # (what it was told why it waits with, until when that holds): a walk passes it by
-    # while those facts are the same (``queueing.Quiet``)
-    quiet: tuple[tuple[object, ...], float] | None = None
 
     @property
     def demand(self) -> int:

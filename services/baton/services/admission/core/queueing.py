@@ -157,13 +157,12 @@ def _serve(state: State, team: str, now: float, outputs: list[Output], walk: Wal
     strict = queueing.strategy == "StrictFIFO"
     tried = walk.tried  # the same need fares the same
     ceiling = state.ceiling(team)
-    queue = state.queues.get(team, [])
+    state.wake_due(team, _facts(state, team), now)
+    queue = state.loud.get(team, [])  # less the gangs hushed: told, nothing new to say
     start = bisect.bisect_right(queue, walk.after) if walk.after is not None else 0
     for entry in queue[start:]:
         key = entry[1]
         gang = state.gangs[key]
-        if gang.quiet is not None and now < gang.quiet[1] and gang.quiet[0] == _facts(state, gang):
-            continue  # set aside or short of members as it was, and told so: nothing new
         if gang.retry_at > now:  # given back unplaced: it backs off (``unplaced``)
             outputs.extend(_wait(state, gang, now, reason=gang.reason))
             continue
@@ -175,14 +174,13 @@ def _serve(state: State, team: str, now: float, outputs: list[Output], walk: Wal
         aside = _aside(state, gang, now)
         if aside:
             outputs.extend(_wait(state, gang, now, reason=aside, aside=True))
-            gang.quiet = None  # with its members all there, what others were told may apply
-            if len(gang.members) < gang.min_member:
-                gang.quiet = (_facts(state, gang), _quiet_until(state, gang, now))
+            if len(gang.members) < gang.min_member:  # (all there: others' reasons apply)
+                state.hush(gang, _quiet_until(state, gang, now))
             continue
         gang.aside = ""
         if gang.waiting_members:  # never a head: it may have no pods for a long time
             outputs.extend(_wait(state, gang, now, reason=members_reason(gang)))
-            gang.quiet = (_facts(state, gang), _quiet_until(state, gang, now))
+            state.hush(gang, _quiet_until(state, gang, now))
             continue
         reserve = walk.reserve
         held = reserve.gpus if reserve is not None else 0
@@ -204,19 +202,14 @@ def _serve(state: State, team: str, now: float, outputs: list[Output], walk: Wal
     return False
 
 
-def _facts(state: State, gang: Gang) -> tuple[object, ...]:
-    """What a gang set aside or short of members is told depends on, besides the time
-    (``_quiet_until``): the gang itself (its members and PodGroup: ``changes``), what it
-    was told last, its team's quota and borrowing limit, the largest node, the config.
-    With 20,000 gangs queued, most of them waiting for their pods, each event's walk
-    told every one of them again, to the same effect (94% of admission's time at 15,000
-    nodes). Not while the gang is untold: a change made it so."""
-    team = gang.team
-    return (
-        gang.changes, gang.reason, gang.aside, gang.told_gpus, gang.retry_at,
-        gang.key in state.untold, state.quota(team), state.borrow_limit(team),
-        state.largest_node(), state.config,
-    )  # fmt: skip
+def _facts(state: State, team: str) -> tuple[object, ...]:
+    """What a team's gangs set aside or short of members are told depends on, besides
+    each gang (a change wakes it) and the time (``_quiet_until``): the team's quota and
+    borrowing limit, the largest node, the config. With 20,000 gangs queued, most of
+    them waiting for their pods, each event's walk told every one of them again, to the
+    same effect: 94% of admission's time at 15,000 nodes. Such a gang is hushed
+    (``State.hush``) and a walk goes through the others."""
+    return (state.quota(team), state.borrow_limit(team), state.largest_node(), state.config)
 
 
 def _quiet_until(state: State, gang: Gang, now: float) -> float:

@@ -107,7 +107,6 @@ def preempt(state: State, gang: Gang, now: float, *, for_gang: Gang) -> list[Out
     state.hold(gang, 0, borrowing=False)
     members.resume(state, gang)
     gang.admitted, gang.reason = False, ""
-    gang.changes += 1  # its members go
     if for_gang.team == gang.team:
         reason = f"preempted for {for_gang.key} (priority {for_gang.priority})"
     else:

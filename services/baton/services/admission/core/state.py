@@ -9,6 +9,7 @@ phases, nodes), including pods seen before their PodGroup.
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -51,6 +52,13 @@ class State:
     pool_gpus: dict[str, int] = field(default_factory=dict)  # pool name -> GPUs a node
     growth: dict[str, int] = field(default_factory=dict)  # team -> GPUs its pools may add
     untold: set[str] = field(default_factory=set)  # queued, not yet told why they wait
+    # Each team's queue less its hushed gangs: set aside or short of member pods, told
+    # so, unchanged since. A walk goes through this (``queueing._serve``); a hushed gang
+    # wakes when it changes, when its team's facts do (``hush``), or at its time-out.
+    loud: dict[str, list[tuple[tuple[int, float, str], str]]] = field(default_factory=dict)
+    hushed: dict[str, tuple[str, float]] = field(default_factory=dict)  # key -> team, until
+    hushed_facts: dict[str, tuple[object, ...]] = field(default_factory=dict)  # team -> facts
+    hushed_until: list[tuple[float, str]] = field(default_factory=list)  # a heap
     # team -> need -> how many known queued gangs need that many GPUs (the least need of
     # a team's queue at a glance; kept as gangs come, go and change)
     needs: dict[str, dict[int, int]] = field(default_factory=dict)
@@ -190,6 +198,7 @@ class State:
         entry = (gang.qkey, gang.key)
         position = bisect.bisect_left(queue, entry)
         queue.insert(position, entry)
+        bisect.insort(self.loud.setdefault(gang.team, []), entry)
         return position
 
     def dequeue(self, gang: Gang) -> None:
@@ -198,12 +207,50 @@ class State:
         gang.qneed = None
         if gang.qkey is None:
             return
-        queue = self.queues.setdefault(gang.team, [])
         entry = (gang.qkey, gang.key)
-        i = bisect.bisect_left(queue, entry)
-        if i < len(queue) and queue[i] == entry:
-            del queue[i]
+        for queue in (self.queues.setdefault(gang.team, []), self.loud.get(gang.team, [])):
+            i = bisect.bisect_left(queue, entry)
+            if i < len(queue) and queue[i] == entry:
+                del queue[i]
+        self.hushed.pop(gang.key, None)
         gang.qkey = None
+
+    def hush(self, gang: Gang, until: float) -> None:
+        """Leave a queued gang out of walks (it was told why it waits, and that holds
+        until it changes, its team's facts change, or ``until``)."""
+        loud = self.loud.get(gang.team, [])
+        entry = (gang.qkey, gang.key)
+        i = bisect.bisect_left(loud, entry)
+        if i < len(loud) and loud[i] == entry:
+            del loud[i]
+        self.hushed[gang.key] = (gang.team, until)
+        if until != float("inf"):
+            heapq.heappush(self.hushed_until, (until, gang.key))
+
+    def wake(self, gang: Gang) -> None:
+        """A hushed gang goes back into its team's walks."""
+        if self.hushed.pop(gang.key, None) is not None and gang.qkey is not None:
+            bisect.insort(self.loud.setdefault(gang.team, []), (gang.qkey, gang.key))
+
+    def wake_due(self, team: str, facts: tuple[object, ...], now: float) -> None:
+        """Wake the hushed gangs whose time-out has come, and all of a team's hushed
+        gangs when what they were told depends on (``facts``) changed."""
+        while self.hushed_until and self.hushed_until[0][0] <= now:
+            _, key = heapq.heappop(self.hushed_until)
+            hushed = self.hushed.get(key)
+            if hushed is not None and hushed[1] <= now:
+                self.wake(self.gangs[key])
+        if self.hushed_facts.get(team) != facts:
+            self.hushed_facts[team] = facts
+            for key in [k for k, (t, _) in self.hushed.items() if t == team]:
+                self.wake(self.gangs[key])
+
+    def wake_all(self) -> None:
+        """Every queued gang back in the walks (as if none had ever been hushed)."""
+        self.hushed.clear()
+        self.hushed_until.clear()
+        self.hushed_facts.clear()
+        self.loud = {team: list(queue) for team, queue in self.queues.items()}
 
     def renew(self, gang: Gang) -> None:
         """Count a queued gang's demand as it is now (after it changed) in ``needs``."""
