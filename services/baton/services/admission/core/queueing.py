@@ -157,7 +157,8 @@ def _serve(state: State, team: str, now: float, outputs: list[Output], walk: Wal
     strict = queueing.strategy == "StrictFIFO"
     tried = walk.tried  # the same need fares the same
     ceiling = state.ceiling(team)
-    state.wake_due(team, _facts(state, team), now)
+    state.wake_due(team, (state.quota(team), state.borrow_limit(team)),
+                   (state.largest_node(), state.config), now)  # fmt: skip
     queue = state.loud.get(team, [])  # less the gangs hushed: told, nothing new to say
     start = bisect.bisect_right(queue, walk.after) if walk.after is not None else 0
     for entry in queue[start:]:
@@ -202,19 +203,14 @@ def _serve(state: State, team: str, now: float, outputs: list[Output], walk: Wal
     return False
 
 
-def _facts(state: State, team: str) -> tuple[object, ...]:
-    """What a team's gangs set aside or short of members are told depends on, besides
-    each gang (a change wakes it) and the time (``_quiet_until``): the team's quota and
-    borrowing limit, the largest node, the config. With 20,000 gangs queued, most of
-    them waiting for their pods, each event's walk told every one of them again, to the
-    same effect: 94% of admission's time at 15,000 nodes. Such a gang is hushed
-    (``State.hush``) and a walk goes through the others."""
-    return (state.quota(team), state.borrow_limit(team), state.largest_node(), state.config)
-
-
 def _quiet_until(state: State, gang: Gang, now: float) -> float:
     """Until when ``_aside`` says the same of an unchanged gang: its members' time-out
-    (``scheduleTimeoutSeconds``, else ``members_timeout_s``) sets it aside."""
+    (``scheduleTimeoutSeconds``, else ``members_timeout_s``) sets it aside. Besides the
+    time, what a gang set aside or short of members is told depends on the gang (a
+    change wakes it), the largest node, the config, and for a gang of known demand its
+    team's quota and borrowing limit (``State.wake_due``). With 20,000 gangs queued,
+    most of them waiting for their pods, each event's walk told every one of them the
+    same again (94% of admission's time at 15,000 nodes); hushed, they are left out."""
     if gang.lone or gang.carrier or gang.aside:
         return float("inf")
     limit = gang.schedule_timeout or state.config.queueing.members_timeout_s

@@ -56,9 +56,13 @@ class State:
     # so, unchanged since. A walk goes through this (``queueing._serve``); a hushed gang
     # wakes when it changes, when its team's facts do (``hush``), or at its time-out.
     loud: dict[str, list[tuple[tuple[int, float, str], str]]] = field(default_factory=dict)
-    hushed: dict[str, tuple[str, float]] = field(default_factory=dict)  # key -> team, until
-    hushed_facts: dict[str, tuple[object, ...]] = field(default_factory=dict)  # team -> facts
-    hushed_until: list[tuple[float, str]] = field(default_factory=list)  # a heap
+    hushed: dict[str, float] = field(default_factory=dict)  # gang -> until when
+    hushed_until: list[tuple[float, str]] = field(default_factory=list)  # a heap of those
+    # team -> its hushed gangs whose demand is known: told against the team's quota
+    # (``queueing._aside``), woken when the quota or borrowing limit changes
+    hushed_sized: dict[str, set[str]] = field(default_factory=dict)
+    hushed_quota: dict[str, tuple[int, int]] = field(default_factory=dict)  # team -> as told
+    hushed_shape: tuple[object, ...] = ()  # the largest node and the config, as told
     # team -> need -> how many known queued gangs need that many GPUs (the least need of
     # a team's queue at a glance; kept as gangs come, go and change)
     needs: dict[str, dict[int, int]] = field(default_factory=dict)
@@ -212,44 +216,59 @@ class State:
             i = bisect.bisect_left(queue, entry)
             if i < len(queue) and queue[i] == entry:
                 del queue[i]
-        self.hushed.pop(gang.key, None)
+        self._unhush(gang)
         gang.qkey = None
 
     def hush(self, gang: Gang, until: float) -> None:
-        """Leave a queued gang out of walks (it was told why it waits, and that holds
-        until it changes, its team's facts change, or ``until``)."""
+        """Leave a queued gang out of walks: it was told why it waits, and that holds
+        until it changes (``wake``), what it was told depends on changes, or ``until``
+        (``wake_due``)."""
         loud = self.loud.get(gang.team, [])
         entry = (gang.qkey, gang.key)
         i = bisect.bisect_left(loud, entry)
         if i < len(loud) and loud[i] == entry:
             del loud[i]
-        self.hushed[gang.key] = (gang.team, until)
+        self.hushed[gang.key] = until
+        if gang.known:
+            self.hushed_sized.setdefault(gang.team, set()).add(gang.key)
         if until != float("inf"):
             heapq.heappush(self.hushed_until, (until, gang.key))
 
+    def _unhush(self, gang: Gang) -> bool:
+        self.hushed_sized.get(gang.team, set()).discard(gang.key)
+        return self.hushed.pop(gang.key, None) is not None
+
     def wake(self, gang: Gang) -> None:
         """A hushed gang goes back into its team's walks."""
-        if self.hushed.pop(gang.key, None) is not None and gang.qkey is not None:
+        if self._unhush(gang) and gang.qkey is not None:
             bisect.insort(self.loud.setdefault(gang.team, []), (gang.qkey, gang.key))
 
-    def wake_due(self, team: str, facts: tuple[object, ...], now: float) -> None:
-        """Wake the hushed gangs whose time-out has come, and all of a team's hushed
-        gangs when what they were told depends on (``facts``) changed."""
+    def wake_due(self, team: str, quota: tuple[int, int], shape: tuple[object, ...],
+                 now: float) -> None:  # fmt: skip
+        """Wake the hushed gangs whose time-out has come; every hushed gang when the
+        largest node or the config changed (``shape``); the team's hushed gangs of known
+        demand when its quota or borrowing limit changed (a node joining a team without
+        a set quota changes it: the others are told the same whatever its quota)."""
         while self.hushed_until and self.hushed_until[0][0] <= now:
             _, key = heapq.heappop(self.hushed_until)
-            hushed = self.hushed.get(key)
-            if hushed is not None and hushed[1] <= now:
+            if self.hushed.get(key, float("inf")) <= now:
                 self.wake(self.gangs[key])
-        if self.hushed_facts.get(team) != facts:
-            self.hushed_facts[team] = facts
-            for key in [k for k, (t, _) in self.hushed.items() if t == team]:
+        if shape != self.hushed_shape:
+            self.hushed_shape = shape
+            for key in list(self.hushed):
+                self.wake(self.gangs[key])
+        if quota != self.hushed_quota.get(team):
+            self.hushed_quota[team] = quota
+            for key in list(self.hushed_sized.get(team, ())):
                 self.wake(self.gangs[key])
 
     def wake_all(self) -> None:
         """Every queued gang back in the walks (as if none had ever been hushed)."""
         self.hushed.clear()
         self.hushed_until.clear()
-        self.hushed_facts.clear()
+        self.hushed_sized.clear()
+        self.hushed_quota.clear()
+        self.hushed_shape = ()
         self.loud = {team: list(queue) for team, queue in self.queues.items()}
 
     def renew(self, gang: Gang) -> None:
