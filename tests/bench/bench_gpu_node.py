@@ -54,8 +54,10 @@ def _gpus(nvml: Nvml) -> Gpus:
 
 
 def _fields(status: telemetry.GpuStatus) -> tuple[list[str], list[str]]:
+    """The report's fields with a value, and those without: not supported by the driver,
+    or (``recovery_action``, where "" is also "none asked for") nothing to say."""
     names = [*FIELDS, "temperature_c", "row_remap_banks_full"]
-    had = [n for n in names if getattr(status, n) not in (None, "") or n == "recovery_action"]
+    had = [n for n in names if getattr(status, n) not in (None, "")]
     return had, [n for n in names if n not in had]
 
 
@@ -77,7 +79,7 @@ def _load() -> subprocess.Popen[str] | None:
 def readings(nvml: Nvml) -> None:
     gpus = _gpus(nvml)
     print(f"{gpus.found} GPU(s) found on {platform.node()}\n")
-    print("| GPU | uuid | bus | temperature | fields the driver has | absent | failed |")
+    print("| GPU | uuid | bus | temperature | fields with a value | without | failed |")
     print("|---|---|---|---|---|---|---|")
     for sample in gpus.gpus:
         s = sample.status
