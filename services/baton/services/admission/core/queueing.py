@@ -157,8 +157,7 @@ def _serve(state: State, team: str, now: float, outputs: list[Output], walk: Wal
     strict = queueing.strategy == "StrictFIFO"
     tried = walk.tried  # the same need fares the same
     ceiling = state.ceiling(team)
-    state.wake_due(team, (state.quota(team), state.borrow_limit(team)),
-                   (state.largest_node(), state.config), now)  # fmt: skip
+    state.wake_due(team, now)
     queue = state.loud.get(team, [])  # less the gangs hushed: told, nothing new to say
     start = bisect.bisect_right(queue, walk.after) if walk.after is not None else 0
     for entry in queue[start:]:

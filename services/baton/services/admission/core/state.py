@@ -21,6 +21,8 @@ from baton.proto.k8s import MachineDeployment, Node
 from baton.services.admission.core.gangs import ACTIVE, Gang, Member, queue_key
 from baton.services.admission.teams import DEFAULT, Team, TeamConfig, is_default
 
+Entry = tuple[tuple[int, float, str], str]  # a gang in its team's queue: (queue_key, key)
+
 
 def _nodes() -> View[GangView]:
     return View(levels=(), new_gang=GangView)
@@ -42,7 +44,7 @@ class State:
     used: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its in-quota gangs
     lent: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its borrowing gangs
     gangs: dict[str, Gang] = field(default_factory=dict)
-    queues: dict[str, list[tuple[tuple[int, float, str], str]]] = field(default_factory=dict)
+    queues: dict[str, list[Entry]] = field(default_factory=dict)
     pending_pods: dict[str, dict[str, Member]] = field(default_factory=dict)  # gang key -> pods
     holders: dict[str, set[str]] = field(default_factory=dict)  # team -> gangs holding GPUs
     borrowers: set[str] = field(default_factory=set)  # gangs holding borrowed GPUs
@@ -54,8 +56,9 @@ class State:
     untold: set[str] = field(default_factory=set)  # queued, not yet told why they wait
     # Each team's queue less its hushed gangs: set aside or short of member pods, told
     # so, unchanged since. A walk goes through this (``queueing._serve``); a hushed gang
-    # wakes when it changes, when its team's facts do (``hush``), or at its time-out.
-    loud: dict[str, list[tuple[tuple[int, float, str], str]]] = field(default_factory=dict)
+    # wakes when it changes (``wake``), when what it was told depends on changes, or at
+    # its time-out (``wake_due``).
+    loud: dict[str, list[Entry]] = field(default_factory=dict)
     hushed: dict[str, float] = field(default_factory=dict)  # gang -> until when
     hushed_until: list[tuple[float, str]] = field(default_factory=list)  # a heap of those
     # team -> its hushed gangs whose demand is known: told against the team's quota
@@ -212,10 +215,8 @@ class State:
         if gang.qkey is None:
             return
         entry = (gang.qkey, gang.key)
-        for queue in (self.queues.setdefault(gang.team, []), self.loud.get(gang.team, [])):
-            i = bisect.bisect_left(queue, entry)
-            if i < len(queue) and queue[i] == entry:
-                del queue[i]
+        _remove(self.queues.setdefault(gang.team, []), entry)
+        _remove(self.loud.get(gang.team, []), entry)
         self._unhush(gang)
         gang.qkey = None
 
@@ -223,11 +224,8 @@ class State:
         """Leave a queued gang out of walks: it was told why it waits, and that holds
         until it changes (``wake``), what it was told depends on changes, or ``until``
         (``wake_due``)."""
-        loud = self.loud.get(gang.team, [])
-        entry = (gang.qkey, gang.key)
-        i = bisect.bisect_left(loud, entry)
-        if i < len(loud) and loud[i] == entry:
-            del loud[i]
+        assert gang.qkey is not None, gang.key  # a walk hushes only queued gangs
+        _remove(self.loud.get(gang.team, []), (gang.qkey, gang.key))
         self.hushed[gang.key] = until
         if gang.known:
             self.hushed_sized.setdefault(gang.team, set()).add(gang.key)
@@ -243,12 +241,13 @@ class State:
         if self._unhush(gang) and gang.qkey is not None:
             bisect.insort(self.loud.setdefault(gang.team, []), (gang.qkey, gang.key))
 
-    def wake_due(self, team: str, quota: tuple[int, int], shape: tuple[object, ...],
-                 now: float) -> None:  # fmt: skip
+    def wake_due(self, team: str, now: float) -> None:
         """Wake the hushed gangs whose time-out has come; every hushed gang when the
-        largest node or the config changed (``shape``); the team's hushed gangs of known
-        demand when its quota or borrowing limit changed (a node joining a team without
-        a set quota changes it: the others are told the same whatever its quota)."""
+        largest node or the config changed; the team's hushed gangs of known demand when
+        its quota or borrowing limit changed (a node joining a team without a set quota
+        changes it: the others are told the same whatever its quota)."""
+        shape = (self.largest_node(), self.config)
+        quota = (self.quota(team), self.borrow_limit(team))
         while self.hushed_until and self.hushed_until[0][0] <= now:
             _, key = heapq.heappop(self.hushed_until)
             if self.hushed.get(key, float("inf")) <= now:
@@ -378,3 +377,10 @@ def recount_growth(state: State, owner: str | None) -> None:
         if team and room:
             growth[team] = growth.get(team, 0) + room
     state.growth = growth
+
+
+def _remove(entries: list[Entry], entry: Entry) -> None:
+    """Take ``entry`` out of a sorted list of queue entries, if it is there."""
+    i = bisect.bisect_left(entries, entry)
+    if i < len(entries) and entries[i] == entry:
+        del entries[i]
