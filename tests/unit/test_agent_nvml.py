@@ -129,7 +129,7 @@ def test_recovery_action_numbers_are_the_bindings_own_where_they_name_them() -> 
     assert nvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION == N.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 
 
-def test_the_agent_reads_gpus_with_bindings_that_do_not_name_the_newer_constants() -> None:
+def test_the_nvml_backend_loads_with_bindings_that_do_not_name_the_newer_constants() -> None:
     """A GPU node image can carry older nvidia-ml-py than this agent was written against
     (seen on an H200 image: no NVML_GPU_RECOVERY_ACTION_BUS_RESET): the agent must start."""
     script = (
