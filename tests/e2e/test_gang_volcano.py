@@ -386,3 +386,24 @@ async def test_reclaim_case_7_no_reclaim_when_job_not_satisfied_with_predicates(
                     within=60, what="the new team's job Inqueue and told why it waits")  # fmt: skip
         assert not sim.store.get("pods", "team-c", "reclaim-jc-t0-0")["spec"].get("nodeName")
         assert {n: u for n, u in team_uids(sim).items() if n in before} == before
+
+
+async def test_pods_written_for_volcano_or_kueue_are_placed_by_baton(tmp_path: Path) -> None:
+    """A Volcano job's pods name Volcano's scheduler (its job controller writes
+    ``schedulerName: volcano``), and Kueue's plain pods name none, so the API server
+    fills in ``default-scheduler``. Neither scheduler runs beside Baton: the webhook
+    hands every pod that names a gang to Baton, and both gangs are placed whole."""
+    async with three_teams(tmp_path) as s:
+        api, custom, sim = s.api, s.custom, s.sim
+        await job(api, custom, "vc-job", min_member=1, tasks=[(1, 8)], ns="team-a",
+                  schedulerName="volcano")  # fmt: skip
+        labels, notes = {keys.KUEUE_GROUP: "kq"}, {keys.KUEUE_TOTAL: "1"}
+        plain = member("kq-0", gpus=8, labels=labels, annotations=notes)
+        del plain["spec"]["schedulerName"]
+        await api.create_namespaced_pod("team-b", plain)
+        await until(lambda: running(sim, "a", "vc-job"), within=60,
+                    what="the Volcano job (schedulerName volcano) Running")  # fmt: skip
+        await until(lambda: bool(bound(sim, "team-b", "kq-")), within=60,
+                    what="the Kueue pod (no schedulerName) bound")  # fmt: skip
+        for ns, name in (("team-a", "vc-job-t0-0"), ("team-b", "kq-0")):
+            assert sim.store.get("pods", ns, name)["spec"]["schedulerName"] == "baton"

@@ -121,3 +121,28 @@ def test_every_format_gets_the_requirement_once_also_when_created_again(
     for admitted in (first, mutated(first)):  # a recreated copy goes through it again
         terms = admitted["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
         assert [[e["key"] for e in t["matchExpressions"]] for t in terms] == [[keys.TEAM]]
+
+
+@pytest.mark.parametrize("joins", [v for k, v in FORMATS.items() if k != "bare"],
+                         ids=[k for k in FORMATS if k != "bare"])  # fmt: skip
+@pytest.mark.parametrize("named", ["default-scheduler", "volcano", "scheduler-plugins-scheduler"])
+def test_a_member_of_every_format_is_handed_to_baton_whatever_scheduler_it_named(
+    joins: tuple[dict[str, dict[str, str]], dict[str, Any]], named: str
+) -> None:
+    """The API server fills in ``default-scheduler`` before the webhook sees a pod, and a
+    pod written for Volcano or scheduler-plugins names their scheduler: a gang member left
+    with either waits for a scheduler that is not Baton, or is placed pod by pod."""
+    meta, spec = joins
+    container = {"name": "c", "resources": {"limits": {keys.GPU: "8"}}}
+    pod = {"metadata": {"name": "w-0", **meta},
+           "spec": {"schedulerName": named, "containers": [container], **spec}}  # fmt: skip
+    assert mutated(pod)["spec"]["schedulerName"] == "baton"
+
+
+def test_a_pod_of_no_gang_keeps_the_scheduler_it_named() -> None:
+    container = {"name": "c", "resources": {"limits": {keys.GPU: "8"}}}
+    pod = {
+        "metadata": {"name": "w-0"},
+        "spec": {"schedulerName": "default-scheduler", "containers": [container]},
+    }
+    assert mutated(pod)["spec"]["schedulerName"] == "default-scheduler"

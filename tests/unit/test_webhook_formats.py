@@ -70,6 +70,13 @@ REFUSED = [
     # (case, object, kind, api, what the message says)
     ("Kueue group without its size", pod({keys.KUEUE_GROUP: "j"}), "Pod", ("", "v1"),
      f'add annotation {keys.KUEUE_TOTAL}: "<members>"'),
+    ("a Kueue group without its size, of the default scheduler (Baton's all the same)",
+     pod({keys.KUEUE_GROUP: "j"}, schedulerName="default-scheduler"), "Pod", ("", "v1"),
+     f'add annotation {keys.KUEUE_TOTAL}: "<members>"'),
+    ("Volcano pods of Volcano's scheduler are Baton's too",
+     pod(annotations={keys.VOLCANO_GROUP: "j", keys.VOLCANO_MIN_MEMBER: "0"},
+         schedulerName="volcano"), "Pod", ("", "v1"),
+     f"{keys.VOLCANO_MIN_MEMBER}: '0' is not a whole number of members"),
     ("Kueue size that is not a number",
      pod({keys.KUEUE_GROUP: "j"}, {keys.KUEUE_TOTAL: "two"}), "Pod", ("", "v1"),
      f"{keys.KUEUE_TOTAL}: 'two' is not a whole number of members"),
@@ -175,8 +182,6 @@ ALLOWED = [
      "PodGroup", PLUGINS),
     ("a CPU pod naming its own team's node",
      pod(gpus=0, schedulerName="default-scheduler", nodeName="n0"), "Pod", ("", "v1")),
-    ("a pod of the default scheduler labelled for Kueue is not Baton's",
-     pod({keys.KUEUE_GROUP: "j"}, schedulerName="default-scheduler"), "Pod", ("", "v1")),
 ]  # fmt: skip
 
 

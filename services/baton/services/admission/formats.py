@@ -135,12 +135,11 @@ def gpus_problem(per_pod: int) -> str | None:
 
 
 def managed(obj: KObject) -> bool:
-    """Baton-managed: a group object, a gang member, or a pod asking for Baton's scheduler."""
+    """Baton-managed: a group object, a pod naming a gang in any format Baton reads, or a
+    pod asking for Baton's scheduler."""
     if not isinstance(obj, KPod):
         return True
-    return obj.spec.scheduler_name == SCHEDULER_NAME or keys.POD_GROUP in (
-        obj.metadata.labels or {}
-    )
+    return obj.spec.scheduler_name == SCHEDULER_NAME or bool(claims(obj))
 
 
 def containers_gpus_problem(pod: KPod) -> str | None:

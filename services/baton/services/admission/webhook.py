@@ -6,7 +6,7 @@ over HTTPS.
 
 Mutating (pods in a team's namespace): label ``baton.io/team``, tolerate the team's
 taint (and its lenders' when the team may borrow), require nodes of those teams, set
-``schedulerName: baton`` for gang members, mark pods that will borrow
+``schedulerName: baton`` for gang members of every format, mark pods that will borrow
 (``baton.io/borrowing: "true"``, optionally a low PriorityClass) and add
 ``kubernetes.io/egress-bandwidth`` when the team has a limit.
 
@@ -191,7 +191,7 @@ def mutate_pod(
     ops += _toleration_patch(state, spec.tolerations, usable)
     if not is_default(state.config):
         ops += affinity_patch(spec.affinity, key=keys.TEAM, values=usable)
-    if keys.POD_GROUP in (meta.labels or {}) and spec.scheduler_name != SCHEDULER_NAME:
+    if claim is not None and spec.scheduler_name != SCHEDULER_NAME:
         ops.append(PatchOp(op="add", path="/spec/schedulerName", value=SCHEDULER_NAME))
     if borrowing and options.borrow_priority_class and not spec.priority_class_name:
         ops.append(
