@@ -102,22 +102,33 @@ async def callout_nats(tmp_path: Path, *, serve_callout: bool = True) -> AsyncIt
         await setup.core.create_namespace({"metadata": {"name": NS}})
         for node in (A, B):
             await setup.core.create_node({"metadata": {"name": node}})
-        task = None
-        if serve_callout:
-            settings = callout.Settings(nats_url=server, cluster=C, ops_port=0,
-                                        nats_nkey_seed_file=seeds["callout"],
-                                        issuer_seed_file=str(issuer_file),
-                                        kick_seed_file=seeds[access.CALLOUT_KICK],
-                                        kubeconfig=sim.kubeconfig)  # fmt: skip
-            ready = asyncio.Event()
-            task = asyncio.create_task(callout.serve(settings, ready=ready), name="callout")
-            await until(ready.is_set, what="the callout subscribed")
         try:
-            yield setup
+            if not serve_callout:
+                yield setup
+                return
+            async with serving_callout(setup):
+                yield setup
         finally:
-            if task is not None:
-                await stop(task, within=10.0, what="callout")
             await client.close()
+
+
+@contextlib.asynccontextmanager
+async def serving_callout(setup: Setup) -> AsyncIterator[None]:
+    """One callout replica of ``setup``'s NATS, from start (subscribed) to stop."""
+    settings = callout.Settings(nats_url=setup.server, cluster=C, ops_port=0,
+                                nats_nkey_seed_file=setup.seeds["callout"],
+                                issuer_seed_file=str(setup.folder / "issuer"),
+                                kick_seed_file=setup.seeds[access.CALLOUT_KICK],
+                                kubeconfig=setup.sim.kubeconfig)  # fmt: skip
+    ready = asyncio.Event()
+    task = asyncio.create_task(callout.serve(settings, ready=ready), name="callout")
+    try:
+        await until(lambda: ready.is_set() or task.done(), what="the callout subscribed")
+        if task.done():
+            task.result()
+        yield
+    finally:
+        await stop(task, within=10.0, what="callout")
 
 
 class Violations:
@@ -420,3 +431,40 @@ async def test_the_kick_user_of_an_included_auth_only_config_closes_a_client(
         finally:
             await kicker.close()
             await admin.close()
+
+
+async def test_a_restarted_callout_closes_the_agents_whose_pods_went_while_it_was_away(
+    tmp_path: Path,
+) -> None:
+    """The callout that let agents A and B in stops; agent-a's pod is deleted meanwhile,
+    with no bridge to say so on the bus. A new callout, which let no one in, reads every
+    server's connections at start and closes agent-a's; agent-b's pod stays, and so does
+    its connection, until that pod goes: the new callout knows it and closes it then."""
+    async with callout_nats(tmp_path, serve_callout=False) as setup:
+        admin = await Bus.connect(setup.server, cluster=C, name="test",
+                                  seed_file=setup.seeds["admin"])  # fmt: skip
+        await admin.ensure_streams()  # the bridge's
+        await admin.close()
+        agents: dict[str, Bus] = {}
+        try:
+            async with serving_callout(setup):
+                for pod, node in (("agent-a", A), ("agent-b", B)):
+                    await setup.pod(pod, node)
+                    token_file = setup.token_file(await setup.token(pod))
+                    agents[node] = await Bus.connect(setup.server, cluster=C, name=f"agent-{node}",
+                                                     token_file=token_file,
+                                                     inbox=access.agent_inbox(node))  # fmt: skip
+            await setup.core.delete_namespaced_pod("agent-a", NS, grace_period_seconds=0)
+            assert agents[A].nc.is_connected  # no callout, no bridge: nothing closed it
+            async with serving_callout(setup):
+                await until(lambda: not agents[A].nc.is_connected, within=10,
+                            what="agent-a closed by the new callout's resync at start")  # fmt: skip
+                assert agents[B].nc.is_connected  # its pod is there
+                async with running_bridge(setup):
+                    await setup.core.delete_namespaced_pod("agent-b", NS, grace_period_seconds=0)
+                    await until(lambda: not agents[B].nc.is_connected, within=10,
+                                what="agent-b closed once its pod went, by a callout that "
+                                "never let it in")  # fmt: skip
+        finally:
+            for agent in agents.values():
+                await agent.close()

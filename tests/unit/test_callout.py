@@ -338,7 +338,8 @@ async def test_the_callout_answers_a_signed_request_with_a_signed_user_or_an_err
     response = claims.decode(answer.decode(), kind="authorization_response", issuer_prefix="A")
     assert (response["iss"], response["sub"], response["aud"]) == (key, "UONE", "NSERVERID")
     user = claims.decode(response["nats"]["jwt"], kind="user", issuer_prefix="A")
-    assert user["iss"] == key and user["sub"] == "UONE" and user["name"] == "agent-gpu-0"
+    assert user["iss"] == key and user["sub"] == "UONE"
+    assert user["name"] == "agent-gpu-0/gpu-0/baton-agent-x1/"  # node user, node, pod, pod uid
     callout_ = shell.Callout(issuer_seed=issuer, policy=POLICY, review=broken, clock=lambda: NOW)
     refused = await callout_.answer(server_request("the-token"))
     assert refused is not None

@@ -17,7 +17,7 @@ from baton.proto.codec import encode
 from baton.services.callout import core, revoking, shell
 from baton.services.callout import main as callout
 from baton.services.cli.natsconfig import render, specs
-from tests.unit.test_callout import NOW, POLICY, review, server_request
+from tests.unit.test_callout import NOW, POLICY, review, rights, server_request
 
 pytestmark = pytest.mark.unit
 C = "c1"
@@ -100,14 +100,17 @@ async def test_the_callout_kicks_what_it_let_in_once_its_pod_is_deleted() -> Non
     assert callout_.connections == ()
 
 
-def test_the_kick_user_lives_in_the_system_account_and_may_only_kick() -> None:
+def test_the_kick_user_lives_in_the_system_account_and_may_only_kick_or_list() -> None:
     found = access.users(specs(), C, callout=True)
     kick = next(u for u in found if u.name == access.CALLOUT_KICK)
     config = access.server_config(found, callout_issuer="A" + "B" * 55)
     assert config["system_account"] == access.SYSTEM_ACCOUNT
     (user,) = config["accounts"][access.SYSTEM_ACCOUNT]["users"]
     assert user["nkey"] == kick.public_key
-    assert user["permissions"]["publish"]["allow"] == ["$SYS.REQ.SERVER.*.KICK"]
+    assert user["permissions"]["publish"]["allow"] == [
+        "$SYS.REQ.SERVER.*.KICK",
+        "$SYS.REQ.SERVER.*.CONNZ",  # every server's connections: what a restart forgot
+    ]
     assert user["permissions"]["subscribe"]["allow"] == [kick.inbox]  # its replies alone
     in_global = [u["nkey"] for u in config["authorization"]["users"]]
     assert kick.public_key not in in_global  # not a user of Baton's own account
@@ -173,3 +176,59 @@ def test_auth_only_carries_the_system_account_when_the_callout_has_one() -> None
     assert "\naccounts: {" in text
     plain = render(access.server_config(access.users(specs(), C)), auth_only=True)
     assert "accounts" not in plain and "system_account" not in plain
+
+
+def listed(cid: int, user: str, server: str = "NS1") -> tuple[str, dict[str, Any]]:
+    """One CONNZ entry, as nats-server lists a connection (``auth: true``)."""
+    return server, {"cid": cid, "authorized_user": user, "name": "agent", "kind": "Client"}
+
+
+def test_a_connection_the_callout_let_in_is_known_again_by_its_user_name() -> None:
+    grant = core.decide(review(extra={core.NODE_NAME: ["gpu-0"], core.POD_NAME: ["agent-x"],
+                                      core.POD_UID: ["u1"]}),
+                        POLICY, NOW, rights)  # fmt: skip
+    assert isinstance(grant, core.Grant)
+    server, info = listed(7, core.user_name(grant))
+    assert revoking.listed(server, info, expires=int(NOW + 600)) == conn(7)
+    for other in ("UABC", "agent-gpu-0", "callout", "a/b/c/d", "agent-gpu-0//agent-x/u1",
+                  "agent-gpu-0/gpu-0//u1"):  # fmt: skip
+        assert revoking.listed(*listed(8, other), expires=0) is None, other
+
+
+def test_a_resync_keeps_connections_of_pods_still_there_and_closes_the_rest() -> None:
+    found = (conn(1), conn(2, pod="agent-y", uid="u2"), conn(3, pod="agent-z", uid="u3"),
+             conn(4, pod="agent-w", uid=""))  # fmt: skip
+    pods = {"agent-x": "u1", "agent-y": "u2-new", "agent-w": "u9"}  # y: another pod of its name
+    keep, close = revoking.stale(found, pods)
+    assert [c.cid for c in keep] == [1, 4] and [c.cid for c in close] == [2, 3]
+    assert [c.cid for c in revoking.merged((conn(1), conn(5)), found)] == [1, 5, 2, 3, 4]
+
+
+async def test_a_restarted_callout_learns_the_connections_it_forgot_and_closes_the_gone_ones() -> (
+    None
+):
+    kicked: list[tuple[str, int]] = []
+
+    async def kick(server_id: str, cid: int) -> str:
+        kicked.append((server_id, cid))
+        return "" if cid != 3 else "no such client"  # another replica closed it first
+
+    async def listing() -> list[tuple[str, dict[str, Any]]]:
+        there = [listed(1, "agent-gpu-0/gpu-0/agent-x/u1"), listed(2, "UAKEY"),
+                 listed(3, "agent-gpu-1/gpu-1/agent-y/u2", server="NS2")]  # fmt: skip
+        return [(s, i) for s, i in there if (s, i["cid"]) not in kicked]  # closed: not listed
+
+    async def pods() -> dict[str, str]:
+        return {"agent-x": "u1"}  # agent-y went while no callout listened
+
+    async def unused(token: str, audience: str) -> core.Review:
+        raise AssertionError("no review in a resync")
+
+    callout_ = shell.Callout(issuer_seed=new_account_seed(), policy=POLICY, review=unused,
+                             kick=kick, listing=listing, pods=pods, clock=lambda: NOW)  # fmt: skip
+    closed = await callout_.resync()
+    assert [(c.server_id, c.cid) for c in closed] == [("NS2", 3)] == kicked
+    assert [(c.pod, c.cid) for c in callout_.connections] == [("agent-x", 1)]
+    assert await callout_.resync() == [] and len(callout_.connections) == 1  # nothing twice
+    closed = await callout_.revoke(encode(pod_deleted("agent-x")))  # known again: closed
+    assert [c.cid for c in closed] == [1]

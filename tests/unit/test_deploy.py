@@ -88,7 +88,13 @@ def test_only_the_actuator_writes() -> None:
     for name in ("baton-bridge", "baton-actuator", "baton-callout"):
         (subject,) = bindings[name]["subjects"]
         assert subject == {"kind": "ServiceAccount", "name": name, "namespace": CONTROL}
-    assert not of("RoleBinding")
+    # the one namespaced right: the callout lists the agents' pods (which are still there)
+    (listing,) = of("Role").values()
+    assert listing["metadata"]["namespace"] == AGENTS
+    assert listing["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    (bound,) = of("RoleBinding").values()
+    assert bound["roleRef"]["name"] == listing["metadata"]["name"]
+    assert bound["subjects"] == [bindings["baton-callout"]["subjects"][0]]
 
 
 def _checks(rule: dict[str, Any], checks: set[tuple[str, str, str]]) -> set[str]:
@@ -130,7 +136,8 @@ def test_every_object_names_its_namespace() -> None:
         if doc["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in doc["metadata"], doc["metadata"]["name"]
             continue
-        expected = AGENTS if doc["metadata"]["name"] == "baton-agent" else CONTROL
+        agents = doc["metadata"]["name"] == "baton-agent" or doc["kind"] in ("Role", "RoleBinding")
+        expected = AGENTS if agents else CONTROL
         assert doc["metadata"].get("namespace") == expected, doc["metadata"]["name"]
     namespaces = of("Namespace")
     labels = namespaces[CONTROL]["metadata"]["labels"]

@@ -309,7 +309,10 @@ CALLOUT_PERMISSIONS = Permissions(publish=("$SYS._INBOX.>",), subscribe=(AUTH_RE
 CALLOUT_KICK = "callout-kick"
 SYSTEM_ACCOUNT = "SYS"
 KICK_REQUESTS = "$SYS.REQ.SERVER.*.KICK"
-CALLOUT_KICK_PERMISSIONS = Permissions(publish=(KICK_REQUESTS,), subscribe=())
+# every server's connections ($SYS.REQ.SERVER.PING.CONNZ, then one server's next page):
+# how a restarted callout learns the agents' connections it let in before
+CONNZ_REQUESTS = "$SYS.REQ.SERVER.*.CONNZ"
+CALLOUT_KICK_PERMISSIONS = Permissions(publish=(KICK_REQUESTS, CONNZ_REQUESTS), subscribe=())
 
 
 def callout_permissions(cluster: str) -> Permissions:

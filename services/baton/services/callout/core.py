@@ -116,6 +116,16 @@ def decide(review: Review | None, policy: Policy, now: float, rights: Rights) ->
                  pod_uid=uid)  # fmt: skip
 
 
+USER_SEP = "/"  # in no node, pod or uid name (DNS subdomains, UUIDs)
+
+
+def user_name(grant: Grant) -> str:
+    """The name of the NATS user made for ``grant``, as the server reports it (CONNZ
+    ``authorized_user``): the node's user name, the node, its pod and the pod's uid, so
+    that a callout that restarted can tell whose connection it is (``revoking.listed``)."""
+    return USER_SEP.join((grant.name, grant.node, grant.pod, grant.pod_uid))
+
+
 def user_claims(grant: Grant, *, user_key: str, now: float) -> dict[str, Any]:
     """The ``user`` claims of ``grant`` for the server's one-time ``user_key``."""
     allowed = grant.permissions
@@ -127,7 +137,7 @@ def user_claims(grant: Grant, *, user_key: str, now: float) -> dict[str, Any]:
         "exp": grant.expires,
         "sub": user_key,
         "aud": GLOBAL_ACCOUNT,
-        "name": grant.name,
+        "name": user_name(grant),
         "nats": {
             "pub": publish,
             "sub": {"allow": list(allowed.subscribe)},

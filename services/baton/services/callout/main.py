@@ -5,8 +5,10 @@ Each node agent connects with its pod's projected ServiceAccount token (audience
 to ``$SYS.REQ.USER.AUTH``), which asks Kubernetes a TokenReview and answers with a
 user that may do exactly what its node's agent may (``access.agent_permissions``).
 When a pod in the agents' namespace, or a node, is deleted (the bridge's event), each
-replica closes the agents' connections it let in for it (``revoking``). See
-docs/security.md. Replicas share the answers (a queue group); each remembers its own.
+replica closes the agents' connections it let in for it (``revoking``); at start and
+every ``resync_s`` each reads every server's agent connections and the agents' pods, and
+closes the connections of pods gone meanwhile. See docs/security.md. Replicas share the
+answers (a queue group).
 
 | key | default | meaning |
 |---|---|---|
@@ -14,6 +16,7 @@ docs/security.md. Replicas share the answers (a queue group); each remembers its
 | ``BATON_NATS_NKEY_SEED_FILE`` | required | its own NATS user (``nats-config --callout``) |
 | ``BATON_CALLOUT_ISSUER_SEED_FILE`` | required | account seed (``SA...``) signing answers |
 | ``BATON_CALLOUT_KICK_SEED_FILE`` | | its ``callout-kick`` user: closes gone pods' agents |
+| ``BATON_CALLOUT_RESYNC_S`` | ``300`` | how often it reads every agent connection and pod |
 | ``BATON_CALLOUT_NAMESPACE`` | ``baton-agent`` | the agents' ServiceAccount's namespace |
 | ``BATON_CALLOUT_SERVICE_ACCOUNT`` | ``baton-agent`` | the agents' ServiceAccount |
 | ``BATON_CALLOUT_AUDIENCE`` | ``nats`` | the audience tokens must be for |
@@ -64,10 +67,12 @@ class Settings(Base, frozen=True, kw_only=True):
     max_s: int = 3600
     kubeconfig: str = ""
     kick_seed_file: str = ""
+    resync_s: float = 300.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(PREFIX, {"MAX_S": self.max_s > 0, "AUDIENCE": bool(self.audience),
+                         "RESYNC_S": self.resync_s > 0,
                          "NAMESPACE": bool(self.namespace),
                          "SERVICE_ACCOUNT": bool(self.service_account)})  # fmt: skip
 
@@ -101,22 +106,37 @@ def settings_from(env: dict[str, Any], file: str | None = None) -> Settings:
     return settings
 
 
-async def kicker(settings: Settings) -> tuple[shell.Kicker | None, Any]:
-    """The kicker and its system-account connection (None, None: no kick seed)."""
+async def system_connection(settings: Settings) -> Any:
+    """The ``callout-kick`` user's connection (None: no kick seed)."""
     if not settings.kick_seed_file:
         log.warning("callout: no BATON_CALLOUT_KICK_SEED_FILE: agents keep their connection "
                     "after their pod is deleted, until their token expires")  # fmt: skip
-        return None, None
+        return None
     options = auth_options(seed_file=settings.kick_seed_file, ca_file=settings.nats_ca_file)
-    nc = await nats.connect(settings.nats_url, name="callout-kick", **options)
-    return shell.nats_kicker(nc), nc
+    return await nats.connect(settings.nats_url, name="callout-kick", **options)
+
+
+async def resyncing(callout: shell.Callout, every: float) -> None:
+    """``callout.resync`` now and every ``every`` seconds; a failed one is logged and
+    tried again at the next."""
+    while True:
+        try:
+            await callout.resync()
+        except Exception as exc:  # NATS or the API away: the deletions still close agents
+            log.warning("callout: resync failed", error=f"{type(exc).__name__}: {exc}")
+        await asyncio.sleep(every)
 
 
 async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
     client = await api_client(settings.kubeconfig)
-    kick, kick_nc = await kicker(settings)
-    callout = shell.Callout(issuer_seed=issuer_seed(settings), policy=settings.policy(),
-                            review=shell.kube_reviewer(client), kick=kick)  # fmt: skip
+    kick_nc = await system_connection(settings)
+    kick = shell.nats_kicker(kick_nc) if kick_nc is not None else None
+    callout = shell.Callout(
+        issuer_seed=issuer_seed(settings), policy=settings.policy(),
+        review=shell.kube_reviewer(client), kick=kick,
+        listing=shell.nats_lister(kick_nc) if kick_nc is not None else None,
+        pods=shell.kube_pod_lister(client, settings.namespace),
+    )  # fmt: skip
     bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name="callout",
                             ca_file=settings.nats_ca_file,
                             seed_file=settings.nats_nkey_seed_file)  # fmt: skip
@@ -126,6 +146,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
             wanted = subjects.wildcard(settings.cluster, subjects.K8S, kind, ">")
             gone.append(await bus.nc.subscribe(wanted, cb=callout.handle_k8s))
     sub = await bus.nc.subscribe(SUBJECT, queue=QUEUE, cb=callout.handle)
+    resync = asyncio.create_task(resyncing(callout, settings.resync_s), name="callout resync")
     ops = await serve_ops(settings.ops_port, ready=lambda: bus.nc.is_connected, service="callout")
     log.info("callout serving", issuer=callout.issuer, subject=SUBJECT, ops_port=ops.port,
              agents=settings.policy().username)  # fmt: skip
@@ -134,6 +155,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     try:
         await asyncio.Event().wait()
     finally:
+        resync.cancel()
+        await asyncio.gather(resync, return_exceptions=True)
         await sub.unsubscribe()
         for each in gone:
             await each.unsubscribe()

@@ -9,14 +9,22 @@ gone). A pod that goes while its token is being reviewed is remembered for
 ``GONE_KEPT_S``: a grant for it is then refused. A connection is known by its server's
 id and its client id there; a restarted server has a new id, so a stale entry can never
 close another client.
+
+A callout that restarts has forgotten what it let in, and one disconnected from NATS
+misses deletions. So each replica also reads every server's connections (CONNZ: the user
+name the callout gave each agent, ``core.user_name``, says its node, pod and pod uid), and
+closes those whose pod is no longer in the agents' namespace (``stale``): at start and
+every ``resync_s``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from baton.proto import k8s
-from baton.services.callout.core import Grant, Request
+from baton.services.callout.core import USER_SEP, Grant, Request
 
 GONE_KEPT_S = 120.0  # longer than any TokenReview (the API client's timeout)
 
@@ -86,7 +94,40 @@ def recent(
     return kept if new is None else (*kept, (new, now))
 
 
-def still_there(grant: Grant, gone: tuple[tuple[Gone, float], ...]) -> bool:
+def still_there(grant: Grant | Connection, gone: tuple[tuple[Gone, float], ...]) -> bool:
     """Whether ``grant``'s pod and node are not among those just gone (its review may
-    have started before they went)."""
+    have started before they went; a connection listed may have been let in before)."""
     return not any(g.takes(grant) for g, _ in gone)
+
+
+def listed(server_id: str, info: Mapping[str, Any], *, expires: int) -> Connection | None:
+    """A connection the server lists (one CONNZ entry) that the callout let in, None for
+    any other (a service's nkey user, a client of another account). ``expires``: when
+    to forget it at the latest (the server does not say the user's expiry)."""
+    name, cid = info.get("authorized_user"), info.get("cid")
+    if not isinstance(name, str) or not isinstance(cid, int) or name.count(USER_SEP) != 3:
+        return None
+    user, node, pod, uid = name.split(USER_SEP)
+    if not user.startswith("agent-") or not node or not pod:
+        return None
+    return Connection(server_id=server_id, cid=cid, node=node, pod=pod, pod_uid=uid,
+                      expires=expires)  # fmt: skip
+
+
+def stale(
+    found: tuple[Connection, ...], pods: Mapping[str, str]
+) -> tuple[tuple[Connection, ...], tuple[Connection, ...]]:
+    """(those to remember, those to close): a connection whose pod is not among the
+    agents' ``pods`` (name -> uid) now, or is another pod of that name, is closed."""
+
+    def there(c: Connection) -> bool:
+        uid = pods.get(c.pod)
+        return uid is not None and not (uid and c.pod_uid and uid != c.pod_uid)
+
+    return tuple(c for c in found if there(c)), tuple(c for c in found if not there(c))
+
+
+def merged(known: tuple[Connection, ...], found: tuple[Connection, ...]) -> tuple[Connection, ...]:
+    """``known`` and the connections ``found`` it did not have (by server and client id)."""
+    have = {(c.server_id, c.cid) for c in known}
+    return (*known, *(c for c in found if (c.server_id, c.cid) not in have))

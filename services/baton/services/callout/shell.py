@@ -8,7 +8,10 @@ its reason and the client's name and address, never the token.
 
 Revocation: the connections let in are remembered (server id, client id, pod, node);
 the bridge's deletion of a pod in the agents' namespace, or of a node, closes theirs
-(``revoking``; a ``Kicker`` asks the server, ``$SYS.REQ.SERVER.<id>.KICK``).
+(``revoking``; a ``Kicker`` asks the server, ``$SYS.REQ.SERVER.<id>.KICK``). A resync
+(``Callout.resync``: at start and every ``resync_s``) reads every server's connections
+(a ``Lister``, CONNZ) and the agents' pods (a ``PodLister``): it learns the connections
+a restarted replica forgot and closes those whose pod went while no one listened.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import structlog
 from kubernetes_asyncio.client import (
     ApiClient,
     AuthenticationV1Api,
+    CoreV1Api,
     V1TokenReview,
     V1TokenReviewSpec,
 )
@@ -54,6 +58,9 @@ Reviewer = Callable[[str, str], Awaitable[core.Review]]  # (token, audience) -> 
 # (server id, client id) -> "" when the server closed it, else why not
 Kicker = Callable[[str, int], Awaitable[str]]
 KICK_SUBJECT = "$SYS.REQ.SERVER.{server}.KICK"
+CONNZ_SUBJECT = "$SYS.REQ.SERVER.{server}.CONNZ"  # server "PING": every server answers
+Lister = Callable[[], Awaitable[list[tuple[str, dict[str, Any]]]]]  # (server id, CONNZ entry)
+PodLister = Callable[[], Awaitable[dict[str, str]]]  # the agents' pods now: name -> uid
 
 
 def nats_kicker(nc: Any, *, timeout: float = 2.0) -> Kicker:
@@ -74,6 +81,55 @@ def nats_kicker(nc: Any, *, timeout: float = 2.0) -> Kicker:
         return str(error) if error else ""
 
     return kick
+
+
+def nats_lister(nc: Any, *, gather_s: float = 1.0, page: int = 1024) -> Lister:
+    """Every server's client connections of the global account, through ``nc`` (the
+    ``callout-kick`` user): one CONNZ to all servers (``PING``; the answers that come
+    within ``gather_s``), then each server's further pages by its id."""
+
+    def ask(offset: int) -> bytes:
+        wanted = {"auth": True, "acc": core.GLOBAL_ACCOUNT, "limit": page, "offset": offset}
+        return json.dumps(wanted).encode()
+
+    async def listing() -> list[tuple[str, dict[str, Any]]]:
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        answers: list[dict[str, Any]] = []
+        try:
+            await nc.publish(CONNZ_SUBJECT.format(server="PING"), ask(0), reply=inbox)
+            deadline = time.monotonic() + gather_s
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    answers.append(json.loads((await sub.next_msg(timeout=left)).data))
+                except TimeoutError:
+                    break
+        finally:
+            await sub.unsubscribe()
+        found: list[tuple[str, dict[str, Any]]] = []
+        for answer in answers:
+            server, data = answer["server"]["id"], answer["data"]
+            listed = list(data.get("connections") or ())
+            while len(listed) < data.get("total", 0) and data.get("connections"):
+                reply = await nc.request(CONNZ_SUBJECT.format(server=server),
+                                         ask(len(listed)), timeout=gather_s * 5)  # fmt: skip
+                data = json.loads(reply.data)["data"]
+                listed += data.get("connections") or ()
+            found += [(server, info) for info in listed]
+        return found
+
+    return listing
+
+
+def kube_pod_lister(client: ApiClient, namespace: str) -> PodLister:
+    """The agents' pods (name -> uid) as the API server has them now."""
+    api = CoreV1Api(client)
+
+    async def pods() -> dict[str, str]:
+        found = await api.list_namespaced_pod(namespace)
+        return {p.metadata.name: p.metadata.uid or "" for p in found.items}
+
+    return pods
 
 
 def token_expiry(token: str) -> float | None:
@@ -121,6 +177,8 @@ class Callout:
         policy: core.Policy,
         review: Reviewer,
         kick: Kicker | None = None,
+        listing: Lister | None = None,
+        pods: PodLister | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.pair = account_pair(issuer_seed)
@@ -128,6 +186,7 @@ class Callout:
         self.policy = policy
         self.review = review
         self.kick = kick  # None: connections are not remembered, nor closed
+        self.listing, self.pods = listing, pods  # None: no resync
         self.clock = clock
         self.connections: tuple[revoking.Connection, ...] = ()
         self.gone: tuple[tuple[revoking.Gone, float], ...] = ()  # just deleted: refused
@@ -200,16 +259,43 @@ class Callout:
         gone = revoking.gone_of(event, self.policy.namespace)
         self.gone = revoking.recent(self.gone, gone, self.clock())
         self.connections, closing = revoking.revoked(self.connections, gone, self.clock())
+        await self._close(closing)
+        return list(closing)
+
+    async def resync(self) -> list[revoking.Connection]:
+        """Learn every agent connection the servers list (those a restarted replica
+        forgot, and other replicas') and close those whose pod is gone (deleted while
+        this replica was away or not listening); the connections closed. The servers
+        are read before the pods: a pod deleted in between is closed now, one deleted
+        after is heard from the bridge or at the next resync."""
+        if self.kick is None or self.listing is None or self.pods is None:
+            return []
+        until = int(self.clock() + self.policy.max_s)  # the server does not say a user's expiry
+        listed = [
+            revoking.listed(server, info, expires=until) for server, info in await self.listing()
+        ]
+        found = tuple(c for c in listed if c is not None)
+        keep, closing = revoking.stale(found, await self.pods())
+        closing += tuple(c for c in keep if not revoking.still_there(c, self.gone))
+        shut = {(c.server_id, c.cid) for c in closing}
+        self.connections = tuple(c for c in revoking.merged(self.connections, keep)
+                                 if (c.server_id, c.cid) not in shut)  # fmt: skip
+        await self._close(closing)
+        log.info("callout: resynced agent connections", listed=len(found),
+                 remembered=len(self.connections), closed=len(closing))  # fmt: skip
+        return list(closing)
+
+    async def _close(self, closing: tuple[revoking.Connection, ...]) -> None:
         for conn in closing:
             assert self.kick is not None  # nothing is remembered without one
             why = await self.kick(conn.server_id, conn.cid)
-            KICKS.labels("failed" if why else "closed").inc()
+            absent = "no such client" in why.lower()  # closed already (another replica)
+            KICKS.labels("absent" if absent else "failed" if why else "closed").inc()
             where = {"node": conn.node, "pod": conn.pod, "server": conn.server_id, "cid": conn.cid}
-            if why:
+            if why and not absent:
                 log.warning("callout: could not disconnect agent", error=why, **where)
             else:
                 log.info("callout: agent disconnected, its pod or node gone", **where)
-        return list(closing)
 
     async def handle_k8s(self, msg: Msg) -> None:
         await self.revoke(msg.data)
