@@ -19,7 +19,12 @@ run itself as admin. For ``duration`` seconds:
   why, and none applied (``forging``);
 - once, a replica of admission whose clock runs 15 TTLs ahead joins: it must leave the
   healthy leader alone, and once it has led and died, a real replica must take over
-  within 6 TTLs (``forging.skewed_replica``).
+  within 6 TTLs (``forging.skewed_replica``);
+- once, the JetStream store fills up (NATS runs on a tmpfs of ``STORE_MIB`` in a mount
+  namespace of its own; a filler takes every free byte): NATS's ``/healthz`` fails and
+  the services say they are not ready; then the filler is removed and the run does what
+  ``baton up`` does (``cli.store.Disabled``: once ``/healthz`` has failed ``DOWN_S``
+  with room again, nats-server is restarted on the same store), and work resumes.
 
 Then the trace ends, Baton settles, and the run checks, from the API and the streams:
 no gang partly bound; no node over-allocated; every action answered (lost: 0), none
@@ -33,8 +38,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
+import shlex
+import shutil
 import signal
 import tempfile
 import time
@@ -53,13 +61,16 @@ from baton.libs.runner.leasing import Held, leases_bucket
 from baton.proto import k8s, keys, subjects
 from baton.proto.actions import ActionResult, AnyAction
 from baton.proto.deadletter import DeadLetter
+from baton.services.cli.natsconfig import write_config
 from baton.services.cli.processes import Child, baton, free_port, nats_server_binary, port_open
 from baton.services.cli.stack import write_nats_auth
+from baton.services.cli.store import Disabled
 from tests.chaos import forging
 from tests.pipeline import every
 
 SERVICES = ("bridge", "actuator", "admission", "gang")
 C = "c1"
+STORE_MIB = 384  # the store's tmpfs: HISTORY reserves 256 MiB for a small cluster
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,8 @@ class Report:
     counts: dict[str, Any] = field(default_factory=dict)
     forged: list[forging.Forgery] = field(default_factory=list)
     skew: tuple[bool, float | None] | None = None  # (left the leader alone, takeover s)
+    # (NATS unhealthy once full, the replicas not ready then, NATS healthy once freed)
+    full_store: tuple[bool, list[str], bool] | None = None
 
     @property
     def ok(self) -> bool:
@@ -133,15 +146,40 @@ class Stack:
         self.url = f"nats://127.0.0.1:{self.nats_port}"
         self.kubeconfig = run / "kubeconfig"
         config, self.seeds = write_nats_auth(C, run)  # as baton up: one nkey per service
-        self.nats = Child("nats", [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p",
-                                   str(self.nats_port), "-sd", str(run / "js"), "-c", str(config)],
-                          self.logs / "nats.log")  # fmt: skip
+        self.monitor = free_port()
+        self.store = run / "js"
+        self.store.mkdir()
+        server = [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.nats_port),
+                  "-m", str(self.monitor), "-sd", str(self.store),
+                  "-c", str(_sized(config))]  # fmt: skip
+        # one mount namespace for the run (the tmpfs outlives each nats-server in it); the
+        # loop is the supervisor: a server that exits is started again 2 s later
+        script = (f"mount -t tmpfs -o size={STORE_MIB}m none {self.store} && "
+                  f"while true; do {shlex.join(server)}; sleep 2; done")  # fmt: skip
+        self.nats = Child("nats", ["unshare", "-rm", "sh", "-c", script], self.logs / "nats.log")
         self.replicas: list[Child] = []
         self.sim: Child | None = None
 
+    @property
+    def store_seen(self) -> Path:
+        """The store as its mount namespace has it (the tmpfs), from outside."""
+        assert self.nats.process is not None
+        return Path(f"/proc/{self.nats.process.pid}/root{self.store}")
+
+    def server_pid(self) -> int:
+        """The nats-server the namespace's loop runs now (0 while it waits to restart)."""
+        assert self.nats.process is not None
+        pid = self.nats.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return next((int(c) for c in children if "nats-server" in _argv0(int(c))), 0)
+
     def start(self, trace: Path) -> None:
+        if shutil.which("unshare") is None:
+            raise RuntimeError("the chaos run needs unshare (util-linux) for NATS's tmpfs store")
         self.nats.start()
-        _wait(lambda: port_open(self.nats_port), 20, "nats")
+        _wait(lambda: port_open(self.nats_port) or not self.nats.alive, 20, "nats")
+        if not self.nats.alive:
+            raise RuntimeError(f"nats (in its mount namespace) did not start:\n{self.nats.tail()}")
         argv = baton("sim", "--nodes", str(self.plan.nodes), "--listen")
         argv += [f"127.0.0.1:{free_port()}", "--kubeconfig", str(self.kubeconfig)]
         argv += ["--trace", str(trace), "--speed", "1"]
@@ -150,7 +188,8 @@ class Stack:
         _wait(self.kubeconfig.exists, 120, "simcluster")
         env = {"BATON_NATS_URL": self.url, "BATON_CLUSTER": C, "KUBECONFIG": str(self.kubeconfig),
                "BATON_LEASE_TTL_S": str(self.plan.ttl), "BATON_STOP_GRACE_S": "3",
-               "BATON_GANG_REQUIRE_ADMISSION": "1", "BATON_GANG_CYCLE_INTERVAL": "0.2"}  # fmt: skip
+               "BATON_GANG_REQUIRE_ADMISSION": "1", "BATON_GANG_CYCLE_INTERVAL": "0.2",
+               "BATON_CLUSTER_NODES": str(self.plan.nodes)}  # HISTORY sized for it  # fmt: skip
         for service in SERVICES:
             for i in range(1, self.plan.replicas + 1):
                 name = f"{service}-{i}"
@@ -166,7 +205,27 @@ class Stack:
             child.stop(grace=5)
         if self.sim is not None:
             self.sim.stop()
-        self.nats.stop()
+        if self.nats.alive and self.nats.process is not None:  # the loop and its server
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.nats.process.pid, signal.SIGTERM)
+            self.nats.stop(grace=10)
+
+
+def _sized(config: Path) -> Path:
+    """``config`` with JetStream's limit set: on a small disk nats-server would let
+    JetStream reserve only 75% of it (``cli.store``), less than HISTORY's reservation."""
+    lines = config.read_text().splitlines()
+    body = json.loads("\n".join(line for line in lines if not line.startswith("#")))
+    body["jetstream"] = {"max_file_store": 1024**3}
+    sized = config.with_name("nats-sized.conf")
+    write_config(sized, body)
+    return sized
+
+
+def _argv0(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    return ""
 
 
 def _wait(check: Any, within: float, what: str) -> None:
@@ -220,6 +279,7 @@ async def chaos(plan: Plan, *, keep: Path | None = None) -> Report:
             stack.start(trace)
             bus = await Bus.connect(stack.url, cluster=C, name="chaos",
                                     seed_file=stack.seeds["admin"])  # fmt: skip
+            bus.nodes = plan.nodes  # HISTORY sized for the cluster, as the services size it
             try:
                 await bus.ensure_streams()
                 await _until_led(bus, within=60)
@@ -245,6 +305,7 @@ async def _rampage(stack: Stack, bus: Bus, rng: random.Random, report: Report) -
     plan = stack.plan
     began = time.monotonic()
     nats_at, pause_at = plan.duration / 3, 2 * plan.duration / 3
+    full_at = 5 * plan.duration / 6
     forge_at = plan.duration / 6
     actions_at, skew_at = plan.duration / 4, plan.duration / 2
     next_kill = plan.every
@@ -280,9 +341,14 @@ async def _rampage(stack: Stack, bus: Bus, rng: random.Random, report: Report) -
         if skew_at and now >= skew_at:
             skew_at = 0
             await _skew(stack, bus, report, now)
+        if full_at and now >= full_at:
+            full_at = 0
+            await _fill_store(stack, report, now)
         await asyncio.sleep(0.1)
     for _, child in pending:
         child.start()
+    if full_at:  # a takeover waited past its time (each kill waits up to 30 s for one)
+        await _fill_store(stack, report, time.monotonic() - began)
 
 
 async def _kill(victim: Child, bus: Bus, report: Report, now: float) -> None:
@@ -310,16 +376,88 @@ async def _takeover(bus: Bus, service: str, before: Held, *, within: float) -> f
 
 
 async def _restart_nats(stack: Stack, report: Report, now: float) -> None:
-    assert stack.nats.process is not None
-    os.kill(stack.nats.process.pid, signal.SIGKILL)
-    stack.nats.process.wait()
-    await asyncio.sleep(2.0)
-    stack.nats.start()
     began = time.monotonic()
+    os.kill(stack.server_pid(), signal.SIGKILL)  # the namespace's loop starts it 2 s later
+    await asyncio.sleep(0.5)
     await asyncio.to_thread(_wait, lambda: port_open(stack.nats_port), 20, "nats")
+    report.events.append(f"{now:6.1f} s: NATS killed, back after {time.monotonic() - began:.1f} s")
+
+
+async def _fill_store(stack: Stack, report: Report, now: float) -> None:
+    """Fill the store to the last byte; once NATS says it is unhealthy, free it and
+    restart nats-server as ``baton up`` would (``Disabled``); wait until it is healthy."""
+    began = time.monotonic()
+    filler = stack.store_seen / "filler"
+    _fill(filler)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        unhealthy = await _until_async(lambda: _healthy(http, stack.monitor), False, within=60)
+        unready: set[str] = set()  # each replica asks JetStream every 5 s (storage.Watch)
+        for _ in range(24):
+            unready |= set(await _unready(http, stack))
+            if len(unready) >= sum(c.alive for c in stack.replicas):
+                break
+            await asyncio.sleep(0.5)
+        filler.unlink()
+        disabled = Disabled(stack.store_seen)  # the tmpfs's free space, as baton up reads its store
+        while not await disabled.check(http, monitor=stack.monitor, now=time.monotonic()):
+            if time.monotonic() - began > 180:
+                break
+            await asyncio.sleep(0.5)
+        restarted = time.monotonic() - began
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stack.server_pid(), signal.SIGTERM)  # baton up's restart_nats
+        healthy = await _until_async(lambda: _healthy(http, stack.monitor), True, within=90)
+    report.full_store = (unhealthy, sorted(unready), healthy)
     report.events.append(
-        f"{now:6.1f} s: NATS killed, back after {2 + time.monotonic() - began:.1f} s"
+        f"{now:6.1f} s: JetStream store filled; NATS unhealthy: {unhealthy}, replicas not "
+        f"ready: {', '.join(sorted(unready)) or 'none'}; freed, nats-server restarted after "
+        f"{restarted:.0f} s, healthy again: {healthy} ({time.monotonic() - began:.0f} s in all)"
     )
+
+
+def _fill(path: Path) -> None:
+    """Take every free byte of ``path``'s file system (a file of the free space, then
+    4 KiB blocks until there is no room: what nats-server writes next fails)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        with contextlib.suppress(OSError):
+            os.posix_fallocate(fd, 0, max(1, shutil.disk_usage(path.parent).free - 65536))
+        with contextlib.suppress(OSError):
+            while os.write(fd, b"\0" * 4096):
+                pass
+    finally:
+        os.close(fd)
+
+
+async def _healthy(http: aiohttp.ClientSession, monitor: int) -> bool:
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+        async with http.get(f"http://127.0.0.1:{monitor}/healthz") as response:
+            return response.status == 200
+    return False
+
+
+async def _unready(http: aiohttp.ClientSession, stack: Stack) -> list[str]:
+    """The live replicas whose ``/readyz`` does not answer 200."""
+    found = []
+    for child in stack.replicas:
+        if child.alive:
+            url = f"http://127.0.0.1:{child.env['BATON_OPS_PORT']}/readyz"
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with http.get(url) as response:
+                    if response.status == 200:
+                        continue
+            found.append(child.name)
+    return found
+
+
+async def _until_async(check: Any, wanted: bool, *, within: float) -> bool:
+    """Whether ``await check()`` became ``wanted`` within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await check() == wanted:
+            return True
+        await asyncio.sleep(0.5)
+    return False
 
 
 async def _forge_node(bus: Bus, report: Report, now: float) -> None:
@@ -441,6 +579,13 @@ def _trust_checks(
         report.checks["a skewed replica neither steals a lease nor slows a takeover"] = (
             ok, f"left the leader alone: {alone}; takeover after it died: {took} s (<= {bound} s)"
         )  # fmt: skip
+    if report.full_store is not None:
+        unhealthy, unready, healthy = report.full_store
+        report.checks["a full store is seen (not ready) and, freed, works again by itself"] = (
+            unhealthy and bool(unready) and healthy,
+            f"NATS unhealthy when full: {unhealthy}; replicas not ready then: {len(unready)}; "
+            f"healthy once freed: {healthy}",
+        )
 
 
 def _violations(log: Path) -> list[str]:
