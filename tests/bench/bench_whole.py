@@ -32,7 +32,7 @@ fill the cluster). With
 test's rule - and before stopping records the bus (``baton replay --record``) and replays
 it (``baton replay --compare``), printing the verdict. It prints GPUs allocated and gangs
 waiting at every sample. ``BATON_WHOLE_KEEP=DIR`` keeps ``baton up``'s store there (its
-``logs/`` show what each service did).
+``logs/`` show what each service did), and the recording as ``DIR/run.jsonl``.
 
 Never part of the suite (timing belongs here); ``tests/e2e`` holds the functional
 1,000-node check.
@@ -299,7 +299,8 @@ def run() -> tuple[Progress, list[Sample]]:
                     at = time.monotonic() - started
                     samples.append(_sample(up.pid, _env(endpoints), at, progress))
                     if RECORD and at >= SECONDS:
-                        progress.replay = _record(_env(endpoints), Path(tmp) / "run.jsonl")
+                        into = Path(KEEP or tmp) / "run.jsonl"  # kept with the store
+                        progress.replay = _record(_env(endpoints), into)
                     if at >= SECONDS:
                         break
         finally:
