@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -468,3 +469,27 @@ async def test_a_restarted_callout_closes_the_agents_whose_pods_went_while_it_wa
         finally:
             for agent in agents.values():
                 await agent.close()
+
+
+async def test_a_kick_user_that_may_not_list_connections_is_named_not_taken_for_no_agents(
+    tmp_path: Path,
+) -> None:
+    """A configuration generated before the resync: its ``callout-kick`` may only KICK,
+    so no server answers CONNZ; the resync says what to do instead of finding nothing."""
+    creds = tmp_path / "creds"
+    out = tmp_path / "auth.conf"
+    assert nats_config(["--cluster", C, "--credentials", str(creds), "--callout",
+                        "--auth-only", "--out", str(out)]) == 0  # fmt: skip
+    text = re.sub(r',\s*"\$SYS\.REQ\.SERVER\.\*\.CONNZ"', "", out.read_text())
+    assert "CONNZ" not in text  # as the older configuration had it
+    out.write_text(text)
+    conf = tmp_path / "nats.conf"
+    conf.write_text("include auth.conf\n")
+    async with running_nats(config=conf) as server:
+        kick_seed = str(seed_path(creds, access.CALLOUT_KICK))
+        kicker = await nats.connect(server, **auth_options(seed_file=kick_seed))
+        try:
+            with pytest.raises(RuntimeError, match="run baton nats-config --callout again"):
+                await callout_shell.nats_lister(kicker, gather_s=0.5)()
+        finally:
+            await kicker.close()

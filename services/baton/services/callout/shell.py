@@ -106,6 +106,12 @@ def nats_lister(nc: Any, *, gather_s: float = 1.0, page: int = 1024) -> Lister:
                     break
         finally:
             await sub.unsubscribe()
+        if not answers:  # every server answers, if only with the callout's own connections
+            raise RuntimeError(
+                f"no NATS server answered {CONNZ_SUBJECT.format(server='PING')} within "
+                f"{gather_s} s: the callout-kick user may lack it (a configuration made "
+                "before it could; run baton nats-config --callout again)"
+            )
         found: list[tuple[str, dict[str, Any]]] = []
         for answer in answers:
             server, data = answer["server"]["id"], answer["data"]
