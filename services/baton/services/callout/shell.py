@@ -114,6 +114,8 @@ def nats_lister(nc: Any, *, gather_s: float = 1.0, page: int = 1024) -> Lister:
             )
         found: list[tuple[str, dict[str, Any]]] = []
         for answer in answers:
+            if "data" not in answer:  # e.g. {"error": {"description": ...}}
+                raise RuntimeError(f"CONNZ answered without connections: {answer}")
             server, data = answer["server"]["id"], answer["data"]
             listed = list(data.get("connections") or ())
             while len(listed) < data.get("total", 0) and data.get("connections"):
