@@ -29,6 +29,10 @@ pytestmark = pytest.mark.unit
 NS = "ml"
 
 
+# a new gang told at once (the reporter waits ``first_after`` by default: its own tests below)
+AT_ONCE = core.ReportPolicy(first_after=0.0)
+
+
 def step(state: core.State, *events: Any, at: float = 1.0) -> list[Any]:
     out: list[Any] = []
     for event in events:
@@ -99,7 +103,7 @@ def test_volcano_phases_follow_volcanos_scheduler(
 
 
 def test_a_volcano_podgroup_gets_volcanos_phase_and_conditions() -> None:
-    state = core.initial()
+    state = core.initial(AT_ONCE)
     group = pod_group("job", namespace=NS, min_member=2, api=VOLCANO_API,
                       annotations={keys.ADMITTED: "true"})  # fmt: skip
     waiting = of(step(state, group, *members(2)), SetGroupStatus)[-1]
@@ -113,7 +117,7 @@ def test_a_volcano_podgroup_gets_volcanos_phase_and_conditions() -> None:
 
 
 def test_a_gang_short_of_members_says_so_on_its_podgroup_and_pods() -> None:
-    state = core.initial()
+    state = core.initial(AT_ONCE)
     out = step(state, pod_group("job", namespace=NS, min_member=4), *members(2))
     status = of(out, SetGroupStatus)[-1]
     assert (status.status.phase, status.priority) == ("Pending", "status")
@@ -128,8 +132,34 @@ def test_a_gang_short_of_members_says_so_on_its_podgroup_and_pods() -> None:
     assert warned == {"job-0", "job-1"}
 
 
+def test_a_new_gang_is_told_once_it_has_settled_not_through_each_wording_on_the_way() -> None:
+    """Its PodGroup and two members arrive, admission queues it: four wordings in 30 ms
+    ("waiting for all 2 members", "waiting to be placed", "waiting behind 12 earlier
+    gangs"). With ``first_after`` 1 s nothing is told until a tick a second after the gang
+    was first seen, and then once: the wording it has then."""
+    state = core.initial(core.ReportPolicy(first_after=1.0))
+    out = step(state, pod_group("job", namespace=NS, min_member=2), members(2)[0], at=5.00)
+    out += step(state, members(2)[1], at=5.01)
+    queued = GangQueued(gang=f"{NS}/job", team="a", at=5.03, position=12,
+                        reason="waiting behind 12 earlier gangs of team 'a'")  # fmt: skip
+    out += step(state, queued, at=5.03)
+    assert of(out, SetGroupStatus) == [] and of(out, SetPodCondition) == []
+    assert [e.reason for e in of(out, RecordEvent)] == ["Queued"]  # the decision's own Event
+    assert core.wants_tick(state, 5.5)
+    assert step(state, Tick(at=5.5), at=5.5) == []  # not yet a second
+    told = step(state, Tick(at=6.0), at=6.0)
+    (status,) = of(told, SetGroupStatus)
+    said = "waiting for admission: waiting behind 12 earlier gangs of team 'a'"
+    assert status.status.conditions[0].message == said
+    (condition,) = of(told, SetPodCondition)
+    assert {p.name for p in condition.pods} == {"job-0", "job-1"}
+    assert not core.wants_tick(state, 6.0)
+    bound = of(step(state, *members(2, bound="n"), at=7.0), SetGroupStatus)
+    assert bound[-1].status.phase == "Running"  # once told, a change is told at once
+
+
 def test_the_verdict_says_what_would_unblock_the_gang_and_pods_hear_it_once_per_interval() -> None:
-    state = core.initial(core.ReportPolicy(pod_every=30.0))
+    state = core.initial(core.ReportPolicy(pod_every=30.0, first_after=0.0))
     step(state, pod_group("job", namespace=NS, min_member=2), *members(2), at=1.0)
     verdict = GangUnschedulable(
         gang=f"{NS}/job", at=10.0, reason="0 of 2 members fit in one rack",
@@ -154,7 +184,7 @@ def test_the_verdict_says_what_would_unblock_the_gang_and_pods_hear_it_once_per_
 
 
 def test_a_placed_gang_gets_scheduled_events_and_its_phase_follows_its_pods() -> None:
-    state = core.initial()
+    state = core.initial(AT_ONCE)
     step(state, pod_group("job", namespace=NS, min_member=2), *members(2))
     bindings = tuple(Binding(namespace=NS, pod=f"job-{i}", uid=f"u{i}", node=f"n{i}")
                      for i in range(2))  # fmt: skip
@@ -174,7 +204,7 @@ def test_a_placed_gang_gets_scheduled_events_and_its_phase_follows_its_pods() ->
 
 
 def test_an_unchanged_status_is_not_written_again() -> None:
-    state = core.initial()
+    state = core.initial(AT_ONCE)
     step(state, pod_group("job", namespace=NS, min_member=4), *members(2))
     assert of(step(state, *members(2), at=2.0), SetGroupStatus) == []
 
@@ -190,7 +220,7 @@ def test_an_unchanged_status_is_not_written_again() -> None:
     ],
 )  # fmt: skip
 def test_pods_naming_a_missing_group_are_told_which_and_how(ref: GangRef, said: str) -> None:
-    state = core.initial()
+    state = core.initial(AT_ONCE)
     out = step(state, pod("w-0", namespace=NS, gpus=8, ref=ref))
     (told,) = of(out, SetPodCondition)
     assert told.condition.message == f"gang {NS}/job: {said}"
@@ -199,7 +229,7 @@ def test_pods_naming_a_missing_group_are_told_which_and_how(ref: GangRef, said: 
 def test_pods_whose_podgroup_is_deleted_are_told_they_wait_for_it() -> None:
     """scheduler-plugins rejects a pod whose PodGroup does not exist; the pods of a group
     deleted while they wait hear so at once (they said they wait for members)."""
-    state = core.initial(core.ReportPolicy(pod_every=0.0))
+    state = core.initial(core.ReportPolicy(pod_every=0.0, first_after=0.0))
     group = pod_group("job", namespace=NS, min_member=4)
     step(state, group, *members(2), at=1.0)
     out = step(state, PodGroupEvent(op="delete", at=2.0, pod_group=group), at=2.0)
@@ -210,7 +240,7 @@ def test_pods_whose_podgroup_is_deleted_are_told_they_wait_for_it() -> None:
 
 
 def test_a_gang_waiting_for_admission_says_why() -> None:
-    state = core.initial()
+    state = core.initial(AT_ONCE)
     step(state, pod_group("job", namespace=NS, min_member=1), *members(1))
     queued = GangQueued(at=2.0, gang=f"{NS}/job", team="a", position=0,
                         reason="team 'a' uses 16 of its 16 GPU quota")  # fmt: skip
@@ -224,7 +254,7 @@ def test_a_gang_waiting_for_admission_says_why() -> None:
 
 
 def test_a_queued_gangs_status_that_only_recounts_is_written_once_per_interval() -> None:
-    state = core.initial(core.ReportPolicy(group_every=30.0))
+    state = core.initial(core.ReportPolicy(group_every=30.0, first_after=0.0))
     step(state, pod_group("job", namespace=NS, min_member=1), *members(1))
 
     def queued(used: int, at: float, reason: str = "") -> list[Any]:
@@ -256,7 +286,7 @@ def test_a_queued_gangs_status_that_only_recounts_is_written_once_per_interval()
 def test_a_gang_taken_off_for_another_is_told_preempted_not_restarted(
     node: str, reason: str, want: str, note: str
 ) -> None:
-    state = core.initial()
+    state = core.initial(AT_ONCE)
     step(state, pod_group("job", namespace=NS, min_member=1), *members(1, bound="n"))
     off = GangRestarted(gang=f"{NS}/job", at=2.0, reason=reason, node=node, evicted=1)
     out = step(state, off, at=2.0)
@@ -265,7 +295,7 @@ def test_a_gang_taken_off_for_another_is_told_preempted_not_restarted(
 
 
 def test_a_gang_without_a_group_object_is_told_on_its_pods() -> None:
-    state = core.initial()
+    state = core.initial(AT_ONCE)
     ref = GangRef(name="job", source="kueue", min_member=2)
     out = step(state, *(pod(f"w-{i}", namespace=NS, gpus=8, ref=ref) for i in range(2)))
     assert of(out, SetGroupStatus) == []
@@ -275,7 +305,7 @@ def test_a_gang_without_a_group_object_is_told_on_its_pods() -> None:
 
 
 def test_a_node_quarantined_and_returned_is_told_on_the_node() -> None:
-    state = core.initial()
+    state = core.initial(AT_ONCE)
     sick = node("gpu-1").tainted(keys.UNHEALTHY).build()
     out = core.step(state, NodeEvent(op="upsert", at=1.0, node=sick), 1.0)[1]
     (event,) = out
@@ -290,7 +320,7 @@ def test_a_node_quarantined_and_returned_is_told_on_the_node() -> None:
 
 def test_the_same_inputs_give_the_same_outputs() -> None:
     def run() -> list[Any]:
-        state = core.initial()
+        state = core.initial(AT_ONCE)
         verdict = GangUnschedulable(gang=f"{NS}/job", at=5.0, reason="x", need=Need(nodes=1))
         return step(state, pod_group("job", namespace=NS, min_member=2), *members(2)) + step(
             state, verdict, at=5.0
@@ -300,7 +330,7 @@ def test_the_same_inputs_give_the_same_outputs() -> None:
 
 
 def test_a_finished_gang_whose_objects_are_gone_is_forgotten() -> None:
-    state = core.initial()
+    state = core.initial(AT_ONCE)
     group = pod_group("job", namespace=NS, min_member=2)
     done = members(2, bound="n", phase="Succeeded")
     assert of(step(state, group, *done), SetGroupStatus)[-1].status.phase == "Finished"
@@ -311,7 +341,7 @@ def test_a_finished_gang_whose_objects_are_gone_is_forgotten() -> None:
 
 
 def test_each_pod_of_a_gang_without_a_group_object_gets_one_scheduled_event() -> None:
-    state = core.initial()
+    state = core.initial(AT_ONCE)
     ref = GangRef(name="job", source="kueue", min_member=2)
     step(state, *(pod(f"w-{i}", namespace=NS, gpus=8, ref=ref) for i in range(2)))
     bindings = tuple(Binding(namespace=NS, pod=f"w-{i}", uid=f"u{i}", node=f"n{i}")
