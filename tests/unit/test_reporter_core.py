@@ -29,8 +29,8 @@ pytestmark = pytest.mark.unit
 NS = "ml"
 
 
-# a new gang told at once (the reporter waits ``first_after`` by default: its own tests below)
-AT_ONCE = core.ReportPolicy(first_after=0.0)
+# told at once (the reporter lets a burst settle for 1 s by default: its own tests below)
+AT_ONCE = core.ReportPolicy(settle=0.0)
 
 
 def step(state: core.State, *events: Any, at: float = 1.0) -> list[Any]:
@@ -132,12 +132,12 @@ def test_a_gang_short_of_members_says_so_on_its_podgroup_and_pods() -> None:
     assert warned == {"job-0", "job-1"}
 
 
-def test_a_new_gang_is_told_once_it_has_settled_not_through_each_wording_on_the_way() -> None:
+def test_a_gang_is_told_once_a_burst_has_settled_not_through_each_step_of_it() -> None:
     """Its PodGroup and two members arrive, admission queues it: four wordings in 30 ms
     ("waiting for all 2 members", "waiting to be placed", "waiting behind 12 earlier
-    gangs"). With ``first_after`` 1 s nothing is told until a tick a second after the gang
+    gangs"). With ``settle`` 1 s nothing is told until a tick a second after the gang
     was first seen, and then once: the wording it has then."""
-    state = core.initial(core.ReportPolicy(first_after=1.0))
+    state = core.initial(core.ReportPolicy(settle=1.0))
     out = step(state, pod_group("job", namespace=NS, min_member=2), members(2)[0], at=5.00)
     out += step(state, members(2)[1], at=5.01)
     queued = GangQueued(gang=f"{NS}/job", team="a", at=5.03, position=12,
@@ -154,12 +154,16 @@ def test_a_new_gang_is_told_once_it_has_settled_not_through_each_wording_on_the_
     (condition,) = of(told, SetPodCondition)
     assert {p.name for p in condition.pods} == {"job-0", "job-1"}
     assert not core.wants_tick(state, 6.0)
-    bound = of(step(state, *members(2, bound="n"), at=7.0), SetGroupStatus)
-    assert bound[-1].status.phase == "Running"  # once told, a change is told at once
+    # both members bound at once: one status now (the first change, a second after the
+    # last write), the rest of the burst a tick later, as its latest
+    assert len(of(step(state, *members(2, bound="n"), at=7.0), SetGroupStatus)) == 1
+    assert core.wants_tick(state, 7.5)
+    (latest,) = of(step(state, Tick(at=8.0), at=8.0), SetGroupStatus)
+    assert (latest.status.phase, latest.status.scheduled) == ("Running", 2)
 
 
 def test_the_verdict_says_what_would_unblock_the_gang_and_pods_hear_it_once_per_interval() -> None:
-    state = core.initial(core.ReportPolicy(pod_every=30.0, first_after=0.0))
+    state = core.initial(core.ReportPolicy(pod_every=30.0, settle=0.0))
     step(state, pod_group("job", namespace=NS, min_member=2), *members(2), at=1.0)
     verdict = GangUnschedulable(
         gang=f"{NS}/job", at=10.0, reason="0 of 2 members fit in one rack",
@@ -229,7 +233,7 @@ def test_pods_naming_a_missing_group_are_told_which_and_how(ref: GangRef, said: 
 def test_pods_whose_podgroup_is_deleted_are_told_they_wait_for_it() -> None:
     """scheduler-plugins rejects a pod whose PodGroup does not exist; the pods of a group
     deleted while they wait hear so at once (they said they wait for members)."""
-    state = core.initial(core.ReportPolicy(pod_every=0.0, first_after=0.0))
+    state = core.initial(core.ReportPolicy(pod_every=0.0, settle=0.0))
     group = pod_group("job", namespace=NS, min_member=4)
     step(state, group, *members(2), at=1.0)
     out = step(state, PodGroupEvent(op="delete", at=2.0, pod_group=group), at=2.0)
@@ -254,7 +258,7 @@ def test_a_gang_waiting_for_admission_says_why() -> None:
 
 
 def test_a_queued_gangs_status_that_only_recounts_is_written_once_per_interval() -> None:
-    state = core.initial(core.ReportPolicy(group_every=30.0, first_after=0.0))
+    state = core.initial(core.ReportPolicy(group_every=30.0, settle=0.0))
     step(state, pod_group("job", namespace=NS, min_member=1), *members(1))
 
     def queued(used: int, at: float, reason: str = "") -> list[Any]:

@@ -15,13 +15,16 @@ quota" -> "512 of its 512", "behind 3 earlier gangs" -> "behind 2") at most ever
 ``group_every`` seconds: otherwise every gang in a queue is written again each time a
 team's usage or the queue moves, and the API writes grow with waiting gangs x changes.
 
-A gang is first told ``first_after`` seconds after the reporter first sees it: while
-its pods and PodGroup are being created, and admission and gang look at it, it passes
-through several wordings in a few milliseconds ("waiting for all 8 members", "waiting
-to be placed", "waiting behind 3,286 earlier gangs", ...), and telling each was six
-status writes, six pod conditions and their Events per new gang: at 7,500 nodes, a
-burst of 13,000 new gangs put ~3,300 reporter actions a second on the bus. Decisions'
-own Events (``table.TABLE``) are not held back.
+Bursts are told once they settle: a gang is first told ``settle`` seconds after the
+reporter first sees it, its PodGroup's status is written at most once per ``settle``
+seconds (the latest at the next tick), and pods that join are told together at most
+that often. While a gang's pods and PodGroup are created, and admission and gang look
+at it, it passes through several wordings in a few milliseconds ("waiting for all 8
+members", "waiting to be placed", "waiting behind 3,286 earlier gangs", ...), and its
+counts change with each member bound or recreated; telling each step was up to 16
+status writes, and pod conditions and Events, per gang: at 7,500 nodes a burst of 13,000
+new gangs put ~3,300 reporter actions a second on the bus. Decisions' own Events
+(``table.TABLE``) are not held back.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ UPSTREAM_VERSION = "scheduling.k8s.io/v1beta1"  # what an Event's ``regarding`` 
 class ReportPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     pod_every: float = 30.0  # a waiting gang's pods are told at most this often
     group_every: float = 30.0  # a PodGroup's status that only recounts: at most this often
-    first_after: float = 1.0  # a new gang is first told once it has been seen this long
+    settle: float = 1.0  # a gang first told once seen this long, then at most this often
 
 
 @dataclass(slots=True)
@@ -94,7 +97,8 @@ class Told(GangView):
     pods_at: float = float("-inf")  # when its pods were last told
     owes: bool = False  # a newer message waits for the pods' interval
     seen_at: float | None = None  # when the reporter first looked at it
-    first_owed: bool = False  # its first report waits for ``first_after``
+    first_owed: bool = False  # its first report waits for ``settle``
+    fresh_at: float = float("-inf")  # when pods that joined were last told
 
     def settle(self, pods: dict[str, Pod]) -> bool:
         return GangView.settle(self, pods) and not self.done
@@ -214,7 +218,7 @@ class _Out:
         if gang.seen_at is None:
             gang.seen_at = self.now
         told = gang.status is not None or gang.marked
-        gang.first_owed = not told and self.now - gang.seen_at < self.state.policy.first_after
+        gang.first_owed = not told and self.now - gang.seen_at < self.state.policy.settle
         if gang.first_owed:
             return
         pods = [
@@ -242,8 +246,11 @@ class _Out:
         if telling.same_status(gang.status, status):
             gang.status_owed = False
             return
+        policy = self.state.policy
         recount = telling.same_status(gang.status, status, numbers=False)
-        gang.status_owed = recount and self.now - gang.status_at < self.state.policy.group_every
+        gang.status_owed = self.now - gang.status_at < (
+            policy.group_every if recount else policy.settle
+        )
         if gang.status_owed:
             return
         gang.status, gang.status_at = status, self.now
@@ -273,10 +280,12 @@ class _Out:
         stale = [p for p in pending if gang.marked.get(p.key) != message]
         fresh = [p for p in stale if p.key not in gang.marked]
         due = self.now - gang.pods_at >= policy.pod_every
-        told = stale if due else fresh
+        joined = self.now - gang.fresh_at >= policy.settle
+        told = stale if due else fresh if joined else []
         gang.owes = len(told) < len(stale)
         if not told:
             return
+        gang.fresh_at = self.now
         if due:
             gang.pods_at = self.now
         for pod in told:

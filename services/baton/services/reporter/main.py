@@ -22,14 +22,14 @@ class Settings(Base, frozen=True, kw_only=True):
     ops_port: int = OPS_PORTS["reporter"]
     pod_every: float = 30.0  # a waiting gang's pods are told at most this often
     group_every: float = 30.0  # a PodGroup's status that only recounts: at most this often
-    first_after: float = 1.0  # a new gang is first told once it has been seen this long
+    settle: float = 1.0  # a gang first told once seen this long, then at most this often
     tick_every: float = 1.0  # how often a deferred report is looked at
     config: str = ""  # BATON_REPORTER_CONFIG: a settings file (read before the others)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         checks = {"POD_EVERY": self.pod_every >= 0, "GROUP_EVERY": self.group_every >= 0,
-                  "FIRST_AFTER": self.first_after >= 0,
+                  "SETTLE": self.settle >= 0,
                   "TICK_EVERY": self.tick_every > 0}  # fmt: skip
         require(PREFIX, checks)
 
