@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from baton.libs.bus.operator import NoBus, connect
 from baton.libs.runtime.nkey import SEED_SETTING, seed_file_public_key
-from baton.services.cli.connecting import NoBus, connect
 from tests.support.nats import running_nats, seed_file
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(120)]
@@ -22,6 +22,7 @@ COMMANDS = [
     ["tail", "k8s.>", "--since", "all"],
     ["why", "team-a/job7"],
     ["replay", "--record", "run.jsonl"],
+    ["health", "pause", "--reason", "a test"],  # retried forever, logging its nkey, before
 ]
 
 

@@ -29,12 +29,12 @@ import nats
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
+from baton.libs.bus.operator import NoBus, connect
 from baton.libs.bus.streams import HISTORY
 from baton.libs.runner.ordering import origin
 from baton.proto import subjects
 from baton.proto.bounds import impossible
 from baton.proto.k8s import ObjectEvent
-from baton.services.cli.connecting import NoBus, connect
 
 
 class RecordingError(ValueError):

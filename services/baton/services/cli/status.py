@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from baton.services.cli.connecting import NoBus, connect
+from baton.libs.bus.operator import NoBus, connect
 from baton.services.cli.following import NoBaton, load
 from baton.services.cli.view import ServiceHealth, View, summarize, teams_now, text
 

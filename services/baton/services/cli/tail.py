@@ -34,8 +34,8 @@ from nats.errors import NotJSMessageError
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from baton.libs.bus import streams
+from baton.libs.bus.operator import NoBus, connect, refusal
 from baton.proto import subjects
-from baton.services.cli.connecting import NoBus, connect, refusal
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -30,6 +30,7 @@ import msgspec
 import nats
 from nats.js.api import DeliverPolicy
 
+from baton.libs.bus.operator import NoBus, connect
 from baton.libs.bus.streams import HISTORY, K8S
 from baton.libs.view import GangView, gang_key, quorum
 from baton.proto import subjects
@@ -38,7 +39,6 @@ from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued, GangR
 from baton.proto.autoscaler import ScaledUp, ScaleRefused, ScaleReverted
 from baton.proto.k8s import Pod, PodEvent, PodGroup, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from baton.services.cli.connecting import NoBus, connect
 from baton.services.reporter import telling
 
 Story = (

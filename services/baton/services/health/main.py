@@ -20,7 +20,9 @@ import time
 
 import msgspec
 
-from baton.libs.bus import Bus
+from baton.libs.bus import Bus, operator, publishing
+from baton.libs.bus.connection import auth_options
+from baton.libs.bus.operator import NoBus
 from baton.libs.runner import Input, Runner, Spec, Timer, serve
 from baton.libs.runtime import SettingsError, load_settings, run_service
 from baton.libs.runtime.ops import OPS_PORTS
@@ -173,26 +175,41 @@ def switch(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"baton health {argv[0]}")
     parser.add_argument("--reason", default="", help="why, for the people who read it")
     parser.add_argument("--settings", help="YAML or JSON file of settings (environment wins)")
+    parser.add_argument("--nats", help="NATS URL (default: BATON_NATS_URL), as status and tail")
     args = parser.parse_args(argv[1:])
     try:
         settings = load_settings(Settings, PREFIX, file=args.settings)
     except SettingsError as exc:
         print(f"baton health: {exc}", file=sys.stderr)
         return 2
+    if args.nats:
+        settings = msgspec.structs.replace(settings, nats_url=args.nats)
     by = f"{getpass.getuser()}@{socket.gethostname()}"
     control = Control(at=time.time(), paused=argv[0] == "pause", by=by, reason=args.reason)
-    asyncio.run(publish_control(settings, control))
+    try:
+        asyncio.run(publish_control(settings, control))
+    except (NoBus, SettingsError) as exc:  # one line, as status and tail say it
+        print(f"baton health: {exc}", file=sys.stderr)
+        return 1
     print(f"baton health: {'paused' if control.paused else 'resumed'}")
     return 0
 
 
 async def publish_control(settings: Base, control: Control) -> None:
-    bus = await Bus.connect(settings.nats_url, cluster=settings.cluster, name="health-switch",
-                            ca_file=settings.nats_ca_file,
-                            seed_file=settings.nats_nkey_seed_file)  # fmt: skip
+    """Publish the switch with one try (``NoBus``: one line saying what to set or check),
+    and nothing logged: the tool prints its own line."""
+    auth = auth_options(seed_file=settings.nats_nkey_seed_file, ca_file=settings.nats_ca_file)
+    nc = await operator.connect(settings.nats_url, name="health-switch", auth=auth)
     try:
-        await bus.ensure_streams()
         subject = health.control_subject(settings.cluster)
-        await bus.publish(subject, control, msg_id=f"control:{control.at!r}")
+        try:
+            await publishing.publish(nc.jetstream(), subject, control,
+                                     msg_id=f"control:{control.at!r}")  # fmt: skip
+        except Exception as exc:  # no stream (Baton not running there) or not allowed
+            raise NoBus(
+                f"NATS at {settings.nats_url} did not store the switch on "
+                f"{subject} ({type(exc).__name__}: {exc}): is Baton running "
+                "there, and is BATON_NATS_NKEY_SEED_FILE the operator's?"
+            ) from None
     finally:
-        await bus.close()
+        await nc.close()

@@ -1,4 +1,4 @@
-"""How the ``baton`` tools (status, tail, why, replay --record) reach the bus.
+"""How the ``baton`` tools (status, tail, why, replay --record, health pause) reach the bus.
 
 One try, as the operator (``BATON_NATS_NKEY_SEED_FILE``, ``BATON_NATS_CA_FILE``): a
 refusal or an unreachable server is :class:`NoBus`, one line that names what to set or
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import nats
 import nats.errors
@@ -54,9 +55,11 @@ async def connect(
     name: str,
     on_error: Callable[[str], None] | None = None,
     on_closed: Callable[[], None] | None = None,
+    auth: dict[str, Any] | None = None,
 ) -> Client:
     """A connection to ``url`` as the operator, or :class:`NoBus`. It does not reconnect:
-    ``on_closed`` is called when it is lost (a follower such as ``tail`` then ends)."""
+    ``on_closed`` is called when it is lost (a follower such as ``tail`` then ends).
+    ``auth``: nats-py's auth options (default: ``env_auth_options``)."""
     up = False
     failed: list[Exception] = []  # each try's error while connecting, the last one told
 
@@ -84,7 +87,7 @@ async def connect(
                 max_reconnect_attempts=1,
                 reconnect_time_wait=0,
                 connect_timeout=CONNECT_S,
-                **env_auth_options(),
+                **(env_auth_options() if auth is None else auth),
             ),
             timeout=CONNECT_S * 2,
         )
