@@ -225,4 +225,8 @@ async def test_a_member_no_node_could_take_is_refused_naming_the_largest_node(
             message = json.loads(denied.value.body)["message"]
             assert "asks 9 nvidia.com/gpu, more than any node has" in message, message
             assert f"the largest it could use, node {nodes[0]}, has 8 of the 9" in message
+            # the webhook answers from what it knows; the PodGroup reaches admission's
+            # state through the bridge, maybe after the refusal: wait for it, then look
+            await until(lambda: "team-a/big" in admission.state.gangs, within=30,
+                        what="the PodGroup team-a/big in admission's state")  # fmt: skip
             assert admission.state.gangs["team-a/big"].held == 0
