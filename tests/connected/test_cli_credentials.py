@@ -75,3 +75,13 @@ async def test_a_refused_connection_is_told_as_refused_not_waited_out() -> None:
     every 2 s until the connect deadline, then say only "TimeoutError")."""
     with pytest.raises(NoBus, match=r"nats://127\.0\.0\.1:1 \(connection refused\)"):
         await connect("nats://127.0.0.1:1", name="test")
+
+
+async def test_health_pause_where_baton_never_ran_says_so_in_one_line(tmp_path: Path) -> None:
+    """A NATS with no Baton streams: the switch is stored nowhere, and the tool says so
+    (it used to create every stream there, as the operator)."""
+    async with running_nats() as url:
+        code, err = await baton(tmp_path, url, "health", "pause")
+    assert code == 1, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "did not store the switch" in err and "is Baton running there" in err, err
