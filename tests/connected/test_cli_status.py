@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 
 import pytest
 
 from baton.libs.bus import Bus
+from baton.libs.runner import Runner
 from baton.proto import keys, subjects
 from baton.proto.actions import (
     ActionResult,
@@ -16,7 +18,9 @@ from baton.proto.actions import (
     result_subject,
 )
 from baton.proto.k8s import NodeEvent
+from baton.services.admission import main as admission
 from baton.services.cli.status import status
+from tests.pipeline import until
 from tests.support.builders import node
 from tests.support.nats import running_nats
 
@@ -48,3 +52,32 @@ async def test_status_names_a_node_whose_preflight_pod_the_api_server_refused() 
         shown = await status(argparse.Namespace(nats=url, cluster=C))
     assert "validating 2 (gpu-00001, gpu-00002)" in shown
     assert f"preflight pod refused 1 (gpu-00001): {REFUSED}" in shown
+
+
+async def test_status_says_admission_serves_no_webhook_without_a_certificate() -> None:
+    """Admission without a certificate runs quotas and taints but serves no webhook:
+    ``baton status`` says so, with the settings that would give it one."""
+    async with running_nats() as url:
+        settings = admission.Settings(nats_url=url, cluster=C, ops_port=0)
+        bus = await Bus.connect(url, cluster=C, name="admission")
+        try:
+            await bus.ensure_streams()
+            runner = Runner(admission.SPEC, bus=bus, settings=settings)
+            tasks = [asyncio.create_task(runner.run()),
+                     asyncio.create_task(admission.beside(settings, bus).run(runner))]  # fmt: skip
+
+            async def said() -> str | None:
+                shown = await status(argparse.Namespace(nats=url, cluster=C))
+                return shown if "webhook" in shown else None
+
+            try:
+                shown = await until(said, within=30, step=0.2, what="baton status's webhook line")
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            await bus.close()
+    assert "OFF on " in shown and (
+        ": no TLS certificate (BATON_ADMISSION_TLS_CERT or _TLS_SELF_SIGNED_DIR); "
+        "quotas and team taints still run") in shown, shown  # fmt: skip

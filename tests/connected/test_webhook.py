@@ -365,10 +365,10 @@ async def test_simcluster_calls_the_configured_webhooks_on_create(webhook: Serve
 
 async def test_self_signed_certificate_is_made_once_and_serves(tmp_path: Path) -> None:
     settings = main.Settings(tls_self_signed_dir=str(tmp_path / "tls"))
-    tls = main._tls(settings)
-    assert tls is not None
+    tls, off = main._tls(settings)
+    assert tls is not None and off == ""
     cert = (tmp_path / "tls" / "tls.crt").read_bytes()
-    assert main._tls(settings) is not None
+    assert main._tls(settings)[0] is not None
     assert (tmp_path / "tls" / "tls.crt").read_bytes() == cert
     served = Served("", cert.decode(), state_with_teams())
     hook = Webhook(state=lambda: served.state, publish=served.events.append)
@@ -383,7 +383,10 @@ async def test_self_signed_certificate_is_made_once_and_serves(tmp_path: Path) -
 
 def test_without_a_certificate_the_webhook_is_off(tmp_path: Path) -> None:
     (tmp_path / "tls").write_text("a file where the certificate directory should be")
-    assert main._tls(main.Settings(tls_self_signed_dir=str(tmp_path / "tls"))) is None
+    tls, off = main._tls(main.Settings(tls_self_signed_dir=str(tmp_path / "tls")))
+    assert tls is None and off.startswith("no self-signed certificate ("), off
+    tls, off = main._tls(main.Settings())
+    assert tls is None and "BATON_ADMISSION_TLS_CERT" in off, off
     with pytest.raises(ValueError, match="tls_self_signed_dir"):
         main.Settings(tls_cert="c", tls_key="k", tls_self_signed_dir="d")
 

@@ -8,6 +8,7 @@ simulated 8-GPU nodes."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from baton.libs.runner import serve
 from baton.proto import keys
+from baton.services.cli.status import status as baton_status
 from baton.services.gang import main as gang
 from baton.services.reporter import main as reporter
 from tests.e2e.admitting import admitting, common
@@ -270,6 +272,35 @@ async def test_no_preemption_when_resource_is_enough() -> None:
 TEAMS = "teams:\n" + "".join(
     f"  - name: {t}\n    namespaces: [team-{t}]\n    pools: [p{t}]\n" for t in "abc"
 )
+
+
+async def test_without_the_webhook_baton_status_names_the_pods_it_never_saw(
+    tmp_path: Path,
+) -> None:
+    """The webhook registration gone (deleted, or overwritten without its clientConfig),
+    a Kueue pod keeps ``default-scheduler`` and waits for a scheduler that does not run
+    beside Baton. ``baton status`` says the webhook serves but names that pod as one it
+    never saw, and says what to check."""
+    async with three_teams(tmp_path) as s:
+        api, custom = s.api, s.custom
+        await custom.delete_cluster_custom_object(
+            "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "baton"
+        )
+        plain = member("kq-0", gpus=8, labels={keys.KUEUE_GROUP: "kq"},
+                       annotations={keys.KUEUE_TOTAL: "1"})  # fmt: skip
+        del plain["spec"]["schedulerName"]
+        await api.create_namespaced_pod("team-b", plain)
+
+        async def said() -> str | None:
+            shown = await baton_status(argparse.Namespace(nats=s.url, cluster="c1"))
+            return shown if "pods of gangs never passed it" in shown else None
+
+        shown = await until(said, within=60, step=0.5,
+                            what="baton status naming the pod the webhook never saw")  # fmt: skip
+    assert ("1 pods of gangs never passed it and wait for no scheduler (team-b/kq-0 kept "
+            "schedulerName default-scheduler)") in shown, shown  # fmt: skip
+    assert "kubectl get mutatingwebhookconfiguration baton" in shown
+    assert "  serving on :" in shown, shown  # admission serves: the registration is what is off
 
 
 @contextlib.asynccontextmanager

@@ -19,7 +19,7 @@ from baton.proto.actions import (
     SetTeamStatus,
     TeamStatus,
 )
-from baton.proto.admission import GangAdmitted, GangQueued, TeamsLoaded
+from baton.proto.admission import GangAdmitted, GangQueued, TeamsLoaded, WebhookServing
 from baton.proto.k8s import (
     GPU,
     Node,
@@ -238,3 +238,46 @@ def test_no_refusal_is_shown_for_a_node_that_passed_its_preflight() -> None:
     view.record(ask)
     view.record(create_result(ask, "failed", 'namespaces "baton-system" not found'))
     assert "refused" not in text(summarize(view, [], title="baton status", teams=None))
+
+
+def unhooked_pod(ns: str, name: str, *, scheduler: str, gang: str = "job") -> PodEvent:
+    pod = Pod(namespace=ns, name=name, uid=name, scheduler_name=scheduler,
+              labels={"scheduling.x-k8s.io/pod-group": gang} if gang else {},
+              requests={GPU: 8}, created_at=1.0)  # fmt: skip
+    return PodEvent(op="upsert", at=1.0, pod=pod)
+
+
+def test_status_says_the_webhook_is_off_when_pods_of_gangs_never_passed_it() -> None:
+    """A gang's pod that kept default-scheduler in a team's namespace waits for a scheduler
+    that does not run beside Baton: the webhook, which hands every one to Baton, never saw
+    it (not registered, or registered without a clientConfig)."""
+    view = world()
+    view.record(TeamsLoaded(config=parse(TEAMS), at=2.0))
+    assert "webhook" not in text(summarize(view, [], title="s", teams=None))  # nothing to say
+    for event in (
+        unhooked_pod("team-a", "job-0", scheduler="default-scheduler"),
+        unhooked_pod("team-a", "job-1", scheduler="volcano"),
+        unhooked_pod("team-a", "solo", scheduler="default-scheduler", gang=""),  # no gang
+        unhooked_pod("team-a", "passed-0", scheduler="baton"),  # the webhook saw it
+        unhooked_pod("elsewhere", "job-0", scheduler="default-scheduler"),  # no team's
+    ):
+        view.apply(event)
+    shown = text(summarize(view, [], title="s", teams=None))
+    assert ("2 pods of gangs never passed it and wait for no scheduler (team-a/job-0 kept "
+            "schedulerName default-scheduler): is it registered?") in shown, shown  # fmt: skip
+    assert "kubectl get mutatingwebhookconfiguration baton" in shown
+
+
+def test_status_says_whether_admission_serves_its_webhook() -> None:
+    view = world()
+    view.record(WebhookServing(serving=True, at=1.0, port=8443, instance="h/1"))
+    assert "serving on :8443 on h/1" in text(summarize(view, [], title="s", teams=None))
+    off = "no TLS certificate (BATON_ADMISSION_TLS_CERT or _TLS_SELF_SIGNED_DIR)"
+    view.record(WebhookServing(serving=False, at=2.0, reason=off, instance="h/2"))
+    shown = text(summarize(view, [], title="s", teams=None))
+    assert f"OFF on h/2: {off}; quotas and team taints still run" in shown
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(
+        draw(summarize(view, [], title="s", teams=None))
+    )
+    assert "OFF on h/2" in out.getvalue()

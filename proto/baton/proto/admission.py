@@ -101,6 +101,21 @@ AnyAdmissionEvent = (
 )
 
 
+class WebhookServing(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type",
+    tag="admission.webhook.v1",
+):  # fmt: skip
+    """Whether an admission replica serves the webhook, said once at its start on
+    ``baton.<cluster>.admission.webhook`` (the last one stands): without a certificate
+    it serves none, and pods of gangs keep their scheduler (``baton status`` says so)."""
+
+    serving: bool
+    at: float
+    port: int = 0  # where it listens, when serving
+    reason: str = ""  # why not, when not
+    instance: str = ""  # host/pid of the replica
+
+
 # Subject kinds (the fourth token) for each event type.
 class TeamsLoaded(
     msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="admission.teams-loaded.v1"

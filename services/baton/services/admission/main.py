@@ -127,12 +127,12 @@ def beside(
     options = Options(
         policy=settings.not_ready, borrow_priority_class=settings.borrow_priority_class
     )
-    tls = _tls(settings)
+    tls, off = _tls(settings)
     if tls is None:
-        log.warning("no TLS certificate: the webhook is off; quotas and team taints still run")
+        log.warning(f"{off}: the webhook is off; quotas and team taints still run")
     return shell.Beside(
         bus=bus, teams_file=settings.teams_file, options=options, reload_s=settings.reload_s,
-        tls=tls, host=settings.webhook_host, port=settings.webhook_port, bound=bound,
+        tls=tls, host=settings.webhook_host, port=settings.webhook_port, bound=bound, off=off,
     )  # fmt: skip
 
 
@@ -151,16 +151,18 @@ async def serve_admission(settings: Settings) -> None:
     await serve(SPEC, settings, make=make, beside=run_beside)
 
 
-def _tls(settings: Settings) -> ssl.SSLContext | None:
+def _tls(settings: Settings) -> tuple[ssl.SSLContext | None, str]:
+    """The webhook's TLS context, or None and why there is none."""
     cert, key = settings.tls_cert, settings.tls_key
     if not cert and settings.tls_self_signed_dir:
         try:
             cert, key = self_signed(settings.tls_self_signed_dir, hosts=settings.hosts)
         except CertificateError as exc:
-            log.warning("no self-signed certificate: the webhook is off", error=str(exc))
-            return None
+            return None, f"no self-signed certificate ({exc})"
         log.info("webhook serves a self-signed certificate", cert=cert, hosts=settings.hosts)
-    return tls_context(cert, key) if cert else None
+    if not cert:
+        return None, "no TLS certificate (BATON_ADMISSION_TLS_CERT or _TLS_SELF_SIGNED_DIR)"
+    return tls_context(cert, key), ""
 
 
 def run(argv: list[str]) -> int:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +44,23 @@ from baton.proto.admission import (
     PodMutated,
     PodRejected,
     TeamsLoaded,
+    WebhookServing,
 )
 from baton.services.admission import core, metrics
 from baton.services.admission.serving import Webhook, serve_webhook
 from baton.services.admission.teams import TeamConfig, TeamConfigError
 from baton.services.admission.webhook import Options
 
+INSTANCE = f"{socket.gethostname()}/{os.getpid()}"
 log = structlog.get_logger("baton.admission")
 
 
 def teams_subject(cluster: str) -> str:
     return subjects.wildcard(cluster, subjects.ADMISSION, "teams")
+
+
+def webhook_subject(cluster: str) -> str:
+    return subjects.wildcard(cluster, subjects.ADMISSION, "webhook")
 
 
 def _node_team(cluster: str, event: NodeTeamChanged) -> tuple[str, str]:
@@ -118,9 +126,11 @@ class Beside:
         host: str = "0.0.0.0",
         port: int = 8443,
         bound: asyncio.Future[int] | None = None,
+        off: str = "no TLS certificate",
     ) -> None:
         self.bus, self.teams_file, self.options, self.reload_s = bus, teams_file, options, reload_s
         self.tls, self.host, self.port, self.bound = tls, host, port, bound
+        self.off = off  # why there is no webhook, when ``tls`` is None
         self._mtime = self._stat()
         self._background: set[asyncio.Task[None]] = set()
 
@@ -137,6 +147,7 @@ class Beside:
             )
         if self.bound is not None:
             self.bound.set_result(self.port)
+        self._in_background(self._say(self.serving()))
         try:
             await self._watch_config(runner)
         finally:
@@ -146,12 +157,25 @@ class Beside:
                 task.cancel()
             await asyncio.gather(*self._background, return_exceptions=True)
 
+    def serving(self) -> WebhookServing:
+        if self.tls is None:
+            return WebhookServing(serving=False, at=time.time(), reason=self.off, instance=INSTANCE)
+        return WebhookServing(serving=True, at=time.time(), port=self.port, instance=INSTANCE)
+
     def publish_decision(self, event: PodMutated | PodRejected) -> None:
         """Send a webhook decision in the background; a lost one is only a missing record."""
         items = [Outgoing(event_subject(self.bus.cluster, event), event, None)]
-        task = asyncio.get_running_loop().create_task(self._send(items))
+        self._in_background(self._send(items))
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _say(self, event: WebhookServing) -> None:
+        """Until the bus takes it: ``baton status`` reads the last one."""
+        subject = webhook_subject(self.bus.cluster)
+        await retry(lambda: self.bus.publish(subject, event), what="saying if the webhook serves")
 
     async def _send(self, items: list[Outgoing]) -> None:
         try:

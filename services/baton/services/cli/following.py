@@ -31,7 +31,7 @@ from baton.proto.actions import (
     RecordEvent,
     SetTeamStatus,
 )
-from baton.proto.admission import AnyAdmissionEvent, TeamsLoaded
+from baton.proto.admission import AnyAdmissionEvent, TeamsLoaded, WebhookServing
 from baton.proto.bandwidth import Allocation, allocation_subject
 from baton.proto.codec import Undecodable, decode
 from baton.proto.health import Control, StateChanged, Withheld
@@ -54,7 +54,7 @@ TEAM = ACTION_SUBJECTS[SetTeamStatus][0]  # each team as admission shows it
 # thousands a second, and a status view that took each one cost a third of a core.
 COUNTED = {subjects.TELEMETRY: streams.TELEMETRY, subjects.ACTION: streams.ACTIONS}
 SIZED = (streams.K8S, streams.ACTIONS, streams.EVENTS, streams.HISTORY, streams.DEADLETTER)
-Recorded = Started | AnyAdmissionEvent | TeamsLoaded | Allocation
+Recorded = Started | AnyAdmissionEvent | TeamsLoaded | WebhookServing | Allocation
 Health = StateChanged | Withheld | Control
 
 

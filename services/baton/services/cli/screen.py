@@ -37,10 +37,12 @@ def draw(summary: Summary, *, console: Console | None = None) -> RenderableType:
         ("capacity", summary.capacity),
         ("health", summary.health),
         ("workload", summary.workload),
+        ("webhook", summary.webhook),
         ("egress", summary.egress),
         ("bus", (summary.bus,)),
     ):
-        cluster.add_row(label, "\n".join(lines))
+        if lines:
+            cluster.add_row(label, "\n".join(lines))
     parts.append(Panel(cluster, title="cluster", title_align="left"))
     parts.append(_services(summary))
     newest = list(summary.recent)

@@ -16,7 +16,14 @@ import msgspec
 
 from baton.proto import keys
 from baton.proto.actions import ActionResult, CreatePod, SetTeamStatus, TeamStatus
-from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued, GangReleased, TeamsLoaded
+from baton.proto.admission import (
+    GangAdmitted,
+    GangPreempted,
+    GangQueued,
+    GangReleased,
+    TeamsLoaded,
+    WebhookServing,
+)
 from baton.proto.bandwidth import Allocation
 from baton.proto.health import Control, StateChanged, Withheld
 from baton.proto.k8s import (
@@ -33,7 +40,7 @@ from baton.proto.k8s import (
     PodGroupEvent,
 )
 from baton.proto.runner import Started
-from baton.proto.teams import TeamConfig
+from baton.proto.teams import TeamConfig, is_default
 from baton.services.cli.teams import TeamRow, shown_row, team_rows
 
 TERMINAL = {"Succeeded", "Failed"}
@@ -80,6 +87,7 @@ class View:
     preflight_asks: dict[str, str] = field(default_factory=dict)  # node -> its last ask's id
     refused: dict[str, str] = field(default_factory=dict)  # create-pod id -> the API's error
     team_status: dict[str, TeamStatus] = field(default_factory=dict)  # as admission shows it
+    webhook: WebhookServing | None = None  # whether admission's last start serves its webhook
 
     def apply(self, event: K8sEvent) -> None:
         match event:
@@ -106,6 +114,8 @@ class View:
                 self.teams, self.changed = config, True
             case Allocation():
                 self.egress = event
+            case WebhookServing():
+                self.webhook = event
             case GangQueued(gang=gang):
                 self.queued[gang] = event
             case GangAdmitted(gang=gang) | GangReleased(gang=gang) | GangPreempted(gang=gang):
@@ -186,6 +196,7 @@ class Summary:
     capacity: tuple[str, ...]
     health: tuple[str, ...]
     workload: tuple[str, ...]
+    webhook: tuple[str, ...]  # whether it serves, and gangs' pods that never passed it
     teams: tuple[TeamRow, ...] | None  # None: no admission service on this bus
     egress: tuple[str, ...]  # each team's share of the internet egress and its use
     services: tuple[ServiceHealth, ...]
@@ -208,6 +219,7 @@ def summarize(
         capacity=capacity_lines(view),
         health=health_lines(view),
         workload=workload_lines(view),
+        webhook=webhook_lines(view),
         teams=teams,
         egress=egress_lines(view.egress),
         services=tuple(services),
@@ -312,6 +324,38 @@ def workload_lines(view: View) -> tuple[str, ...]:
     )  # fmt: skip
 
 
+def unhooked(view: View) -> list[Pod]:
+    """Unbound pods of gangs, in a team's namespace, that kept another scheduler: the
+    webhook hands every one to Baton (``schedulerName: baton``), so these never passed
+    it, and Baton never places them."""
+    teams = view.teams
+    spaces = None if teams is None or is_default(teams) else {
+        ns for team in teams.teams for ns in team.namespaces}  # fmt: skip
+    return sorted(
+        (p for p in view.pods.values()
+         if p.gang and not p.node_name and p.phase == "Pending"
+         and p.scheduler_name != SCHEDULER_NAME and (spaces is None or p.namespace in spaces)),
+        key=lambda p: p.key,
+    )  # fmt: skip
+
+
+def webhook_lines(view: View) -> tuple[str, ...]:
+    """Whether admission serves its webhook, and the pods that show it is not called."""
+    lines = []
+    if (said := view.webhook) is not None:
+        where = f" on {said.instance}" if said.instance else ""
+        lines.append(f"serving on :{said.port}{where}" if said.serving else
+                     f"OFF{where}: {said.reason}; quotas and team taints still run")  # fmt: skip
+    if missed := unhooked(view):
+        first = missed[0]
+        lines.append(
+            f"{len(missed)} pods of gangs never passed it and wait for no scheduler "
+            f"({first.key} kept schedulerName {first.scheduler_name}): is it registered? "
+            "kubectl get mutatingwebhookconfiguration baton -o yaml; baton install-webhook"
+        )
+    return tuple(lines)
+
+
 def egress_lines(allocation: Allocation | None) -> tuple[str, ...]:
     """Each team's share of the egress capacity, and what it sends and may send (Mbit/s)."""
     if allocation is None:
@@ -342,6 +386,7 @@ def text(summary: Summary) -> str:
     lines += ["capacity", *(f"  {line}" for line in summary.capacity)]
     lines += ["health    " + "  ".join(summary.health)]
     lines += ["workload", *(f"  {line}" for line in summary.workload)]
+    lines += ["webhook", *(f"  {line}" for line in summary.webhook)] if summary.webhook else []
     if summary.teams is None:
         lines.append("teams     (no admission service on this bus)")
     else:
