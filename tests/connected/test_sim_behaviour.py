@@ -279,3 +279,28 @@ async def test_baton_sim_serves_until_sigterm(tmp_path: Path) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_a_trace_after_the_webhook_starts_once_a_webhook_is_registered(
+    sim: Sim, api: client.ApiClient
+) -> None:
+    """``baton up``'s trace: no job before Baton's webhook is there (so every job passes
+    it, and reaches admission's queue in submission order, not all at once by name)."""
+    custom = client.CustomObjectsApi(api)
+    replaying = sim.cluster.replay(trace.read(trace.sample_path(), limit=5), speed=1e6,
+                                   after_webhook=True)  # fmt: skip
+    await asyncio.sleep(0.3)  # room for a replay that does not wait to submit early
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "baton"},
+        "webhooks": [],  # calls nothing: only its presence counts
+    }
+    made = await custom.create_cluster_custom_object(
+        "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", config
+    )
+    await asyncio.wait_for(replaying, timeout=30)
+    groups = await custom.list_cluster_custom_object("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+    versions = [int(g["metadata"]["resourceVersion"]) for g in groups["items"]]
+    assert len(versions) == 5
+    assert min(versions) > int(made["metadata"]["resourceVersion"]), "a job came first"

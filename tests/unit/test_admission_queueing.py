@@ -52,6 +52,18 @@ def test_strict_fifo_admits_nothing_behind_the_head() -> None:
     assert admitted(out) == []
 
 
+def test_gangs_created_in_the_same_second_are_served_in_the_order_they_arrived() -> None:
+    """creationTimestamp counts whole seconds: a burst (a trace replayed fast, a
+    controller's) is served as it arrived, not by name."""
+    state = cluster(ONE, [node("n1", "p"), node("n2", "p")])
+    feed(state, submit("a", "running", 2, at=1.0))  # 16 of 16
+    out = feed(state, submit("a", "zz-first", 2, at=2.0) + submit("a", "aa-second", 2, at=2.0))
+    assert admitted(out) == []
+    assert [key for _, key in state.queues["a"]] == ["a/zz-first", "a/aa-second"]
+    out = feed(state, pods("a", "running", 2, phase="Succeeded"), now=3.0)
+    assert admitted(out) == ["a/zz-first"]
+
+
 def test_a_starving_gang_reserves_and_smaller_ones_only_take_what_it_leaves() -> None:
     state = cluster(with_queueing(starvation_s=100), NODES3)
     feed(state, submit("a", "running", 1, at=0.0), now=0.0)  # 8 of 16

@@ -126,3 +126,11 @@ def test_a_trace_starts_where_its_jobs_are() -> None:
     assert trace.from_busy_start(quiet, window_s=100) == quiet  # never busy: as it is
     sample = trace.from_busy_start(trace.read(trace.sample_path()))
     assert len(sample) == 2000 and sample[-1].submit_s < 2 * 86_400  # not 21 days
+
+
+def test_the_philly_sample_starts_with_the_72_running_jobs_the_readme_promises() -> None:
+    """tests/e2e/test_up_philly.py checks that `baton up` runs every one of them."""
+    sample = trace.from_busy_start(trace.read(trace.sample_path()))
+    assert sum(1 for j in sample if j.submit_s == 0) == 72
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "so it starts with 72 jobs running" in " ".join(readme.split())

@@ -215,6 +215,8 @@ def start_sim(args: argparse.Namespace, stack: Stack) -> Path:
             argv += ["--submit", args.submit]
         if getattr(args, "load", None):
             argv += ["--load", str(args.load)]
+        if "admission" in getattr(args, "services", "").split(","):  # baton up registers it
+            argv.append("--trace-after-webhook")
     if getattr(args, "autoscale", False):
         argv += ["--min-size", str(max(1, args.nodes // 2)), "--max-size", str(2 * args.nodes)]
     child = stack.start(Child("simcluster", argv, stack.logs / "simcluster.log"))

@@ -269,7 +269,7 @@ def start_installing(
                                         cert=tls_dir / "tls.crt", ready=ready)  # fmt: skip
             line = f"admission webhook registered at {url}"
         except Exception as exc:  # the demo runs on without the webhook; say why
-            line = f"admission webhook NOT registered: {exc!r}"
+            line = f"admission webhook NOT registered (the workload waits for it): {exc!r}"
         say(f"{time.strftime('%H:%M:%S')} {line}")
 
     return asyncio.create_task(install(), name="install-webhook")

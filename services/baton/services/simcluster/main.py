@@ -52,6 +52,7 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     history: int
     load: float = 0.9
     submit: str = "pods"  # "pods" (PodGroups and bare pods) | "controllers"
+    after_webhook: bool = False  # the trace starts once a webhook is registered
     fault_trace: tuple[fault_trace.TraceRow, ...] = ()
 
 
@@ -98,6 +99,11 @@ def parse_args(argv: list[str]) -> Options:
         "controllers run (default: controllers for llm, pods otherwise)",
     )  # fmt: skip
     p.add_argument("--speed", type=float, default=1.0, help="trace time compression")
+    p.add_argument(
+        "--trace-after-webhook", action="store_true",
+        help="start the trace once an admission webhook is registered (baton up: every job "
+        "passes Baton's webhook, and reaches its queue in submission order)",
+    )  # fmt: skip
     p.add_argument("--time-scale", type=float, default=1.0, help="speed of simulated delays")
     p.add_argument("--seed", type=int, default=1, help="seed of the synthetic workload")
     p.add_argument(
@@ -134,6 +140,7 @@ def parse_args(argv: list[str]) -> Options:
         load=args.load,
         submit=args.submit or ("controllers" if args.trace == "llm" else "pods"),
         fault_trace=_fault_trace(p, args),
+        after_webhook=args.trace_after_webhook,
     )
 
 
@@ -189,7 +196,8 @@ async def serve(opts: Options) -> None:
         if opts.kubeconfig is not None:
             write_kubeconfig(opts.kubeconfig, opts.advertise or url)
         if opts.trace:
-            cluster.replay(jobs(opts), speed=opts.speed, submit=opts.submit)
+            cluster.replay(jobs(opts), speed=opts.speed, submit=opts.submit,
+                           after_webhook=opts.after_webhook)  # fmt: skip
         if opts.fault_trace:
             cluster.replay_faults(opts.fault_trace, speed=opts.speed)
         nodes = len(cluster.node_names())

@@ -148,6 +148,8 @@ def _pod_group(state: State, group: PodGroup, now: float, *, deleted: bool) -> l
 def _new_gang(state: State, gang: Gang, marks: dict[str, str], now: float) -> list[Output]:
     """Queue a gang seen for the first time, or adopt it if it was admitted before a restart."""
     state.gangs[gang.key] = gang
+    state.arrivals += 1
+    gang.arrival = state.arrivals
     gang.complete = len(gang.members) >= gang.min_member
     if not gang.team:
         gang.reason = f"namespace {gang.namespace!r} belongs to no team in the team config"

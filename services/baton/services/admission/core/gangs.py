@@ -35,7 +35,9 @@ class Gang:
     borrowed: int = 0
     finished: bool = False
     reason: str = ""  # last published queue reason
-    qkey: tuple[int, float, str] | None = None  # its entry in the team's queue, when queued
+    # its entry in the team's queue, when queued (``queue_key``)
+    qkey: tuple[int, float, int, str] | None = None
+    arrival: int = 0  # when admission first saw it, among all gangs (``State.arrivals``)
     lone: bool = False  # a pod with schedulerName baton and no PodGroup: a gang of one
     min_gpus: int = 0  # the PodGroup's spec.minResources GPUs: the least the gang needs
     api: str = PLUGINS_API  # which PodGroup API carries the marks (or UPSTREAM_API)
@@ -124,9 +126,12 @@ class Gang:
         return self.key.partition("/")[2]
 
 
-def queue_key(gang: Gang) -> tuple[int, float, str]:
-    """Order within a team's queue: priority (high first), then age, then name."""
-    return (-gang.priority, gang.created_at, gang.key)
+def queue_key(gang: Gang) -> tuple[int, float, int, str]:
+    """Order within a team's queue: priority (high first), then age, then the order
+    admission saw them in. ``creationTimestamp`` counts whole seconds: gangs created in
+    the same one (a controller's burst, a replayed trace) are served as they arrived, in
+    the API server's order, as kube-scheduler and Kueue serve theirs, not by name."""
+    return (-gang.priority, gang.created_at, gang.arrival, gang.key)
 
 
 # member phases that hold (or will hold) GPUs

@@ -144,7 +144,7 @@ class Walk:
     queued at 7,500 nodes, each admission walked them all). A preemption, which gives
     GPUs back, starts every walk again."""
 
-    after: tuple[tuple[int, float, str], str] | None = None  # the last queue entry admitted
+    after: tuple[tuple[int, float, int, str], str] | None = None  # the last queue entry admitted
     tried: dict[int, str] = field(default_factory=dict)  # need -> why it waits
     reserve: Gang | None = None  # a starving gang those behind must leave room for
 

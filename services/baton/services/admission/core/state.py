@@ -21,7 +21,7 @@ from baton.proto.k8s import MachineDeployment, Node
 from baton.services.admission.core.gangs import ACTIVE, Gang, Member, queue_key
 from baton.services.admission.teams import DEFAULT, Team, TeamConfig, is_default
 
-Entry = tuple[tuple[int, float, str], str]  # a gang in its team's queue: (queue_key, key)
+Entry = tuple[tuple[int, float, int, str], str]  # a gang in its team's queue: (queue_key, key)
 
 
 def _nodes() -> View[GangView]:
@@ -44,6 +44,7 @@ class State:
     used: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its in-quota gangs
     lent: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its borrowing gangs
     gangs: dict[str, Gang] = field(default_factory=dict)
+    arrivals: int = 0  # gangs seen so far: each new one's place among those of its second
     queues: dict[str, list[Entry]] = field(default_factory=dict)
     pending_pods: dict[str, dict[str, Member]] = field(default_factory=dict)  # gang key -> pods
     holders: dict[str, set[str]] = field(default_factory=dict)  # team -> gangs holding GPUs

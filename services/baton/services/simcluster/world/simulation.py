@@ -85,6 +85,7 @@ class Simulation:
         self.faults = Faults(store, self.hardware, clock=self.clock)
         self.cloud = Cloud(store, spec=spec, clock=self.clock, load=self.kubelets.pod_count)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._webhook_registered = asyncio.Event()  # a mutating webhook was registered
         self._running = False
         self.submitted = 0  # jobs the workload has created
         # The API server's admission hooks (webhooks), so workload pods are admitted
@@ -125,6 +126,8 @@ class Simulation:
             return
         if res == "nodes" and event != "MODIFIED":
             self._on_node(event, obj)
+        if res == "mutatingwebhookconfigurations" and event == "ADDED":
+            self._webhook_registered.set()
         self.kubelets.on_change(event, res, obj)
         self.cloud.on_change(event, res, obj)
         controlling.route(self.controllers, event, res, obj)
@@ -216,21 +219,34 @@ class Simulation:
     # workload
 
     def replay(
-        self, jobs: Iterable[Job], *, speed: float = 1.0, submit: str = "pods"
+        self,
+        jobs: Iterable[Job],
+        *,
+        speed: float = 1.0,
+        submit: str = "pods",
+        after_webhook: bool = False,
     ) -> asyncio.Task[None]:
         """Submit ``jobs`` at ``submit_s / speed`` (simulated seconds), in the background:
         as PodGroups and bare pods (``submit="pods"``) or as the Jobs, JobSets and MPIJobs
-        the controllers run (``"controllers"``, ``controlled.py``)."""
+        the controllers run (``"controllers"``, ``controlled.py``). ``after_webhook``: the
+        trace's clock starts once a mutating webhook is registered, as users submit to a
+        cluster Baton is installed in (jobs created before would skip its webhook, and
+        reach its queue all at once, ordered by name within each second)."""
         if submit not in SUBMITS:
             raise ValueError(f"submit: expected one of {', '.join(SUBMITS)}, got {submit!r}")
-        replaying = self._replay(jobs, speed=speed, submit=submit)
+        replaying = self._replay(jobs, speed=speed, submit=submit, after_webhook=after_webhook)
         task = asyncio.create_task(replaying, name="simcluster-workload")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _replay(self, jobs: Iterable[Job], *, speed: float, submit: str) -> None:
+    async def _replay(
+        self, jobs: Iterable[Job], *, speed: float, submit: str, after_webhook: bool
+    ) -> None:
         gpus = max((p.gpus for p in self.spec.pools), default=8) or 8
+        if after_webhook and not self._webhooks():
+            log.info("workload waits for an admission webhook to be registered")
+            await self._webhook_registered.wait()
         start = self.clock.now()
         namespaces: set[str] = set()
         for job in jobs:
@@ -251,6 +267,12 @@ class Simulation:
                 continue
             self.submitted += 1
         log.info("workload finished", jobs=self.submitted)
+
+    def _webhooks(self) -> bool:
+        try:
+            return bool(self.store.list("mutatingwebhookconfigurations")[0])
+        except ApiError:
+            return False
 
     async def _create(self, res: str, obj: dict[str, Any]) -> dict[str, Any]:
         for hook in self.admission:
