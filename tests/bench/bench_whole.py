@@ -59,6 +59,7 @@ import nats
 
 from baton.libs.bus.connection import auth_options
 from tests.e2e.test_up_mix import partial, read
+from tests.e2e.upping import endpoints_of
 
 NODES = int(os.environ.get("BATON_WHOLE_NODES", "1500"))
 WORKLOAD = os.environ.get("BATON_WHOLE_WORKLOAD", "synthetic")
@@ -195,13 +196,6 @@ async def _streams(env: dict[str, str]) -> dict[str, int]:
         await nc.close()
 
 
-def _env(path: Path) -> dict[str, str]:
-    if not path.exists():
-        return {}
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-    return {k: v.strip("'\"") for k, v in pairs}
-
-
 def _sim_url(env: dict[str, str]) -> str:
     kubeconfig = Path(env.get("KUBECONFIG", "/nonexistent"))
     m = re.search(r"server: (\S+)", kubeconfig.read_text()) if kubeconfig.exists() else None
@@ -297,10 +291,10 @@ def run() -> tuple[Progress, list[Sample]]:
                 time.sleep(EVERY)
                 if up.poll() is None:
                     at = time.monotonic() - started
-                    samples.append(_sample(up.pid, _env(endpoints), at, progress))
+                    samples.append(_sample(up.pid, endpoints_of(endpoints), at, progress))
                     if RECORD and at >= SECONDS:
                         into = Path(KEEP or tmp) / "run.jsonl"  # kept with the store
-                        progress.replay = _record(_env(endpoints), into)
+                        progress.replay = _record(endpoints_of(endpoints), into)
                     if at >= SECONDS:
                         break
         finally:

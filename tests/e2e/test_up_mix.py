@@ -5,9 +5,6 @@ placed by Baton in whole gangs, some running to completion."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +15,7 @@ from kubernetes_asyncio import config
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.proto import keys
-from tests.e2e.test_whole import _env
+from tests.e2e.upping import baton_up, endpoints_of
 from tests.pipeline import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -32,21 +29,8 @@ DONE = {"jobsets": "Completed", "mpijobs": "Succeeded", "jobs": "Complete"}
 def up(tmp_path: Path) -> Iterator[Path]:
     """``baton up --workload llm --nodes 64`` (72 trace hours in ~2.6 min); its endpoints
     file."""
-    endpoints = tmp_path / "up.env"
-    log = (tmp_path / "up.log").open("w")
-    argv = [sys.executable, "-m", "baton.services.cli", "up", "--nodes", "64",
-            "--workload", "llm", "--speed", "1500", "--endpoints-file", str(endpoints)]  # fmt: skip
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
-    try:
-        yield endpoints
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
-        log.close()
+    with baton_up(tmp_path, "--nodes", "64", "--workload", "llm", "--speed", "1500") as running:
+        yield running[0]
 
 
 async def read(kubeconfig: str) -> dict[str, list[Obj]]:
@@ -122,7 +106,7 @@ def whole(now: dict[str, list[Obj]]) -> set[str]:
 async def test_the_llm_mix_runs_as_jobsets_mpijobs_and_jobs_in_whole_gangs(up: Path) -> None:
     await until(lambda: up.exists() and "KUBECONFIG" in up.read_text(),
                 what="baton up to write its endpoints file", within=180, step=1.0)  # fmt: skip
-    kubeconfig = _env(up)["KUBECONFIG"]
+    kubeconfig = endpoints_of(up)["KUBECONFIG"]
     seen: set[str] = set()  # JobSets and MPIJobs seen running whole
     partial_before: set[str] = set()
     broken: list[set[str]] = []

@@ -8,9 +8,6 @@ when they do not all run within a bound a loaded CI machine keeps."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +25,7 @@ from baton.libs.bus.streams import EVENTS
 from baton.proto import subjects
 from baton.proto.placement import GangPlaced
 from baton.services.simcluster.world import trace
-from tests.e2e.test_whole import _env
+from tests.e2e.upping import baton_up, endpoints_of
 from tests.pipeline import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -45,22 +42,9 @@ def first_jobs() -> set[str]:
 def up(tmp_path: Path) -> Iterator[tuple[Path, float]]:
     """The README's demo as written (plain output: not a terminal); its endpoints file
     and when it started."""
-    endpoints = tmp_path / "up.env"
-    log = (tmp_path / "up.log").open("w")
-    argv = [sys.executable, "-m", "baton.services.cli", "up", "--workload", "philly-sample",
-            "--speed", "6000", "--endpoints-file", str(endpoints)]  # fmt: skip
     started = time.monotonic()
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
-    try:
-        yield endpoints, started
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
-        log.close()
+    with baton_up(tmp_path, "--workload", "philly-sample", "--speed", "6000") as running:
+        yield running[0], started
 
 
 async def test_the_philly_demo_runs_the_72_jobs_it_starts_with(
@@ -69,7 +53,7 @@ async def test_the_philly_demo_runs_the_72_jobs_it_starts_with(
     endpoints, started = up
     await until(lambda: endpoints.exists() and "BATON_NATS_URL" in endpoints.read_text(),
                 what="baton up to write its endpoints file", within=120, step=0.5)  # fmt: skip
-    env = _env(endpoints)
+    env = endpoints_of(endpoints)
     nc = await connect(env["BATON_NATS_URL"], name="test-philly", auth=env_auth_options(env))
     want, placed = first_jobs(), set[str]()
 

@@ -9,9 +9,7 @@ how fast it gets there is `python -m tests.bench whole` (docs/benchmarks.md).
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from baton.proto import keys
 from tests.chaos.run import _overallocated
+from tests.e2e.upping import baton_up, endpoints_of
 from tests.pipeline import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -32,25 +31,8 @@ NODES = 1_000
 
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
-    endpoints = tmp_path / "up.env"
-    log = (tmp_path / "up.log").open("w")
-    argv = [sys.executable, "-m", "baton.services.cli", "up", "--nodes", str(NODES),
-            "--workload", "synthetic", "--endpoints-file", str(endpoints)]  # fmt: skip
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
-    try:
-        yield endpoints, process
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
-        log.close()
-
-
-def _env(path: Path) -> dict[str, str]:
-    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    with baton_up(tmp_path, "--nodes", str(NODES), "--workload", "synthetic") as running:
+        yield running
 
 
 class Cluster:
@@ -106,7 +88,7 @@ async def test_a_thousand_nodes_are_validated_and_filled_with_whole_gangs(up: An
     endpoints, process = up
     await until(lambda: endpoints.exists() and "KUBECONFIG" in endpoints.read_text(),
                 what="baton up to write its endpoints file", within=180, step=1.0)  # fmt: skip
-    cluster = Cluster(_env(endpoints)["KUBECONFIG"])
+    cluster = Cluster(endpoints_of(endpoints)["KUBECONFIG"])
 
     async def validated() -> bool:
         await cluster.read()
