@@ -30,7 +30,8 @@ from baton.proto.bandwidth import (
 )
 from baton.proto.k8s import PodEvent
 from baton.proto.runner import Tick
-from baton.services.bandwidth import core, reference
+from baton.services.bandwidth import core
+from baton.services.bandwidth.core import reference
 from tests.support.builders import pod
 
 M = 1_000_000
@@ -127,8 +128,8 @@ def allocation() -> None:
 def apply_110() -> None:
     from pyroute2 import IPRoute
 
+    from baton.services.agent.core.tc import Layout
     from baton.services.agent.shaping import Shaper
-    from baton.services.agent.tc import Layout
     from tests.netns.topology import missing, sh
 
     if missing():
@@ -173,8 +174,8 @@ def apply_110() -> None:
 def achieved() -> None:
     from pyroute2 import IPRoute
 
+    from baton.services.agent.core.tc import Layout
     from baton.services.agent.shaping import Shaper
-    from baton.services.agent.tc import Layout
     from tests.netns.topology import (
         INTERNAL,
         INTERNET_HOST,

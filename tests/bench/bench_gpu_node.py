@@ -29,8 +29,8 @@ import msgspec
 from baton.libs.bus import Bus
 from baton.proto import telemetry
 from baton.proto.codec import decode
+from baton.services.agent.core.readings import Gpus
 from baton.services.agent.nvml import FIELDS, Nvml
-from baton.services.agent.readings import Gpus
 from tests.support.nats import running_nats
 
 ROOT = Path(__file__).resolve().parents[2]

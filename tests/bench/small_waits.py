@@ -18,7 +18,8 @@ from typing import Any
 
 from baton.proto.actions import BindGang
 from baton.proto.k8s import GPU
-from baton.services.gang import core, ordering
+from baton.services.gang import core
+from baton.services.gang.core import ordering
 from tests.bench import bench_scheduling as bench
 
 

@@ -25,7 +25,7 @@ from baton.proto.actions import (
 from baton.proto.k8s import UPSTREAM_API, VOLCANO_API
 from baton.services.actuator import applying
 from baton.services.actuator.calling import Api
-from baton.services.actuator.eventing import EventWrite
+from baton.services.actuator.core.eventing import EventWrite
 from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]

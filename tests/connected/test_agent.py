@@ -21,8 +21,8 @@ from baton.libs.bus import Bus
 from baton.proto import codec, subjects
 from baton.proto import telemetry as t
 from baton.services.agent import core
+from baton.services.agent.core.readings import Tick
 from baton.services.agent.main import Settings, once
-from baton.services.agent.readings import Tick
 from baton.services.agent.shell import Agent
 from baton.services.agent.simulated import SimHardware
 from tests.fake_hardware import XID_79, FakeHardware, node_document, serving_hardware

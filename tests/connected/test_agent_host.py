@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from baton.services.agent import kmsg
 from baton.services.agent.backends import KernelLogPoller
-from baton.services.agent.readings import Backend
+from baton.services.agent.core import kmsg
+from baton.services.agent.core.readings import Backend
 from tests.unit.test_agent_kmsg import JOURNAL_ENTRY
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]

@@ -30,9 +30,9 @@ from baton.proto import subjects
 from baton.proto.codec import encode
 from baton.proto.telemetry import Heartbeat
 from baton.services.bridge import main as bridge
-from baton.services.callout import claims
 from baton.services.callout import main as callout
 from baton.services.callout import shell as callout_shell
+from baton.services.callout.core import claims
 from baton.services.cli.natsconfig import run as nats_config
 from baton.services.cli.natsconfig import seed_path, specs
 from baton.services.gang import main as gang

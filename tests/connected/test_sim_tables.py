@@ -14,7 +14,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from baton.proto.actions import ObjectRef, RecordEvent
-from baton.services.actuator.eventing import EventWrite
+from baton.services.actuator.core.eventing import EventWrite
 from baton.services.actuator.reporting import event_body
 from tests.support.kubectl import kubectl as run_kubectl_out
 from tests.support.kubectl import needs_kubectl

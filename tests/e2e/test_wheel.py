@@ -28,7 +28,7 @@ def test_the_wheel_holds_the_package_tree_and_runs_from_it(tmp_path: Path) -> No
         archive.extractall(tmp_path / "site")
     tops = {name.split("/")[0] for name in names if not name.startswith("baton-")}
     assert tops == {"baton"}, tops
-    assert "baton/services/gang/core.py" in names
+    assert "baton/services/gang/core/__init__.py" in names
     assert any(n.startswith("baton/proto/schemas/") and n.endswith(".json") for n in names)
     assert "baton/services/simcluster/data/philly-sample.csv" in names
     probe = (

@@ -24,8 +24,8 @@ from baton.proto.admission import TeamsLoaded
 from baton.proto.k8s import PodEvent
 from baton.proto.teams import Egress as TeamEgress
 from baton.proto.teams import Team, TeamConfig
+from baton.services.agent.core.tc import Layout
 from baton.services.agent.egress import Egress, Netlink
-from baton.services.agent.tc import Layout
 from baton.services.bandwidth.main import SPEC, Settings
 from tests.netns.topology import INTERNAL, INTERNET_HOST, Topology, missing, result
 from tests.pipeline import running

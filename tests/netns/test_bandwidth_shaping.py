@@ -21,8 +21,8 @@ from baton.proto.k8s import PodEvent
 from baton.proto.runner import Tick
 from baton.proto.teams import Egress, Team, TeamConfig
 from baton.services.agent import counting
+from baton.services.agent.core.tc import Layout
 from baton.services.agent.shaping import Shaper
-from baton.services.agent.tc import Layout
 from baton.services.bandwidth import core
 from tests.netns.topology import (
     INTERNAL,

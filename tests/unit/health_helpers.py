@@ -13,7 +13,8 @@ from baton.proto.health import HealthPolicy, Note
 from baton.proto.k8s import Condition, Node, NodeEvent, Pod, PodEvent
 from baton.proto.runner import Tick
 from baton.proto.telemetry import Disk, GpuReport, GpuStatus, Nic, NodeReport, XidEvent
-from baton.services.health import checks, core, moving
+from baton.services.health import core
+from baton.services.health.core import checks, moving
 from tests.support.builders import node, pod
 
 T = TypeVar("T")

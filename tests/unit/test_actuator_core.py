@@ -17,7 +17,7 @@ from baton.proto.actions import (
     SetTaint,
 )
 from baton.proto.k8s import Taint
-from baton.services.actuator import core, pacing, retrying
+from baton.services.actuator import core
 from baton.services.actuator.core import (
     Apply,
     Arrived,
@@ -27,6 +27,8 @@ from baton.services.actuator.core import (
     Settle,
     Tick,
     WakeAt,
+    pacing,
+    retrying,
 )
 
 pytestmark = pytest.mark.unit

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from baton.proto.actions import Binding
-from baton.services.actuator.gangs import Member, Undo, gang_error, gang_outcome, plan_rollback
+from baton.services.actuator.core.gangs import Member, Undo, gang_error, gang_outcome, plan_rollback
 
 pytestmark = pytest.mark.unit
 

@@ -23,7 +23,7 @@ from baton.proto.actions import (
 from baton.proto.k8s import Taint
 from baton.services.actuator import core
 from baton.services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle, WakeAt
-from baton.services.actuator.eventing import EventLimits, EventWrite
+from baton.services.actuator.core.eventing import EventLimits, EventWrite
 from baton.services.actuator.reporting import event_body
 
 pytestmark = pytest.mark.unit

@@ -9,8 +9,9 @@ import msgspec
 import pytest
 
 from baton.proto import telemetry as t
-from baton.services.agent import changes, core
-from baton.services.agent.readings import (
+from baton.services.agent import core
+from baton.services.agent.core import changes
+from baton.services.agent.core.readings import (
     AnyReading,
     Backend,
     GpuProcess,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from baton.proto.bandwidth import NodeEgress, NodeLimits, PodEgress, PodLimit
-from baton.services.agent import traffic
+from baton.services.agent.core import traffic
 from baton.services.agent.counting import Changed
 from baton.services.agent.egress import FleetEgress, Follower
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from baton.proto.telemetry import Disk, Nic
-from baton.services.agent import disks, nics
+from baton.services.agent.core import disks, nics
 
 pytestmark = pytest.mark.unit
 

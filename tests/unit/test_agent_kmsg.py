@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from baton.services.agent import kmsg
+from baton.services.agent.core import kmsg
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ import pynvml as N
 import pytest
 
 from baton.services.agent import nvml
-from baton.services.agent.readings import Backend, GpuProcess, Gpus
+from baton.services.agent.core.readings import Backend, GpuProcess, Gpus
 
 pytestmark = pytest.mark.unit
 

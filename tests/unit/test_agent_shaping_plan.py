@@ -6,7 +6,7 @@ import pytest
 
 from baton.proto.bandwidth import NodeLimits, PodLimit
 from baton.services.agent import counting
-from baton.services.agent.tc import (
+from baton.services.agent.core.tc import (
     INTERNAL,
     INTERNAL_BIT,
     OTHER,

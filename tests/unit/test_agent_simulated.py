@@ -9,7 +9,15 @@ import pytest
 
 from baton.proto.telemetry import Disk, GpuReport, GpuStatus, Nic
 from baton.services.agent import core, simulated
-from baton.services.agent.readings import AnyReading, GpuProcess, Gpus, Host, Pods, Power, XidSeen
+from baton.services.agent.core.readings import (
+    AnyReading,
+    GpuProcess,
+    Gpus,
+    Host,
+    Pods,
+    Power,
+    XidSeen,
+)
 from baton.services.agent.shell import Agent, latest_reports
 
 pytestmark = pytest.mark.unit

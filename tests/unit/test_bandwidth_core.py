@@ -14,8 +14,9 @@ from baton.proto.bandwidth import Capacity, NodeEgress, PodEgress, TeamEgress, T
 from baton.proto.k8s import Pod, PodEvent
 from baton.proto.runner import Tick
 from baton.proto.teams import Egress, Team, TeamConfig
-from baton.services.bandwidth import core, damping, demand, fairshare
-from baton.services.bandwidth.policy import PolicyError, load, parse_rate
+from baton.services.bandwidth import core
+from baton.services.bandwidth.core import damping, demand, fairshare
+from baton.services.bandwidth.core.policy import PolicyError, load, parse_rate
 from tests.unit.bandwidth_helpers import (
     M,
     limit_of,
@@ -388,7 +389,7 @@ def test_annotations_follow_limits_beyond_hysteresis_within_a_budget() -> None:
 
 
 def test_an_annotation_within_the_hysteresis_is_left_alone() -> None:
-    from baton.services.bandwidth import annotating
+    from baton.services.bandwidth.core import annotating
 
     p = policy(hysteresis=0.05, hysteresis_bps=1 * M)
     pod = core.Shaped(namespace="n", name="x", uid="u", node="n1", ips=("10.0.0.1",),

@@ -16,7 +16,8 @@ from baton.proto.bandwidth import BandwidthPolicy, Capacity, NodeEgress, PodEgre
 from baton.proto.k8s import Endpoint, EndpointSlice, EndpointSliceEvent, PodEvent
 from baton.proto.runner import Tick
 from baton.proto.teams import Egress, Team, TeamConfig
-from baton.services.bandwidth import core, reference
+from baton.services.bandwidth import core
+from baton.services.bandwidth.core import reference
 from tests.unit.bandwidth_helpers import M, running
 
 pytestmark = pytest.mark.unit
@@ -186,7 +187,7 @@ def test_a_float_excess_comes_off_the_largest_share_in_both(
 ) -> None:
     """Shares that round up past the capacity (found only with levels nudged up: real float
     error rarely does it) lose the excess from the largest, by uid, in both rounds."""
-    from baton.services.bandwidth import allocating, incremental
+    from baton.services.bandwidth.core import allocating, incremental
 
     equal_level, level = allocating.equal_level, incremental._level
     monkeypatch.setattr(allocating, "equal_level", lambda c, w: equal_level(c, w) * (1 + 1e-6))

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from baton.proto import codec
 from baton.proto.bandwidth import DEFAULT_TIERS, TeamEgress
-from baton.services.bandwidth import allocating, core
-from baton.services.bandwidth.fairshare import INF
+from baton.services.bandwidth import core
+from baton.services.bandwidth.core import allocating
+from baton.services.bandwidth.core.fairshare import INF
 from tests.unit.bandwidth_helpers import M, measure, policy, running, started, tick
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ import pytest
 from baton.proto import k8s
 from baton.proto.deadletter import DeadLetter
 from baton.services.bridge import core, shell
-from baton.services.bridge.bounds import Bounds
+from baton.services.bridge.core.bounds import Bounds
 
 pytestmark = pytest.mark.unit
 

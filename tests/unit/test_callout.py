@@ -16,8 +16,9 @@ from baton.libs.runner import access
 from baton.libs.runtime import SettingsError
 from baton.libs.runtime.nkey import account_pair, new_account_seed, new_user_seed, public_key
 from baton.services.agent import main as agent
-from baton.services.callout import claims, core, shell
+from baton.services.callout import core, shell
 from baton.services.callout import main as callout
+from baton.services.callout.core import claims
 from baton.services.cli.natsconfig import CALLOUT_ISSUER, run, specs
 from baton.services.simcluster.api.objects import ApiError
 from baton.services.simcluster.api.store import Store

@@ -14,8 +14,9 @@ from baton.libs.runtime import SettingsError
 from baton.libs.runtime.nkey import new_account_seed, new_user_seed
 from baton.proto import k8s
 from baton.proto.codec import encode
-from baton.services.callout import core, revoking, shell
+from baton.services.callout import core, shell
 from baton.services.callout import main as callout
+from baton.services.callout.core import revoking
 from baton.services.cli.natsconfig import render, specs
 from tests.unit.test_callout import NOW, POLICY, review, rights, server_request
 

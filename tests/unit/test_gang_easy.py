@@ -9,7 +9,8 @@ import pytest
 from baton.proto import durations, keys
 from baton.proto.k8s import Node, Taint
 from baton.proto.placement import GangRestarted
-from baton.services.gang import core, estimates
+from baton.services.gang import core
+from baton.services.gang.core import estimates
 from tests.support.builders import gang, node
 from tests.unit.gang_helpers import apply, binds, feed, finish, make, tick, verdicts
 

@@ -9,7 +9,8 @@ import pytest
 
 from baton.proto import keys
 from baton.proto.k8s import Node, Pod, PodGroup
-from baton.services.gang import core, estimates, ordering
+from baton.services.gang import core
+from baton.services.gang.core import estimates, ordering
 from tests.support.builders import gang, node, pod
 from tests.unit.gang_helpers import apply, binds, feed, gangs_bound, make, tick, verdicts
 

@@ -12,8 +12,9 @@ import pytest
 
 from baton.proto import keys
 from baton.proto.k8s import UPSTREAM_API, GangRef, Node, Pod, PodGroup
-from baton.services.gang import asks, core, topology
-from baton.services.reporter import telling
+from baton.services.gang import core
+from baton.services.gang.core import asks, topology
+from baton.services.reporter.core import telling
 from tests.support.builders import RACK, node, pod, pod_group
 from tests.unit.gang_helpers import apply, binds, feed, make, tick, verdicts
 

@@ -18,7 +18,8 @@ from baton.proto.actions import (
 from baton.proto.health import HealthPolicy, Heard, Note, Remediate, Silence, StateChanged
 from baton.proto.k8s import NodeEvent
 from baton.proto.runner import Tick
-from baton.services.health import core, states
+from baton.services.health import core
+from baton.services.health.core import states
 from tests.unit.health_helpers import (
     QUIET,
     changed,

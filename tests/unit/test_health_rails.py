@@ -11,8 +11,8 @@ from baton.proto.actions import CreatePod, DeletePod, MarkNode
 from baton.proto.health import Control, HealthPolicy, Note, StateChanged, Withheld
 from baton.proto.k8s import Node, NodeEvent, Taint
 from baton.services.health import core
-from baton.services.health.rails import Domain, Rails, SlowStart, domains
-from baton.services.health.states import TAINTS
+from baton.services.health.core.rails import Domain, Rails, SlowStart, domains
+from baton.services.health.core.states import TAINTS
 from tests.support.builders import node
 from tests.unit.health_helpers import (
     QUIET,

@@ -11,7 +11,7 @@ import pytest
 from baton.proto.health import HealthPolicy
 from baton.proto.k8s import Condition
 from baton.proto.telemetry import Disk, GpuReport, GpuStatus, Nic, NodeReport
-from baton.services.health import rules, states
+from baton.services.health.core import rules, states
 
 pytestmark = pytest.mark.unit
 POLICY = HealthPolicy()
@@ -116,7 +116,9 @@ def test_every_rule_name_is_unique_and_policy_overrides_durations() -> None:
 
 def test_the_docs_print_the_tables_as_they_are() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "health.md").read_text()
-    assert rules.markdown() in text, "refresh docs/health.md: python -m baton.services.health.rules"
+    assert rules.markdown() in text, (
+        "refresh docs/health.md: python -m baton.services.health.core.rules"
+    )
     assert states.markdown() in text, (
-        "refresh docs/health.md: python -m baton.services.health.states"
+        "refresh docs/health.md: python -m baton.services.health.core.states"
     )

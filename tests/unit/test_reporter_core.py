@@ -21,7 +21,8 @@ from baton.proto.k8s import (
 )  # fmt: skip
 from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable, Need
 from baton.proto.runner import Tick
-from baton.services.reporter import core, telling
+from baton.services.reporter import core
+from baton.services.reporter.core import telling
 from tests.support.builders import node, pod, pod_group
 
 pytestmark = pytest.mark.unit

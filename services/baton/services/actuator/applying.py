@@ -35,7 +35,7 @@ from baton.proto.actions import (
 from baton.proto.k8s import GPU
 from baton.services.actuator import binding, podspec, recreating, reporting, teams
 from baton.services.actuator.calling import MERGE, ApiError, Obj, Session, node_gate, seen
-from baton.services.actuator.eventing import EventWrite
+from baton.services.actuator.core.eventing import EventWrite
 
 REREADS = 5
 CAPI = ("cluster.x-k8s.io", "v1beta1")

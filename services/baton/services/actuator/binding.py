@@ -25,7 +25,7 @@ from typing import TypeVar
 from baton.proto.actions import BindGang, Binding, Outcome
 from baton.services.actuator import podspec
 from baton.services.actuator.calling import ApiError, Obj, Session, node_gate, node_marks
-from baton.services.actuator.gangs import (
+from baton.services.actuator.core.gangs import (
     Member,
     Undo,
     gang_error,

@@ -20,7 +20,8 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi, Ev
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from baton.proto import keys
-from baton.services.actuator import metrics, retrying
+from baton.services.actuator import metrics
+from baton.services.actuator.core import retrying
 
 MERGE = "application/merge-patch+json"
 Obj = dict[str, Any]

@@ -26,7 +26,7 @@ from baton.proto.actions import (
 )
 from baton.proto.k8s import PLUGINS_API, UPSTREAM_API, VOLCANO_API
 from baton.services.actuator.calling import MERGE, ApiError, Obj, Session
-from baton.services.actuator.eventing import EventWrite
+from baton.services.actuator.core.eventing import EventWrite
 
 Applied = tuple[Outcome, str]
 UPSTREAM_VERSIONS = ("v1beta1", "v1alpha2")

@@ -60,7 +60,7 @@ from baton.proto.actions import (
 )
 from baton.services.actuator import applying, core, metrics, trusting
 from baton.services.actuator.calling import Api, ApiError
-from baton.services.actuator.eventing import EventWrite
+from baton.services.actuator.core.eventing import EventWrite
 
 log = structlog.get_logger("baton.actuator")
 DURABLE = "actuator"  # what changes the cluster, but for ...

@@ -19,8 +19,8 @@ from typing import Protocol
 
 import structlog
 
-from baton.services.agent import disks, kmsg, nics
-from baton.services.agent.readings import AnyReading, Backend, Host
+from baton.services.agent.core import disks, kmsg, nics
+from baton.services.agent.core.readings import AnyReading, Backend, Host
 
 log = structlog.get_logger("baton.agent")
 

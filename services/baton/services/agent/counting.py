@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from baton.proto.bandwidth import NodeEgress, NodeLimits, PodEgress
+from baton.services.agent.core.tc import FIRST_SLOT, INTERNAL_BIT, LAST_SLOT, MAJOR
 from baton.services.agent.shaping import Shaper
-from baton.services.agent.tc import FIRST_SLOT, INTERNAL_BIT, LAST_SLOT, MAJOR
 
 Addresses = frozenset[str]
 

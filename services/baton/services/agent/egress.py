@@ -47,9 +47,10 @@ from baton.proto.bandwidth import (
     limits_subject,
 )
 from baton.proto.codec import Undecodable, decode
-from baton.services.agent import counting, metrics, traffic
+from baton.services.agent import counting, metrics
+from baton.services.agent.core import traffic
+from baton.services.agent.core.tc import Layout
 from baton.services.agent.shaping import Shaper, ShapingError
-from baton.services.agent.tc import Layout
 
 log = structlog.get_logger("baton.agent")
 T = TypeVar("T")

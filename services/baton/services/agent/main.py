@@ -43,14 +43,14 @@ from baton.libs.runtime.settings import require
 from baton.proto import subjects
 from baton.services.agent import core
 from baton.services.agent.backends import HostPoller, KernelLogPoller, Poller
+from baton.services.agent.core.readings import AnyReading, Tick
+from baton.services.agent.core.tc import Layout
 from baton.services.agent.counting import Changed
 from baton.services.agent.egress import Egress, FleetEgress, Netlink
 from baton.services.agent.nvml import Nvml
 from baton.services.agent.pods import PodResources
-from baton.services.agent.readings import AnyReading, Tick
 from baton.services.agent.shell import Agent, Emit, Source, nvml_events, polling
 from baton.services.agent.simulated import SimHardware
-from baton.services.agent.tc import Layout
 
 PREFIX = "BATON_AGENT_"
 log = structlog.get_logger("baton.agent")
@@ -98,7 +98,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     egress_keepalive_s: float = 60.0
     egress_deadband: float = 0.1
     egress_deadband_bps: int = 1_000_000
-    # --fleet: simulated pod egress (services/baton/services/agent/traffic.py)
+    # --fleet: simulated pod egress (services/baton/services/agent/core/traffic.py)
     sim_egress: bool = True
     sim_egress_seed: int = 1
     sim_egress_mean: str = "50M"

@@ -23,8 +23,15 @@ from typing import Any, Final, TypeVar
 import pynvml as N
 
 from baton.proto.telemetry import GpuStatus
-from baton.services.agent.kmsg import bus_id
-from baton.services.agent.readings import AnyReading, Backend, GpuProcess, Gpus, GpuSample, XidSeen
+from baton.services.agent.core.kmsg import bus_id
+from baton.services.agent.core.readings import (
+    AnyReading,
+    Backend,
+    GpuProcess,
+    Gpus,
+    GpuSample,
+    XidSeen,
+)
 
 T = TypeVar("T")
 NAME: Final = "nvml"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from baton.services.agent.readings import AnyReading, Backend
+from baton.services.agent.core.readings import AnyReading, Backend
 
 NAME: Final = "pods"
 SOCKET: Final = "/var/lib/kubelet/pod-resources/kubelet.sock"

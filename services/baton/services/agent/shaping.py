@@ -10,7 +10,7 @@ import struct
 from typing import Any
 
 from baton.proto.bandwidth import NodeLimits
-from baton.services.agent.tc import (
+from baton.services.agent.core.tc import (
     ETH_P_IP,
     HOOK_PRIO,
     INGRESS,

@@ -25,8 +25,8 @@ from baton.proto import subjects, telemetry
 from baton.proto.telemetry import GpuReport, Heartbeat, NodeReport
 from baton.services.agent import core, metrics
 from baton.services.agent.backends import Poller
+from baton.services.agent.core.readings import AnyReading, Tick
 from baton.services.agent.nvml import Nvml
-from baton.services.agent.readings import AnyReading, Tick
 
 log = structlog.get_logger("baton.agent")
 

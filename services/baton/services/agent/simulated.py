@@ -26,8 +26,16 @@ import msgspec
 import structlog
 
 from baton.proto.telemetry import Disk, GpuStatus, Nic, RecoveryAction
-from baton.services.agent import kmsg
-from baton.services.agent.readings import AnyReading, GpuProcess, Gpus, GpuSample, Host, Pods, Power
+from baton.services.agent.core import kmsg
+from baton.services.agent.core.readings import (
+    AnyReading,
+    GpuProcess,
+    Gpus,
+    GpuSample,
+    Host,
+    Pods,
+    Power,
+)
 
 PATH: Final = "/sim/v1/hardware"
 NAME: Final = "sim"

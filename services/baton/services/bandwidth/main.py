@@ -19,7 +19,7 @@ from baton.proto.bandwidth import DEFAULT_TIERS, BandwidthPolicy, Capacity, Node
 from baton.proto.k8s import EndpointSliceEvent, PodEvent
 from baton.proto.teams import TeamConfigError
 from baton.services.bandwidth import core, shell
-from baton.services.bandwidth.policy import (
+from baton.services.bandwidth.core.policy import (
     PolicyError,
     check,
     check_teams,

@@ -30,7 +30,7 @@ from baton.libs.runtime import OPS_PORTS, load_settings, run_service
 from baton.libs.runtime.settings import Base
 from baton.proto.k8s import MAX_NODE_GPUS
 from baton.services.bridge import core, shell
-from baton.services.bridge.bounds import Bounds
+from baton.services.bridge.core.bounds import Bounds
 
 
 class Settings(Base, frozen=True, kw_only=True):

@@ -36,7 +36,8 @@ from baton.libs.runner.access import Permissions, agent_token_user
 from baton.libs.runtime.nkey import account_pair
 from baton.proto import k8s
 from baton.proto.codec import Undecodable, decode
-from baton.services.callout import claims, core, revoking
+from baton.services.callout import core
+from baton.services.callout.core import claims, revoking
 
 log = structlog.get_logger("baton.callout")
 DECISIONS = prometheus_client.Counter(

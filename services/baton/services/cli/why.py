@@ -39,7 +39,7 @@ from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued, GangR
 from baton.proto.autoscaler import ScaledUp, ScaleRefused, ScaleReverted
 from baton.proto.k8s import Pod, PodEvent, PodGroup, PodGroupEvent
 from baton.proto.placement import GangPlaced, GangRestarted, GangUnschedulable
-from baton.services.reporter import telling
+from baton.services.reporter.core import telling
 
 Story = (
     PodEvent | PodGroupEvent | GangPlaced | GangUnschedulable | GangRestarted | GangQueued

@@ -23,11 +23,12 @@ from baton.proto import health, subjects
 from baton.proto.actions import CreatePod, DeletePod, Evict, MarkNode
 from baton.proto.codec import Undecodable, decode
 from baton.proto.health import Control, Remediate, StateChanged, Withheld
-from baton.services.health import checks, metrics
-from baton.services.health.choosing import PUT_OFF
-from baton.services.health.model import State
-from baton.services.health.moving import Output
-from baton.services.health.nodes import OUT, NodeRecord
+from baton.services.health import metrics
+from baton.services.health.core import checks
+from baton.services.health.core.choosing import PUT_OFF
+from baton.services.health.core.model import State
+from baton.services.health.core.moving import Output
+from baton.services.health.core.nodes import OUT, NodeRecord
 
 log = structlog.get_logger("baton.health")
 _reasons_shown: set[str] = set()  # reasons given a gauge value once: set to 0 when gone
