@@ -139,7 +139,7 @@ DOCS["docs/security.md"] = {
 }
 DOCS["docs/reliability.md"] = {
     "just chaos": "just",
-    "python -m tests.chaos --duration 60 --nodes 16 --keep /tmp/chaos": "chaos",
+    "python -m tests.chaos --duration 60 --nodes 16 --keep chaos-logs": "chaos",
 }
 
 
