@@ -20,7 +20,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -33,7 +32,6 @@ import yaml
 from baton.libs.runtime.ops import OPS_PORTS
 from tests.pipeline import until_sync
 from tests.readme import INSTALL, ROOT, scenario
-from tests.readme import commands as readme_commands
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -368,8 +366,7 @@ def test_deploying_without_cert_manager_as_docs_deploy_says(shell: Shell) -> Non
     """docs/deploy.md's steps without a cluster: `baton admission --make-cert` runs as
     written; kubectl is a stand-in that records its arguments, and the test does what
     the cluster would: render the base, build the secret, apply both patches."""
-    blocks = (ROOT / "docs" / "deploy.md").read_text().split("## Without cert-manager")[1]
-    lines = [c for c in commands_of(blocks) if c]
+    lines = scenario("without-cert-manager", "docs/deploy.md")
     real = shutil.which("kubectl")
     if real is None:
         pytest.skip("kubectl not installed: it renders deploy/ as a cluster would get it")
@@ -409,15 +406,6 @@ KINDS = {
     "mutatingwebhookconfiguration": "MutatingWebhookConfiguration",
     "validatingwebhookconfiguration": "ValidatingWebhookConfiguration",
 }
-
-
-def commands_of(markdown: str) -> list[str]:
-    path = Path(tempfile.mkstemp(suffix=".md")[1])
-    try:
-        path.write_text(markdown)
-        return readme_commands(path)
-    finally:
-        path.unlink()
 
 
 def yaml_docs(text: str) -> list[dict[str, Any]]:
