@@ -1,9 +1,10 @@
-"""The README's commands, and where each one runs as written.
+"""The docs' commands, and where each one runs as written.
 
-Every command in a ```sh block of README.md is listed in ``RUN`` with the place that
-runs it: ``tests/e2e/test_readme.py`` (the scenario named), or ``.ci/run`` (which must
-contain it verbatim). ``tests/unit/test_readme.py`` fails when the README and this
-table drift apart, so a new README command comes with the test that runs it.
+Every command in a ```sh block of README.md and of docs/*.md is listed in ``DOCS``,
+under its file, with the place that runs it (``PLACES``): an e2e scenario that runs it
+as written, ``.ci/run`` (which must contain it verbatim), or a unit test that checks
+what a convenience wraps. ``tests/unit/test_readme.py`` fails when a doc and this table
+drift apart, so a new command comes with the test that runs it.
 """
 
 from __future__ import annotations
@@ -18,21 +19,45 @@ COMMENT = re.compile(r"\s+#\s.*$")
 
 
 def commands(path: Path = ROOT / "README.md") -> list[str]:
-    """Each command of the ```sh blocks, comments dropped, in order."""
-    found, inside = [], False
+    """Each command of the ```sh blocks, in order: comments dropped, a line ending in
+    ``\\`` joined with the next (one space), as the shell reads them."""
+    found, inside, held = [], False, ""
     for line in path.read_text().splitlines():
         if line.startswith("```"):
             inside = line.strip() == "```sh" if not inside else False
             continue
         text = COMMENT.sub("", line).strip()
-        if inside and text and not text.startswith("#"):
-            found.append(text)
+        if not inside or not text or text.startswith("#"):
+            continue
+        if text.endswith("\\"):
+            held += text.removesuffix("\\").rstrip() + " "
+            continue
+        found.append(held + text)
+        held = ""
     return found
 
 
-# command -> where it runs: "ci" (.ci/run, verbatim), "ci:deploy" (.ci/run, where a
-# Docker daemon / a cluster is there to run it), or the e2e scenario that runs it.
-RUN: Final = {
+# place -> where it is. "ci": .ci/run, verbatim; "ci:deploy": .ci/run too, where a Docker
+# daemon / a cluster is there to run it; the others: the test that runs the commands.
+E2E = "tests/e2e/test_readme.py::"
+PLACES: Final = {
+    "ci": ".ci/run",
+    "ci:deploy": ".ci/run",
+    "quickstart": E2E + "test_the_quickstart_demo_draws_a_full_screen_status",
+    "watching": E2E + "test_watching_it_with_prometheus_and_status",
+    "by-hand": E2E + "test_running_the_pieces_by_hand_then_tail_and_replay",
+    "faults": E2E + "test_breaking_nodes_and_watching_baton_react",
+    "without-cert-manager": E2E + "test_deploying_without_cert_manager_as_docs_deploy_says",
+    "on-baton-up": "tests/e2e/test_deploy_dry_run.py::"
+    "test_a_server_side_dry_run_of_the_cert_manager_overlay_changes_nothing",
+    "chaos": "tests/e2e/test_chaos.py::test_baton_keeps_its_promises_while_its_pieces_die",
+    # `just chaos` is the chaos run (the Justfile's recipe, checked), not run again
+    "just": "tests/unit/test_readme.py::test_just_chaos_is_the_chaos_run",
+}
+
+# a doc -> its commands -> the place that runs each (PLACES)
+DOCS: Final[dict[str, dict[str, str]]] = {}
+DOCS["README.md"] = {
     f"{INSTALL} && .venv/bin/baton up --nodes 64 --workload synthetic": "quickstart",
     f"{INSTALL} && .venv/bin/pytest": "ci",
     "baton up --prometheus --endpoints-file up.env": "watching",
@@ -72,7 +97,7 @@ RUN: Final = {
     "baton tail 'action.>' --json": "by-hand",
     "baton why team-a/job-s5": "by-hand",
     "baton replay --record run.jsonl": "by-hand",
-    "baton replay --from run.jsonl --gang team-a/job-s3": "by-hand",
+    "baton replay --from run.jsonl --gang team-a/job-s5": "by-hand",
     "baton replay --from run.jsonl --compare": "by-hand",
     "docker build -f deploy/Dockerfile -t ghcr.io/baton-project/baton:0.1.0 .": "ci:deploy",
     "kubectl apply -f deploy/crds/": "ci:deploy",
@@ -80,6 +105,44 @@ RUN: Final = {
 }
 
 
-def scenario(name: str) -> list[str]:
-    """The README's commands that scenario ``name`` runs, in README order."""
-    return [c for c in commands() if RUN.get(c) == name]
+DOCS["docs/deploy.md"] = {
+    "kubectl apply -f deploy/crds/": "ci:deploy",
+    "docker build -f deploy/Dockerfile -t ghcr.io/baton-project/baton:0.1.0 .": "ci:deploy",
+    "kubectl apply -k deploy/overlays/cert-manager": "ci:deploy",
+    "kubectl apply --dry-run=server -k deploy/overlays/cert-manager": "on-baton-up",
+    "kubectl apply -k deploy/base": "without-cert-manager",
+    "baton admission --make-cert ./tls": "without-cert-manager",
+    "kubectl -n baton-system create secret tls baton-admission-tls --cert=tls/tls.crt "
+    "--key=tls/tls.key": "without-cert-manager",
+    "kubectl patch mutatingwebhookconfiguration baton --type=json -p "
+    '"[{\\"op\\":\\"add\\",\\"path\\":\\"/webhooks/0/clientConfig/caBundle\\",'
+    '\\"value\\":\\"$(base64 -w0 tls/tls.crt)\\"}]"': "without-cert-manager",
+    "kubectl patch validatingwebhookconfiguration baton --type=json -p "
+    '"[{\\"op\\":\\"add\\",\\"path\\":\\"/webhooks/0/clientConfig/caBundle\\",'
+    '\\"value\\":\\"$(base64 -w0 tls/tls.crt)\\"}]"': "without-cert-manager",
+}
+DOCS["docs/replay.md"] = {
+    "baton replay --record run.jsonl --nats nats://127.0.0.1:4222 --cluster c1": "by-hand",
+    "baton replay --from run.jsonl": "by-hand",
+    "baton replay --from run.jsonl --gang team-a/job-s5": "by-hand",
+    "baton replay --from run.jsonl --compare": "by-hand",
+    "baton replay --from run.jsonl --service admission": "by-hand",
+}
+DOCS["docs/security.md"] = {
+    "baton nats-config --cluster c1 --callout --credentials creds --auth-only "
+    "--out auth.conf": "on-baton-up",
+    "kubectl -n baton-system create secret generic nats-auth --from-file=auth.conf": "on-baton-up",
+    "kubectl -n baton-system create secret generic baton-nats "
+    "--from-file=creds/services": "on-baton-up",
+    "kubectl -n baton-system create secret generic baton-callout-issuer "
+    "--from-file=issuer=creds/callout-issuer": "on-baton-up",
+}
+DOCS["docs/reliability.md"] = {
+    "just chaos": "just",
+    "python -m tests.chaos --duration 60 --nodes 16 --keep chaos-logs": "chaos",
+}
+
+
+def scenario(name: str, doc: str = "README.md") -> list[str]:
+    """The commands of ``doc`` that place ``name`` runs, in the doc's order."""
+    return [c for c in commands(ROOT / doc) if DOCS[doc].get(c) == name]

@@ -1,4 +1,5 @@
-"""``python -m tests.chaos [--duration S] [--nodes N] [--seed K]``: the chaos run; see run.py."""
+"""``python -m tests.chaos [--duration S] [--nodes N] [--seed K] [--keep DIR]``: the chaos run;
+see run.py. Exit status 0 when every check passed, 1 otherwise, 2 for bad options."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ def main() -> int:
     p.add_argument("--every", type=float, default=4.0, help="seconds between kills (default 4)")
     p.add_argument("--keep", type=Path, help="keep the run's logs in this folder")
     args = p.parse_args()
+    if args.keep is not None and args.keep.is_dir() and any(args.keep.iterdir()):
+        p.error(f"--keep {args.keep}: holds an earlier run; name a new folder or remove it")
     plan = Plan(duration=args.duration, nodes=args.nodes, seed=args.seed, every=args.every)
     report = asyncio.run(chaos(plan, keep=args.keep))
     print(report.text())

@@ -270,7 +270,7 @@ async def chaos(plan: Plan, *, keep: Path | None = None) -> Report:
     rng = random.Random(plan.seed)
     report = Report(plan=plan, takeovers={s: [] for s in SERVICES})
     with tempfile.TemporaryDirectory(prefix="baton-chaos-") as scratch:
-        run = keep or Path(scratch)
+        run = (keep or Path(scratch)).absolute()  # store_seen: /proc/PID/root + it
         run.mkdir(parents=True, exist_ok=True)
         trace = run / "trace.csv"
         report.counts["jobs"] = write_trace(trace, plan, rng)

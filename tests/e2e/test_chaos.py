@@ -1,31 +1,47 @@
-"""The short chaos run (the long one: ``just chaos``): replicas killed, NATS restarted, a
-leader paused past its lease, a node's state beyond its shape, forged action kinds and
-epochs, a replica whose clock runs ahead, a JetStream store that fills up and is freed;
-afterwards no gang is partly bound, no node
-over-allocated, every action answered once, every job placed, and NATS (auth on, one
-nkey per service, as ``baton up`` runs it) refused nothing."""
+"""The short chaos run (the long one: ``just chaos``), docs/reliability.md's command run
+as written: replicas killed, NATS restarted, a leader paused past its lease, a node's
+state beyond its shape, forged action kinds and epochs, a replica whose clock runs
+ahead, a JetStream store that fills up and is freed; afterwards no gang is partly bound,
+no node over-allocated, every action answered once, every job placed, and NATS (auth
+on, one nkey per service, as ``baton up`` runs it) refused nothing. Its report is read
+as a user reads it: the exit status, the counts, a PASS line for each check."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from tests.chaos.run import Plan, chaos
+from tests.e2e.test_readme import Shell, shell  # noqa: F401 - the fixture
+from tests.readme import ROOT, scenario
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
+CHECKS = (
+    "NATS refused no service (auth on)",
+    "forged kinds and epochs refused, none applied",
+    "a skewed replica neither steals a lease nor slows a takeover",
+    "a full store is seen (not ready) and, freed, works again by itself",
+)
 
-async def test_baton_keeps_its_promises_while_its_pieces_die() -> None:
-    report = await chaos(Plan(duration=60.0, nodes=16, every=4.0, seed=3))  # 15 s full
-    text = report.text()
-    assert report.ok, text
-    assert len(report.kills) >= 8, text
-    assert any("NATS killed" in e for e in report.events), text
-    assert any("paused gang leader" in e for e in report.events), text
-    assert any("forged node" in e for e in report.events), text
-    assert report.counts["actions"] > 0, text
-    assert report.checks["NATS refused no service (auth on)"][0], text
-    assert report.checks["forged kinds and epochs refused, none applied"][0], text
-    assert report.checks["a skewed replica neither steals a lease nor slows a takeover"][0], text
-    assert report.checks["a full store is seen (not ready) and, freed, works again by itself"][0], (
-        text
-    )
+
+def test_baton_keeps_its_promises_while_its_pieces_die(shell: Shell) -> None:  # noqa: F811
+    (line,) = scenario("chaos", "docs/reliability.md")  # 60 s, 16 nodes: ~15 s of it full
+    (shell.cwd / "tests").symlink_to(ROOT / "tests")  # run from a clone's root, as written
+    done = shell.attempt(line, timeout=400)
+    assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+    report = re.search(r"^chaos: 60 s, 16 nodes, 2 replicas of ", done.stdout, re.M)
+    assert report is not None, done.stdout[-6000:]
+    text = done.stdout[report.start() :]  # after its own log lines
+    kills = re.search(r"^kills: (\d+) \(", text, re.M)
+    assert kills is not None and int(kills.group(1)) >= 8, text
+    assert " s: NATS killed, back after " in text, text
+    assert " s: paused gang leader " in text, text
+    assert " s: forged node " in text, text
+    actions = re.search(r"^actions: (\d+)$", text, re.M)
+    assert actions is not None and int(actions.group(1)) > 0, text
+    assert not re.search(r"^FAIL ", text, re.M), text
+    for check in CHECKS:
+        assert re.search(rf"^PASS {re.escape(check)}: ", text, re.M), (check, text)
+    kept = shell.cwd / line.split("--keep ")[1] / "logs"
+    assert (kept / "nats.log").stat().st_size > 0  # --keep: the run's logs are there

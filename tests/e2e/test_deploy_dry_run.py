@@ -2,10 +2,13 @@
 of the cert-manager overlay (``kubectl apply --dry-run=server -k
 deploy/overlays/cert-manager``) answers every object as the API server would take it,
 exits 0, and changes nothing: not Baton's webhook configurations that ``baton up``
-registered, not its namespace, and creates none of the rest."""
+registered, not its namespace, and creates none of the rest. Then, on the same cluster,
+docs/security.md's NATS users: ``baton nats-config`` writes them and its ``kubectl
+create secret`` lines make the Secrets the Deployments mount, holding those files."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 from typing import Any
@@ -15,6 +18,7 @@ import yaml
 
 from tests.e2e.test_readme import Shell, shell  # noqa: F401 - the fixture
 from tests.pipeline import until_sync
+from tests.readme import scenario
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -62,13 +66,36 @@ def test_a_server_side_dry_run_of_the_cert_manager_overlay_changes_nothing(
     assert ("MutatingWebhookConfiguration", "", "baton") in before  # what baton up registered
     assert ("Namespace", "", "baton-system") in before
 
-    done = shell.attempt(f"{SOURCE}; kubectl apply --dry-run=server -k {OVERLAY}")
+    (dry_run,) = scenario("on-baton-up", "docs/deploy.md")
+    assert dry_run.endswith(f" -k {OVERLAY}")
+    done = shell.attempt(f"{SOURCE}; {dry_run}")
 
     assert done.returncode == 0, done.stderr[-3000:]
     answered = [line for line in done.stdout.splitlines() if line.endswith("(server dry run)")]
     assert len(answered) == len(yaml_docs(shell)), done.stdout
     assert objects(shell, listed) == before
     assert process.poll() is None, log.read_text()[-3000:]
+    _the_nats_secrets_as_docs_security_says(shell)
+
+
+def _the_nats_secrets_as_docs_security_says(shell: Shell) -> None:  # noqa: F811
+    for line in scenario("on-baton-up", "docs/security.md"):
+        shell.run(f"{SOURCE}; {line}")  # one shell each time: the variables reach it
+    said = shell.run(f"{SOURCE}; kubectl -n baton-system get secrets -o json")
+    made = {s["metadata"]["name"]: s for s in json.loads(said)["items"]}
+    assert sorted(made) == ["baton-callout-issuer", "baton-nats", "nats-auth"], said[-3000:]
+
+    def held(name: str) -> dict[str, bytes]:
+        assert made[name]["type"] == "Opaque"
+        return {k: base64.b64decode(v) for k, v in made[name]["data"].items()}
+
+    creds = shell.cwd / "creds"
+    services = {f.name: f.read_bytes() for f in (creds / "services").iterdir()}
+    assert {"gang", "admission", "callout", "callout-kick"} <= set(services)  # a key each
+    assert held("baton-nats") == services
+    assert held("nats-auth") == {"auth.conf": (shell.cwd / "auth.conf").read_bytes()}
+    assert held("baton-callout-issuer") == {"issuer": (creds / "callout-issuer").read_bytes()}
+    assert b"auth_callout" in held("nats-auth")["auth.conf"]  # --callout: the issuer's key
 
 
 def yaml_docs(shell: Shell) -> list[Any]:  # noqa: F811

@@ -20,7 +20,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -33,7 +32,6 @@ import yaml
 from baton.libs.runtime.ops import OPS_PORTS
 from tests.pipeline import until_sync
 from tests.readme import INSTALL, ROOT, scenario
-from tests.readme import commands as readme_commands
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -158,9 +156,7 @@ def test_running_the_pieces_by_hand_then_tail_and_replay(shell: Shell) -> None:
         elif line.startswith("baton replay"):
             if line.endswith("--record run.jsonl"):
                 _run_tails(shell, tails)
-            out = shell.run(line, timeout=300)
-            if "--gang" in line:
-                assert "Traceback" not in out
+            _replay(shell, line)
         else:
             out = shell.run(line)
             if line.startswith("kubectl") and " get " in line:
@@ -170,7 +166,34 @@ def test_running_the_pieces_by_hand_then_tail_and_replay(shell: Shell) -> None:
             if line.startswith("baton install-webhook"):
                 assert "registered https://127.0.0.1:8443" in out
     assert (shell.cwd / "run.jsonl").stat().st_size > 0
+    for line in scenario("by-hand", "docs/replay.md"):  # the same bus, recorded again
+        _replay(shell, line)
     _a_node_passes_its_preflight(shell)
+
+
+def _replay(shell: Shell, line: str) -> None:
+    """A ``baton replay`` line of the README or docs/replay.md: what it prints is about
+    this session (the gang it names was placed in it), not an empty story."""
+    out = shell.run(line, timeout=300)
+    said, tail = out.splitlines(), out[-3000:]
+    if "--record" in line:
+        said_it = r"recorded [1-9][\d,]* events from c1 HISTORY into run\.jsonl\n"
+        assert re.fullmatch(said_it, out), out
+        return
+    summary = re.search(r"^replayed [\d,]+ inputs .* -> ([\d,]+) decisions", out, re.M)
+    assert summary is not None, tail
+    decisions = int(summary.group(1).replace(",", ""))
+    assert decisions > 0, tail
+    if "--compare" in line:
+        assert said[0].startswith(f"compare: identical ({decisions} decisions"), tail
+    elif "--gang" in line:
+        gang = line.split("--gang ")[1]
+        assert any("  <- " in s and gang in s for s in said), tail  # its inputs
+        assert any(f"  placed {gang}: " in s for s in said), tail  # and its placement
+    elif "--service" in line:
+        assert said[0] == "policy: as recorded by the live service (runner.started)", tail
+    else:  # every gang decision, one line each
+        assert any(re.search(r" L\d+  placed team-\S+: ", s) for s in said), tail
 
 
 def _a_node_passes_its_preflight(shell: Shell) -> None:
@@ -343,8 +366,7 @@ def test_deploying_without_cert_manager_as_docs_deploy_says(shell: Shell) -> Non
     """docs/deploy.md's steps without a cluster: `baton admission --make-cert` runs as
     written; kubectl is a stand-in that records its arguments, and the test does what
     the cluster would: render the base, build the secret, apply both patches."""
-    blocks = (ROOT / "docs" / "deploy.md").read_text().split("## Without cert-manager")[1]
-    lines = [c for c in commands_of(blocks) if c]
+    lines = scenario("without-cert-manager", "docs/deploy.md")
     real = shutil.which("kubectl")
     if real is None:
         pytest.skip("kubectl not installed: it renders deploy/ as a cluster would get it")
@@ -384,15 +406,6 @@ KINDS = {
     "mutatingwebhookconfiguration": "MutatingWebhookConfiguration",
     "validatingwebhookconfiguration": "ValidatingWebhookConfiguration",
 }
-
-
-def commands_of(markdown: str) -> list[str]:
-    path = Path(tempfile.mkstemp(suffix=".md")[1])
-    try:
-        path.write_text(markdown)
-        return readme_commands(path)
-    finally:
-        path.unlink()
 
 
 def yaml_docs(text: str) -> list[dict[str, Any]]:

@@ -50,6 +50,21 @@ def test_replace_with_stale_resource_version_conflicts() -> None:
     assert (err.value.code, err.value.reason) == (409, "Conflict")
 
 
+def test_a_secret_is_kept_as_sent_with_the_api_servers_default_type() -> None:
+    """Secrets are kept, not run (docs/simcluster.md): docs/security.md's
+    ``kubectl create secret generic`` sends no type; the API server makes it Opaque."""
+    store = Store()
+    store.create("namespaces", {"metadata": {"name": "baton-system"}})
+    data = {"auth.conf": "YXV0aA=="}
+    made = store.create("secrets", {"metadata": {"name": "nats-auth", "namespace": "baton-system"},
+                                    "data": data})  # fmt: skip
+    tls = store.create("secrets", {"metadata": {"name": "t", "namespace": "baton-system"},
+                                   "type": "kubernetes.io/tls", "data": {}})  # fmt: skip
+    assert (made["type"], made["data"]) == ("Opaque", data)
+    assert tls["type"] == "kubernetes.io/tls"
+    assert store.get("secrets", "baton-system", "nats-auth")["data"] == data
+
+
 def test_create_checks_namespace_name_and_duplicates() -> None:
     store = Store()
     for bad, code in (

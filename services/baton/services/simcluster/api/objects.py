@@ -215,3 +215,5 @@ def apply_defaults(res: str, obj: dict[str, Any]) -> None:
     elif res == "priorityclasses":
         obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
         obj.setdefault("globalDefault", False)
+    elif res == "secrets":  # as the API server: `kubectl create secret generic` sends none
+        obj.setdefault("type", "Opaque")

@@ -169,6 +169,7 @@ RESOURCES: tuple[Resource, ...] = (
     # network, no authorization and no cert-manager; these answer so that a manifest of
     # them applies, and its server-side dry run answers, as on a cluster that has them.
     Resource("", "v1", "configmaps", "ConfigMap", True, (), ("cm",)),
+    Resource("", "v1", "secrets", "Secret", True),
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, (), ("sa",)),
     Resource("", "v1", "services", "Service", True, ("status",), ("svc",)),
     Resource("apps", "v1", "deployments", "Deployment", True, ("status", "scale"), ("deploy",)),
