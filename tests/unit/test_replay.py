@@ -192,6 +192,16 @@ def test_gang_filter_tells_one_gangs_story(
     assert not any("big" in line for line in out)
 
 
+def test_a_gang_the_recording_never_names_is_said_so_not_an_empty_story(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path / "s.jsonl", session())
+    assert replay.run(["--from", str(path), "--gang", "team-a/job7"]) == 1
+    err = capsys.readouterr().err
+    assert "nothing in this recording is about team-a/job7 (2 gangs are: " in err, err
+    assert "default/job7" in err
+
+
 def test_bare_payload_lines_as_baton_tail_prints_them_replay_in_file_order(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -2,7 +2,7 @@
 
     baton replay --record run.jsonl                    # copy HISTORY from the bus into a file
     baton replay --from run.jsonl                      # every decision the gang core makes
-    baton replay --from run.jsonl --gang team-a/job7   # one gang's story: why did it wait?
+    baton replay --from run.jsonl --gang team-a/job-s5 # one gang's story: why did it wait?
     baton replay --from run.jsonl --compare            # the verdict, then the first difference
                                                        # (exit 1); no listing of decisions
 
@@ -190,9 +190,9 @@ def explain(service: Service, found: Divergence, run: Run) -> list[str]:
     return lines
 
 
-def print_run(service: Service, run: Run, *, gang: str, out: Callable[[str], None]) -> None:
+def print_run(service: Service, run: Run, *, gang: str, out: Callable[[str], None]) -> int:
     """One line per decision and action (and, for one gang, the inputs about it), in feed
-    order."""
+    order; how many lines."""
     outputs = [o for o in run.decisions + run.actions if not gang or gang_of(o.event) == gang]
     lines = [(o.fed, 1, f"{_line(o.cause)}  {describe(o.event)}") for o in outputs]
     if gang:  # the inputs about it too, and the results of its actions
@@ -205,6 +205,16 @@ def print_run(service: Service, run: Run, *, gang: str, out: Callable[[str], Non
         ]
     for _, _, line in sorted(lines, key=lambda x: (x[0], x[1])):
         out(line)
+    return len(lines)
+
+
+def absent(run: Run, gang: str) -> str:
+    """Why ``--gang`` printed nothing: the recording says nothing of it; the gangs it does
+    name, for a typo or the wrong team."""
+    named = sorted({g for o in run.decisions + run.actions if (g := gang_of(o.event))})
+    some = ", ".join(named[:5]) + (", ..." if len(named) > 5 else "")
+    return (f"baton replay: nothing in this recording is about {gang} "
+            f"({len(named)} gangs are" + (f": {some})" if named else ")"))  # fmt: skip
 
 
 def summary(run: Run, *, read_s: float, lines: int) -> str:
@@ -374,11 +384,15 @@ def _replay(args: argparse.Namespace) -> int:
     for line in lines:  # the verdict first, then what differs
         print(line)
     print(f"policy: {policy_from}")
+    shown = -1
     if not args.quiet and not args.compare:  # --compare shows the differences only
-        print_run(service, result, gang=args.gang, out=print)
+        shown = print_run(service, result, gang=args.gang, out=print)
     if gap := rec.missing(records):
         print(gap)
     for error in result.errors:
         print(f"warning: {error}")
     print(summary(result, read_s=read_s, lines=records[-1].line if records else 0))
+    if args.gang and shown == 0:
+        print(absent(result, args.gang), file=sys.stderr)
+        return 1
     return 0 if same else 1
