@@ -19,11 +19,12 @@ COMMENT = re.compile(r"\s+#\s.*$")
 
 
 def commands(path: Path = ROOT / "README.md") -> list[str]:
-    """Each command of the ```sh blocks, in order: comments dropped, a line ending in
-    ``\\`` joined with the next (one space), as the shell reads them."""
+    """Each command of the ```sh blocks, in order (those indented under a list item
+    too): comments dropped, a line ending in ``\\`` joined with the next (one space), as
+    the shell reads them."""
     found, inside, held = [], False, ""
     for line in path.read_text().splitlines():
-        if line.startswith("```"):
+        if line.lstrip().startswith("```"):
             inside = line.strip() == "```sh" if not inside else False
             continue
         text = COMMENT.sub("", line).strip()
@@ -49,6 +50,10 @@ PLACES: Final = {
     "faults": E2E + "test_breaking_nodes_and_watching_baton_react",
     "without-cert-manager": E2E + "test_deploying_without_cert_manager_as_docs_deploy_says",
     "on-baton-up": "tests/e2e/test_deploy_dry_run.py::"
+    "test_a_server_side_dry_run_of_the_cert_manager_overlay_changes_nothing",
+    "nats-tls-make": "tests/e2e/test_deploy_dry_run.py::"
+    "test_a_server_side_dry_run_of_the_cert_manager_overlay_changes_nothing",
+    "nats-tls-cert-manager": "tests/e2e/test_deploy_dry_run.py::"
     "test_a_server_side_dry_run_of_the_cert_manager_overlay_changes_nothing",
     "chaos": "tests/e2e/test_chaos.py::test_baton_keeps_its_promises_while_its_pieces_die",
     # `just chaos` is the chaos run (the Justfile's recipe, checked), not run again
@@ -136,6 +141,27 @@ DOCS["docs/security.md"] = {
     "--from-file=creds/services": "on-baton-up",
     "kubectl -n baton-system create secret generic baton-callout-issuer "
     "--from-file=issuer=creds/callout-issuer": "on-baton-up",
+}
+# the two ways to NATS's TLS: both run on one baton up, one after the other
+DOCS["docs/security.md"] |= {
+    "kubectl -n baton-system get secret baton-nats-ca -o jsonpath='{.data.ca\\.crt}' "
+    "| base64 -d > ca.crt": "nats-tls-cert-manager",
+    "kubectl -n baton-system create configmap baton-nats-ca --from-file=ca.crt": (
+        "nats-tls-cert-manager"
+    ),
+    "kubectl -n baton-agent create configmap baton-nats-ca --from-file=ca.crt": (
+        "nats-tls-cert-manager"
+    ),
+    "baton nats-config --make-tls tls": "nats-tls-make",
+    "kubectl -n baton-system create secret tls nats-tls --cert=tls/tls.crt "
+    "--key=tls/tls.key": "nats-tls-make",
+    "kubectl -n baton-system create configmap baton-nats-ca --from-file=tls/ca.crt": (
+        "nats-tls-make"
+    ),
+    "kubectl -n baton-agent create configmap baton-nats-ca --from-file=tls/ca.crt": (
+        "nats-tls-make"
+    ),
+    "kubectl apply -k deploy/base": "nats-tls-make",
 }
 DOCS["docs/reliability.md"] = {
     "just chaos": "just",

@@ -76,6 +76,7 @@ def test_a_server_side_dry_run_of_the_cert_manager_overlay_changes_nothing(
     assert objects(shell, listed) == before
     assert process.poll() is None, log.read_text()[-3000:]
     _the_nats_secrets_as_docs_security_says(shell)
+    _nats_tls_both_ways_docs_security_says(shell)
 
 
 def _the_nats_secrets_as_docs_security_says(shell: Shell) -> None:  # noqa: F811
@@ -96,6 +97,42 @@ def _the_nats_secrets_as_docs_security_says(shell: Shell) -> None:  # noqa: F811
     assert held("nats-auth") == {"auth.conf": (shell.cwd / "auth.conf").read_bytes()}
     assert held("baton-callout-issuer") == {"issuer": (creds / "callout-issuer").read_bytes()}
     assert b"auth_callout" in held("nats-auth")["auth.conf"]  # --callout: the issuer's key
+
+
+def _nats_tls_both_ways_docs_security_says(shell: Shell) -> None:  # noqa: F811
+    """Without cert-manager: ``--make-tls``, the server's Secret, the CA for the clients in
+    both namespaces, and the base applied. Then with it: the CA copied out of the Secret
+    cert-manager issued (put there here as cert-manager would) into the same ConfigMaps."""
+    for line in scenario("nats-tls-make", "docs/security.md"):
+        shell.run(f"{SOURCE}; {line}")
+    tls = shell.cwd / "tls"
+    secret = _get(shell, "baton-system", "secret", "nats-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert base64.b64decode(secret["data"]["tls.crt"]) == (tls / "tls.crt").read_bytes()
+    for ns in ("baton-system", "baton-agent"):
+        held = _get(shell, ns, "configmap", "baton-nats-ca")["data"]["ca.crt"]
+        assert held.encode() == (tls / "ca.crt").read_bytes(), ns
+    assert _get(shell, "baton-system", "deployment", "baton-gang")["kind"] == "Deployment"
+
+    for ns in ("baton-system", "baton-agent"):  # the other way, on the same cluster
+        shell.run(f"{SOURCE}; kubectl -n {ns} delete configmap baton-nats-ca")
+    issued = {"ca.crt": tls / "ca.crt", "tls.crt": tls / "tls.crt", "tls.key": tls / "tls.key"}
+    data = {k: base64.b64encode(v.read_bytes()).decode() for k, v in issued.items()}
+    meta = {"name": "baton-nats-ca", "namespace": "baton-system"}
+    body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": meta,
+            "data": data}  # fmt: skip
+    (shell.cwd / "issued.json").write_text(json.dumps(body))
+    shell.run(f"{SOURCE}; kubectl create -f issued.json")  # what cert-manager would issue
+    for line in scenario("nats-tls-cert-manager", "docs/security.md"):
+        shell.run(f"{SOURCE}; {line}")
+    assert (shell.cwd / "ca.crt").read_bytes() == (tls / "ca.crt").read_bytes()
+    for ns in ("baton-system", "baton-agent"):
+        held = _get(shell, ns, "configmap", "baton-nats-ca")["data"]["ca.crt"]
+        assert held.encode() == (tls / "ca.crt").read_bytes(), ns
+
+
+def _get(shell: Shell, ns: str, kind: str, name: str) -> Any:  # noqa: F811
+    return json.loads(shell.run(f"{SOURCE}; kubectl -n {ns} get {kind} {name} -o json"))
 
 
 def yaml_docs(shell: Shell) -> list[Any]:  # noqa: F811
