@@ -3,7 +3,7 @@ holds a real lease so the actuator applies what it publishes.
 
 The actuator applies an action only from a producer allowed its kind, on the subject
 ``action_subject`` gives, at the producer's current lease epoch
-(``services/baton/services/actuator/trusting.py``). ``Producers(bus)`` takes each producer's lease
+(``baton.services.actuator.core.trusting``). ``Producers(bus)`` takes each producer's lease
 key once (as the runner would: the revision it took the key at is the epoch) and
 stamps every action it publishes with that epoch.
 """

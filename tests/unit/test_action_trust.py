@@ -16,7 +16,7 @@ import pytest
 from baton.libs.runner import access, action_route
 from baton.proto import subjects
 from baton.proto.actions import ACTION_SUBJECTS, ASKS, CreatePod, action_subject, kind_of
-from baton.services.actuator.trusting import judge
+from baton.services.actuator.core.trusting import judge
 from baton.services.cli.natsconfig import specs
 from tests.support.actions import one_of_each
 

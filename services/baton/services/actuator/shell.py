@@ -58,8 +58,9 @@ from baton.proto.actions import (
     action_subject,
     result_subject,
 )
-from baton.services.actuator import applying, core, metrics, trusting
+from baton.services.actuator import applying, core, metrics
 from baton.services.actuator.calling import Api, ApiError
+from baton.services.actuator.core import trusting
 from baton.services.actuator.core.eventing import EventWrite
 
 log = structlog.get_logger("baton.actuator")
