@@ -281,3 +281,13 @@ def test_status_says_whether_admission_serves_its_webhook() -> None:
         draw(summarize(view, [], title="s", teams=None))
     )
     assert "OFF on h/2" in out.getvalue()
+
+
+def test_admissions_word_on_its_webhook_reads_as_a_line() -> None:
+    from baton.services.cli.following import describe
+
+    on = msgspec.json.encode(WebhookServing(serving=True, at=1.0, port=8443))
+    line = describe("baton.c1.admission.webhook", on)
+    assert line.split()[1:] == ["admission.webhook.v1", "serving", "on", ":8443"], line
+    off = msgspec.json.encode(WebhookServing(serving=False, at=1.0, reason="no TLS certificate"))
+    assert describe("baton.c1.admission.webhook", off).endswith(" OFF reason=no TLS certificate")

@@ -282,4 +282,7 @@ def describe(subject: str, data: bytes) -> str:
     extra = "".join(
         f" {key}={payload[key]}" for key in ("outcome", "reason", "error") if payload.get(key)
     )
+    if isinstance(payload.get("serving"), bool):  # admission's webhook, at its start
+        port = f" on :{payload['port']}" if payload.get("port") else ""
+        about = ("serving" if payload["serving"] else "OFF") + port
     return f"{when:%H:%M:%S} {kind:<28} {about}{extra}"
