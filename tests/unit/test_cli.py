@@ -243,3 +243,10 @@ def test_up_restart_back_off_doubles_and_resets_after_a_clean_run(tmp_path: Path
     assert _crash_and_revive(child, ran=CLEAN_RUN_S) == 1.0
     assert _crash_and_revive(child, ran=0.5) == 2.0
     child.process.wait()  # type: ignore[union-attr]
+
+
+def test_baton_ups_nats_server_gets_a_go_memory_limit_unless_the_user_set_one() -> None:
+    from baton.services.cli.stack import NATS_MEMORY_LIMIT, nats_env
+
+    assert nats_env({}) == {"GOMEMLIMIT": NATS_MEMORY_LIMIT}
+    assert nats_env({"GOMEMLIMIT": "off"}) == {}  # theirs stands, "off" included

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -177,9 +179,19 @@ def start_nats(args: argparse.Namespace, stack: Stack) -> str:
     if not getattr(args, "no_auth", False):
         config, stack.users = write_nats_auth(args.cluster, stack.run_dir)
         argv += ["-c", str(config)]
-    child = stack.start(Child("nats", argv, stack.logs / "nats.log"))
+    child = stack.start(Child("nats", argv, stack.logs / "nats.log", env=nats_env(os.environ)))
     wait_until(lambda: port_open(port), child=child, timeout=20)
     return url
+
+
+# nats-server's Go heap, a soft limit: it collects harder near it instead of growing
+# past it (deploy/base/nats.yaml sets the same beside the container's memory limit).
+NATS_MEMORY_LIMIT = "900MiB"
+
+
+def nats_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``GOMEMLIMIT`` for nats-server, unless the user set one (``off``: no limit)."""
+    return {} if "GOMEMLIMIT" in environ else {"GOMEMLIMIT": NATS_MEMORY_LIMIT}
 
 
 def write_nats_auth(cluster: str, run_dir: Path) -> tuple[Path, dict[str, str]]:
