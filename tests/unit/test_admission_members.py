@@ -17,7 +17,8 @@ from baton.proto import keys
 from baton.proto.actions import Annotate, EvictGang, RecreatePod
 from baton.proto.admission import GangAdmitted, GangQueued
 from baton.proto.k8s import GPU, Node, NodeEvent, Pod, PodEvent, PodGroup, PodGroupEvent
-from baton.services.admission import core, webhook
+from baton.services.admission import core
+from baton.services.admission.core import webhook
 from baton.services.admission.teams import parse
 
 pytestmark = pytest.mark.unit

@@ -13,9 +13,10 @@ import pytest
 
 from baton.proto import keys
 from baton.proto.k8s import GPU, Node, NodeEvent
-from baton.services.admission import core, webhook
-from baton.services.admission.objects import PatchOp
-from baton.services.admission.patching import REQUIRED, affinity_patch
+from baton.services.admission import core
+from baton.services.admission.core import webhook
+from baton.services.admission.core.objects import PatchOp
+from baton.services.admission.core.patching import REQUIRED, affinity_patch
 from baton.services.admission.teams import parse
 from baton.services.simcluster.api.patching import json_patch
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from baton.proto import keys
 from baton.proto.k8s import GPU, Node, NodeEvent
-from baton.services.admission import core, webhook
+from baton.services.admission import core
+from baton.services.admission.core import webhook
 from baton.services.admission.teams import parse
 
 pytestmark = pytest.mark.unit

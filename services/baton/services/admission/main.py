@@ -50,9 +50,9 @@ from baton.proto.k8s import MachineDeploymentEvent, NodeEvent, PodEvent, PodGrou
 from baton.proto.teams import TeamConfig
 from baton.services.admission import core, shell
 from baton.services.admission.certificates import CertificateError, self_signed
+from baton.services.admission.core.webhook import Options
 from baton.services.admission.serving import tls_context
 from baton.services.admission.teams import TeamConfigError
-from baton.services.admission.webhook import Options
 
 log = structlog.get_logger("baton.admission")
 

@@ -18,7 +18,7 @@ from aiohttp import web
 from baton.proto.admission import PodMutated, PodRejected
 from baton.services.admission import metrics
 from baton.services.admission.core import State
-from baton.services.admission.webhook import BadReview, Options, review
+from baton.services.admission.core.webhook import BadReview, Options, review
 
 log = structlog.get_logger("baton.admission")
 

@@ -47,9 +47,9 @@ from baton.proto.admission import (
     WebhookServing,
 )
 from baton.services.admission import core, metrics
+from baton.services.admission.core.webhook import Options
 from baton.services.admission.serving import Webhook, serve_webhook
 from baton.services.admission.teams import TeamConfig, TeamConfigError
-from baton.services.admission.webhook import Options
 
 INSTANCE = f"{socket.gethostname()}/{os.getpid()}"
 log = structlog.get_logger("baton.admission")

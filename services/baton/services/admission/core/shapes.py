@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from baton.services.admission.core.objects import KPod
 from baton.services.admission.core.state import State
-from baton.services.admission.objects import KPod
 
 BYTES = ("memory", "ephemeral-storage")  # counted in bytes, shown in Gi
 

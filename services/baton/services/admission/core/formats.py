@@ -16,8 +16,8 @@ from baton.proto import keys
 from baton.proto.k8s import MAX_GANG_MEMBERS, MAX_NODE_GPUS, SCHEDULER_NAME
 from baton.services.admission.core.gangs import Gang, Member
 from baton.services.admission.core.members import sized_by
+from baton.services.admission.core.objects import KGroupPolicy, KObject, KPod
 from baton.services.admission.core.state import State
-from baton.services.admission.objects import KGroupPolicy, KObject, KPod
 from baton.services.admission.teams import is_label_key
 
 

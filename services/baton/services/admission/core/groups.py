@@ -6,9 +6,14 @@ to do (docs/admission.md, docs/gang.md "Gang formats"). Pure functions.
 from __future__ import annotations
 
 from baton.proto import durations, keys
-from baton.services.admission import formats
+from baton.services.admission.core import formats
+from baton.services.admission.core.objects import (
+    KGroupPolicy,
+    KPodGroup,
+    KUpstreamPodGroup,
+    KWorkload,
+)
 from baton.services.admission.core.state import State
-from baton.services.admission.objects import KGroupPolicy, KPodGroup, KUpstreamPodGroup, KWorkload
 from baton.services.admission.teams import is_label_key
 
 TOPOLOGY_KEYS = (keys.TOPOLOGY_REQUIRED, keys.TOPOLOGY_PREFERRED)

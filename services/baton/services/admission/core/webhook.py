@@ -25,10 +25,9 @@ from baton.libs.kube.quantities import InvalidQuantity
 from baton.proto import keys
 from baton.proto.admission import Kind, PodMutated, PodRejected
 from baton.proto.k8s import SCHEDULER_NAME
-from baton.services.admission import formats, groups, shapes, updates
-from baton.services.admission.core.state import State
-from baton.services.admission.formats import managed
-from baton.services.admission.objects import (
+from baton.services.admission.core import formats, groups, shapes, updates
+from baton.services.admission.core.formats import managed
+from baton.services.admission.core.objects import (
     KObject,
     KPod,
     KPodGroup,
@@ -43,7 +42,8 @@ from baton.services.admission.objects import (
     Status,
     encode_patch,
 )
-from baton.services.admission.patching import affinity_patch, map_patch
+from baton.services.admission.core.patching import affinity_patch, map_patch
+from baton.services.admission.core.state import State
 from baton.services.admission.teams import is_default
 
 Policy = Literal["baton-closed", "closed", "open"]

@@ -19,8 +19,8 @@ import msgspec
 
 from baton.libs.kube.quantities import InvalidQuantity
 from baton.proto import keys
-from baton.services.admission import formats, groups
-from baton.services.admission.objects import KObject, KPod, Request
+from baton.services.admission.core import formats, groups
+from baton.services.admission.core.objects import KObject, KPod, Request
 
 
 def problem(request: Request, new: KObject, decoder: msgspec.json.Decoder[Any]) -> str | None:

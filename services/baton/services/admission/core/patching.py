@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from baton.services.admission.objects import PatchOp, pointer
+from baton.services.admission.core.objects import PatchOp, pointer
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 AFFINITY = "/spec/affinity"
