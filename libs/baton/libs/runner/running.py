@@ -22,8 +22,6 @@ what was stuck; a cancel is never swallowed (``libs.runtime.stopping``).
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -39,6 +37,7 @@ from baton.libs.runner import metrics
 from baton.libs.runner.feeding import BusFeed, Cut, Feed, Item
 from baton.libs.runner.leasing import Lease
 from baton.libs.runner.spec import Spec
+from baton.libs.runtime.process import instance
 from baton.libs.runtime.stopping import checkpoint, finish_within, retry
 from baton.proto import subjects
 from baton.proto.runner import Started, Tick
@@ -292,7 +291,7 @@ class Runner(Generic[S]):
             service=self.spec.name, at=at, k8s_seq=cut.k8s_seq, history_seq=cut.history_seq,
             telemetry_seq=cut.telemetry_seq,
             policy=policy if isinstance(policy, dict) else {"value": policy},
-            instance=f"{socket.gethostname()}/{os.getpid()}",
+            instance=instance(),
         )  # fmt: skip
         subject = subjects.runner(self.bus.cluster, "started", self.spec.name)
         msg_id = f"started:{self.spec.name}:{at}"

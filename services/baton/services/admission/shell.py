@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import ssl
 import time
 from collections.abc import Coroutine, Sequence
@@ -26,6 +24,7 @@ import structlog
 
 from baton.libs.bus import Bus, Outgoing
 from baton.libs.runner import Route, Runner, action_route
+from baton.libs.runtime.process import instance
 from baton.libs.runtime.stopping import checkpoint, retry
 from baton.libs.runtime.teams import load_teams
 from baton.proto import ids, subjects
@@ -51,7 +50,6 @@ from baton.services.admission.core.webhook import Options
 from baton.services.admission.serving import Webhook, serve_webhook
 from baton.services.admission.teams import TeamConfig, TeamConfigError
 
-INSTANCE = f"{socket.gethostname()}/{os.getpid()}"
 log = structlog.get_logger("baton.admission")
 
 
@@ -158,9 +156,10 @@ class Beside:
             await asyncio.gather(*self._background, return_exceptions=True)
 
     def serving(self) -> WebhookServing:
+        at, me = time.time(), instance()
         if self.tls is None:
-            return WebhookServing(serving=False, at=time.time(), reason=self.off, instance=INSTANCE)
-        return WebhookServing(serving=True, at=time.time(), port=self.port, instance=INSTANCE)
+            return WebhookServing(serving=False, at=at, reason=self.off, instance=me)
+        return WebhookServing(serving=True, at=at, port=self.port, instance=me)
 
     def publish_decision(self, event: PodMutated | PodRejected) -> None:
         """Send a webhook decision in the background; a lost one is only a missing record."""
