@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from baton.libs.kube import KINDS
 from baton.libs.runtime.ops import OPS_PORTS
 
 pytestmark = pytest.mark.unit
@@ -71,6 +72,19 @@ def test_only_the_bridge_lists_and_watches() -> None:
     assert roles()["baton-teams-reader"] == [reader]
     bound = {b["roleRef"]["name"] for b in of("ClusterRoleBinding").values()}
     assert "baton-teams-reader" not in bound
+
+
+def test_the_bridge_may_list_and_watch_every_kind_it_watches() -> None:
+    """Each path of ``libs.kube.KINDS`` (``/api/v1/<plural>``, ``/apis/<group>/<v>/<plural>``),
+    alternatives included: a kind missing here would be refused (403) in a real cluster."""
+    allowed = {(group, resource) for rule in roles()["baton-bridge"]
+               if {"list", "watch"} <= set(rule["verbs"])
+               for group in rule["apiGroups"] for resource in rule["resources"]}  # fmt: skip
+    for kind in KINDS.values():
+        for path in (kind.path, *kind.alternatives):
+            parts = path.strip("/").split("/")
+            group = "" if parts[0] == "api" else parts[1]
+            assert (group, parts[-1]) in allowed, f"{kind.name}: {path}"
 
 
 def test_only_the_actuator_writes() -> None:

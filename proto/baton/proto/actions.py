@@ -14,6 +14,7 @@ from typing import Any, Literal
 import msgspec
 
 from baton.proto import subjects
+from baton.proto.dra import ClaimAllocation
 from baton.proto.k8s import PLUGINS_API, Resources, Taint, Toleration
 
 # Lower number = applied first when the actuator is rate limited. ``health``: taking a
@@ -51,6 +52,8 @@ class Binding(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     pod: str
     uid: str = ""  # when set, the bind is refused if the pod was replaced
     node: str
+    # DRA: the pod's claims, allocated on ``node`` and reserved for it before the bind
+    claims: tuple[ClaimAllocation, ...] = ()
 
 
 class BindGang(Action, frozen=True, tag="action.bind-gang.v1"):

@@ -11,6 +11,8 @@ from typing import Literal
 
 import msgspec
 
+from baton.proto.dra import DeviceClass, PodClaim, ResourceClaim, ResourceSlice
+
 Resources = dict[str, int]
 
 GPU = "nvidia.com/gpu"
@@ -149,6 +151,7 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     # A DaemonSet's pod or a static (mirror) pod: it runs on every node whatever the
     # workload, so it does not keep a node busy (the autoscaler's idle-node rule)
     daemon: bool = False
+    claims: tuple[PodClaim, ...] = ()  # spec.resourceClaims (DRA), with the claims made
 
     @property
     def key(self) -> str:
@@ -309,6 +312,18 @@ class CapacityBufferEvent(ObjectEvent, frozen=True, tag="k8s.capacitybuffer.v1")
     capacity_buffer: CapacityBuffer
 
 
+class ResourceSliceEvent(ObjectEvent, frozen=True, tag="k8s.resourceslice.v1"):
+    resource_slice: ResourceSlice
+
+
+class DeviceClassEvent(ObjectEvent, frozen=True, tag="k8s.deviceclass.v1"):
+    device_class: DeviceClass
+
+
+class ResourceClaimEvent(ObjectEvent, frozen=True, tag="k8s.resourceclaim.v1"):
+    resource_claim: ResourceClaim
+
+
 K8sEvent = (
     NodeEvent
     | PodEvent
@@ -316,10 +331,16 @@ K8sEvent = (
     | EndpointSliceEvent
     | MachineDeploymentEvent
     | CapacityBufferEvent
+    | ResourceSliceEvent
+    | DeviceClassEvent
+    | ResourceClaimEvent
 )
 
 
-KubeObject = Node | Pod | PodGroup | EndpointSlice | MachineDeployment | CapacityBuffer
+KubeObject = (
+    Node | Pod | PodGroup | EndpointSlice | MachineDeployment | CapacityBuffer
+    | ResourceSlice | DeviceClass | ResourceClaim
+)  # fmt: skip
 
 
 def object_of(event: K8sEvent) -> KubeObject:
@@ -337,4 +358,10 @@ def object_of(event: K8sEvent) -> KubeObject:
             return event.machine_deployment
         case CapacityBufferEvent():
             return event.capacity_buffer
+        case ResourceSliceEvent():
+            return event.resource_slice
+        case DeviceClassEvent():
+            return event.device_class
+        case ResourceClaimEvent():
+            return event.resource_claim
     raise TypeError(f"not an object event: {event!r}")

@@ -14,9 +14,10 @@ from typing import Any, Literal, cast
 
 import msgspec
 
-from baton.libs.kube import slimming, wire
+from baton.libs.kube import dra, slimming, wire
 from baton.proto import k8s
 from baton.proto.codec import Undecodable
+from baton.proto.dra import DeviceClass, ResourceSlice
 
 Obj = k8s.KubeObject
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -79,7 +80,9 @@ class Kind:
 
     def key(self, obj: Obj) -> str:
         """Cache key: ``name`` for cluster-scoped kinds, ``namespace/name`` otherwise."""
-        return f"{obj.namespace}/{obj.name}" if not isinstance(obj, k8s.Node) else obj.name
+        if isinstance(obj, k8s.Node | ResourceSlice | DeviceClass):
+            return obj.name
+        return f"{obj.namespace}/{obj.name}"
 
     def decode_page(self, body: bytes) -> Page:
         try:
@@ -192,11 +195,37 @@ CAPACITY_BUFFERS = Kind(
     slim=slimming.capacity_buffer,
     event=lambda op, obj, at: k8s.CapacityBufferEvent(op=op, at=at, capacity_buffer=obj),
 )
+# Dynamic Resource Allocation (Kubernetes 1.34+): drivers' devices per node, the classes
+# that select them, and pods' claims; a server without resource.k8s.io/v1: nothing to list.
+RESOURCE_SLICES = Kind(
+    name="resourceslice",
+    path="/apis/resource.k8s.io/v1/resourceslices",
+    namespaced=False,
+    wire_type=dra.WireResourceSlice,
+    slim=dra.resource_slice,
+    event=lambda op, obj, at: k8s.ResourceSliceEvent(op=op, at=at, resource_slice=obj),
+)
+DEVICE_CLASSES = Kind(
+    name="deviceclass",
+    path="/apis/resource.k8s.io/v1/deviceclasses",
+    namespaced=False,
+    wire_type=dra.WireDeviceClass,
+    slim=dra.device_class,
+    event=lambda op, obj, at: k8s.DeviceClassEvent(op=op, at=at, device_class=obj),
+)
+RESOURCE_CLAIMS = Kind(
+    name="resourceclaim",
+    path="/apis/resource.k8s.io/v1/resourceclaims",
+    namespaced=True,
+    wire_type=dra.WireResourceClaim,
+    slim=dra.resource_claim,
+    event=lambda op, obj, at: k8s.ResourceClaimEvent(op=op, at=at, resource_claim=obj),
+)
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
         NODES, PODS, ENDPOINT_SLICES, POD_GROUPS, UPSTREAM_POD_GROUPS, VOLCANO_POD_GROUPS,
-        MACHINE_DEPLOYMENTS, CAPACITY_BUFFERS,
+        MACHINE_DEPLOYMENTS, CAPACITY_BUFFERS, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS,
     )
 }  # fmt: skip
 

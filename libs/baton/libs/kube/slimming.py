@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal, cast
 
-from baton.libs.kube import wire
+from baton.libs.kube import dra, wire
 from baton.libs.kube.quantities import InvalidQuantity, canonical, canonical_resources
 from baton.proto import k8s, keys
 
@@ -126,6 +126,7 @@ def pod(raw: wire.WirePod) -> k8s.Pod:
         group=gang_ref(meta.labels or {}, meta.annotations or {}, spec),
         daemon=any(o.kind == "DaemonSet" for o in meta.owner_references or ())
         or MIRROR in (meta.annotations or {}),
+        claims=dra.pod_claims(spec, raw.status),
     )
 
 

@@ -22,8 +22,10 @@ class _Wire(msgspec.Struct, rename="camel", kw_only=True):
     pass
 
 
-class OwnerKind(_Wire):
+class OwnerReference(_Wire):
     kind: str = ""
+    uid: str = ""
+    controller: bool = False
 
 
 class ObjectMeta(_Wire):
@@ -35,7 +37,7 @@ class ObjectMeta(_Wire):
     annotations: dict[str, str] | None = None
     creation_timestamp: datetime | None = None
     deletion_timestamp: datetime | None = None
-    owner_references: list[OwnerKind] | None = None  # only the kind is read
+    owner_references: list[OwnerReference] | None = None
 
 
 class ListMeta(_Wire):
@@ -123,6 +125,21 @@ class SchedulingGroup(_Wire):
     pod_group_name: str = ""
 
 
+class PodResourceClaim(_Wire):
+    """``spec.resourceClaims[]``: a claim the pod names, or a template to make one from."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
+class PodResourceClaimStatus(_Wire):
+    """``status.resourceClaimStatuses[]``: the claim made for an entry (unset: none needed)."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
+
+
 class PodSpec(_Wire):
     scheduler_name: str = "default-scheduler"
     scheduling_group: SchedulingGroup | None = None
@@ -134,11 +151,13 @@ class PodSpec(_Wire):
     containers: list[Container] | None = None
     init_containers: list[Container] | None = None
     overhead: Quantities | None = None
+    resource_claims: list[PodResourceClaim] | None = None
 
 
 class PodStatus(_Wire):
     phase: str = "Pending"
     pod_ip: str = msgspec.field(default="", name="podIP")
+    resource_claim_statuses: list[PodResourceClaimStatus] | None = None
 
 
 class WirePod(_Wire):

@@ -1,6 +1,7 @@
 """What the bridge publishes for each object event: ``(state, event, now) -> (state, outputs)``.
 
-Subjects: ``baton.<c>.k8s.node.<name>`` and ``baton.<c>.k8s.<kind>.<ns>.<name>``.
+Subjects: ``baton.<c>.k8s.<kind>.<name>`` for cluster-scoped kinds (node, resourceslice,
+deviceclass) and ``baton.<c>.k8s.<kind>.<ns>.<name>`` for the others.
 Each publish carries ``Nats-Msg-Id`` ``<uid>:<resourceVersion>`` (``:del`` appended for a
 deletion), so a relist or a restart inside the stream's duplicate window stores
 nothing twice. Beyond the window, ``State.held`` (what the K8S stream holds per
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 import msgspec
 
 from baton.proto import k8s, subjects
+from baton.proto.dra import DeviceClass, ResourceSlice
 from baton.services.bridge.core.bounds import Bounds, impossible
 
 DEFAULT_TOMBSTONE_TTL = "1h"
@@ -81,18 +83,28 @@ def kind_of(event: k8s.K8sEvent) -> str:
             return "machinedeployment"
         case k8s.CapacityBufferEvent():
             return "capacitybuffer"
+        case k8s.ResourceSliceEvent():
+            return "resourceslice"
+        case k8s.DeviceClassEvent():
+            return "deviceclass"
+        case k8s.ResourceClaimEvent():
+            return "resourceclaim"
     raise TypeError(f"not an object event: {event!r}")
 
 
 object_of = k8s.object_of
 
 
+def names_of(obj: Obj) -> tuple[str, ...]:
+    """``(name,)`` for a cluster-scoped object, ``(namespace, name)`` otherwise."""
+    if isinstance(obj, k8s.Node | ResourceSlice | DeviceClass):
+        return (obj.name,)
+    return (obj.namespace, obj.name)
+
+
 def subject_of(cluster: str, event: k8s.K8sEvent) -> str:
     """Raises ``subjects.InvalidName`` for a name that cannot be a subject token."""
-    obj = object_of(event)
-    if isinstance(obj, k8s.Node):
-        return subjects.subject(cluster, subjects.K8S, "node", obj.name)
-    return subjects.subject(cluster, subjects.K8S, kind_of(event), obj.namespace, obj.name)
+    return subjects.subject(cluster, subjects.K8S, kind_of(event), *names_of(object_of(event)))
 
 
 def msg_id_of(event: k8s.K8sEvent) -> str:
@@ -121,8 +133,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
     if isinstance(event, Held):
         hold(state, event.events)
         return state, ()
-    obj = object_of(event)
-    key = obj.name if isinstance(obj, k8s.Node) else f"{obj.namespace}/{obj.name}"
+    key = "/".join(names_of(object_of(event)))
     try:
         subject = subject_of(state.cluster, event)
     except subjects.InvalidName as exc:
