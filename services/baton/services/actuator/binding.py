@@ -7,24 +7,36 @@
    preflight or a quarantine the gang service had not seen when it decided; a short
    cache, reads are not rate limited), so such a gang binds nothing at all and is
    placed again;
-2. bind members concurrently (bounded) through ``pods/binding``; stop starting new
+2. still inside the gates, allocate every member's DRA ResourceClaims on its node and
+   reserve them for it (``claiming``, as kube-scheduler's PreBind does); if one fails,
+   release those written and bind nothing;
+3. bind members concurrently (bounded) through ``pods/binding``; stop starting new
    binds at the first failure;
    (the gates are held until the binds are done: a preflight pod created on one of
    these nodes by name waits, then finds the GPUs taken);
-3. on any failure, undo every member this gang bound (see ``gangs``): the gang is
-   reported ``rolled-back`` and the gang service decides again.
+4. on any failure, undo every member this gang bound (see ``gangs``), then release the
+   claims this action wrote (``core.claims``): the gang is reported ``rolled-back`` and
+   the gang service decides again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from baton.proto.actions import BindGang, Binding, Outcome
-from baton.services.actuator import podspec
-from baton.services.actuator.calling import ApiError, Obj, Session, node_gate, node_marks
+from baton.services.actuator import claiming, podspec
+from baton.services.actuator.calling import (
+    ApiError,
+    Obj,
+    Session,
+    bounded,
+    node_gate,
+    node_marks,
+)
+from baton.services.actuator.core import claims
+from baton.services.actuator.core.claims import Claimed
 from baton.services.actuator.core.gangs import (
     Member,
     Undo,
@@ -35,29 +47,8 @@ from baton.services.actuator.core.gangs import (
 )
 
 Applied = tuple[Outcome, str]
-T = TypeVar("T")
-U = TypeVar("U")
+Marks = dict[str, tuple[str, ...] | None]  # node -> Baton's taints keeping pods off; None: gone
 RECREATE_TRIES = 20
-
-
-async def bounded(items: Sequence[T], fn: Callable[[T], Awaitable[U]], *, limit: int) -> list[U]:
-    gate = asyncio.Semaphore(max(limit, 1))
-
-    async def one(item: T) -> U:
-        async with gate:
-            return await fn(item)
-
-    # Not a TaskGroup: on Python 3.11 a child's error makes the group cancel the awaiting
-    # task and never uncancel it, so the action's task would look cancelled from then on
-    # and its retries would give up without a result.
-    tasks = [asyncio.ensure_future(one(i)) for i in items]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:  # the first failure (or our cancellation): stop the others
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
 
 
 async def bind_gang(s: Session, action: BindGang, *, concurrency: int) -> Applied:
@@ -67,21 +58,45 @@ async def bind_gang(s: Session, action: BindGang, *, concurrency: int) -> Applie
         if errors:
             return "failed", "placeholders not removed, nothing bound: " + "; ".join(errors)
     nodes = sorted({b.node for b in action.bindings})
+    members: tuple[Member, ...] = ()
     async with contextlib.AsyncExitStack() as held:
         for node in nodes:  # in name order: no two actions wait on each other in a cycle
             await held.enter_async_context(node_gate(s.api, node).shared())
         marks = dict(zip(nodes, await bounded(nodes, lambda n: node_marks(s, n),
                                               limit=concurrency), strict=True))  # fmt: skip
-        members = await _bind_all(s, action, marks, concurrency=concurrency)
-    outcome = gang_outcome(members)
+        claimed = await _claim(s, action, marks, concurrency=concurrency)
+        if not claims.failed(claimed):
+            members = await _bind_all(s, action, marks, concurrency=concurrency)
+    outcome = claims.outcome(gang_outcome(members), claimed)
     if outcome != "rolled-back":
         return outcome, ""
+    return outcome, await _undo_all(s, members, claimed, concurrency=concurrency)
+
+
+async def _claim(
+    s: Session, action: BindGang, marks: Marks, *, concurrency: int
+) -> tuple[Claimed, ...]:
+    """The members' ResourceClaims, allocated and reserved; none when a node already
+    fails the gang (its binds say why)."""
+    if any(found is None or found for found in marks.values()):
+        return ()
+    return await claiming.claim_all(s, action.bindings, concurrency=concurrency)
+
+
+async def _undo_all(
+    s: Session, members: tuple[Member, ...], claimed: tuple[Claimed, ...], *, concurrency: int
+) -> str:
+    """Roll back the members bound, then release the claims written; returns the error."""
+    if claims.failed(claimed):  # nothing was bound
+        undone = await claiming.release(s, claimed, concurrency=concurrency)
+        return claims.claims_error(claimed, undone=undone)
     await roll_back(s, members, concurrency=concurrency)
-    return outcome, gang_error(members)
+    undone = await claiming.release(s, claimed, concurrency=concurrency)
+    return gang_error(members) + claims.released_note(undone)
 
 
 async def _bind_all(
-    s: Session, action: BindGang, marks: dict[str, tuple[str, ...] | None], *, concurrency: int
+    s: Session, action: BindGang, marks: Marks, *, concurrency: int
 ) -> tuple[Member, ...]:
     failed = asyncio.Event()
 

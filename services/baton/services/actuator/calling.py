@@ -11,12 +11,18 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
-from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi, EventsV1Api
+from kubernetes_asyncio.client import (
+    ApiClient,
+    CoreV1Api,
+    CustomObjectsApi,
+    EventsV1Api,
+    ResourceV1Api,
+)
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from baton.proto import keys
@@ -25,6 +31,8 @@ from baton.services.actuator.core import retrying
 
 MERGE = "application/merge-patch+json"
 Obj = dict[str, Any]
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 class ApiError(Exception):
@@ -50,6 +58,7 @@ class Api:
         self.core = CoreV1Api(client)
         self.custom = CustomObjectsApi(client)
         self.events = EventsV1Api(client)
+        self.resource = ResourceV1Api(client)  # resource.k8s.io/v1: DRA's ResourceClaims
         self.tries, self.base, self.cap, self.timeout = tries, base, cap, timeout
         self.rng = random.Random(seed)
         self.node_cache_seconds = node_cache_seconds
@@ -109,6 +118,28 @@ class Session:
             return 0, str(exc).encode(), type(exc).__name__, 0.0
         finally:
             metrics.API_SECONDS.labels(verb=verb).observe(time.perf_counter() - started)
+
+
+async def bounded(items: Sequence[T], fn: Callable[[T], Awaitable[U]], *, limit: int) -> list[U]:
+    """``fn`` of every item, at most ``limit`` at once, in item order; the first error
+    cancels the rest and is raised."""
+    gate = asyncio.Semaphore(max(limit, 1))
+
+    async def one(item: T) -> U:
+        async with gate:
+            return await fn(item)
+
+    # Not a TaskGroup: on Python 3.11 a child's error makes the group cancel the awaiting
+    # task and never uncancel it, so the action's task would look cancelled from then on
+    # and its retries would give up without a result.
+    tasks = [asyncio.ensure_future(one(i)) for i in items]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:  # the first failure (or our cancellation): stop the others
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def _message(body: bytes) -> str:

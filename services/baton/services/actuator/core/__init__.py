@@ -173,10 +173,11 @@ def initial(limits: Limits, *, now: float) -> State:
 
 
 def cost_of(action: AnyAction) -> int:
-    """Estimated API writes: one per gang member (a pod condition per pod), two
-    (delete, create) for a RecreatePod, one for anything else."""
+    """Estimated API writes: one per gang member (a pod condition per pod) and per
+    ResourceClaim a bind allocates, two (delete, create) for a RecreatePod, one for
+    anything else."""
     if isinstance(action, BindGang):
-        return max(len(action.bindings), 1)
+        return max(len(action.bindings) + sum(len(b.claims) for b in action.bindings), 1)
     if isinstance(action, EvictGang):
         return max(len(action.pods), 1)
     if isinstance(action, SetPodCondition):
