@@ -213,6 +213,8 @@ def start_sim(args: argparse.Namespace, stack: Stack) -> Path:
     kubeconfig = stack.run_dir / "kubeconfig"
     stack.sim = f"127.0.0.1:{free_port()}"
     argv = baton("sim", "--nodes", str(args.nodes), "--listen", stack.sim)
+    if getattr(args, "devices", "plugin") != "plugin":
+        argv += ["--devices", args.devices]
     # nodes join as kubelet's --register-with-taints would have them: under preflight, so
     # no work lands before health has validated them (docs/health.md)
     argv += [

@@ -45,6 +45,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="baton up", description=__doc__)
     p.add_argument("--nodes", type=int, default=64, help="simulated GPU nodes (default 64)")
     p.add_argument(
+        "--devices", choices=("plugin", "dra"), default="plugin",
+        help="simulated nodes show GPUs and NICs as device-plugin counts (default), or also "
+        "as DRA ResourceSlices (pods may then claim devices; docs/gang.md)",
+    )  # fmt: skip
+    p.add_argument(
         "--workload",
         default="synthetic",
         help="none | synthetic | llm | philly-sample | a Philly-format trace CSV "

@@ -87,6 +87,11 @@ def parse_args(argv: list[str]) -> Options:
     p = argparse.ArgumentParser(prog="baton sim", description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=64, help="HGX-like 8-GPU nodes (default 64)")
     p.add_argument("--spec", type=Path, help="cluster spec YAML (pools, topology, delays)")
+    p.add_argument(
+        "--devices", choices=("plugin", "dra"),
+        help="how nodes show their GPUs and NICs: device-plugin counts, or those and DRA "
+        "drivers' ResourceSlices (overrides --spec's devices)",
+    )  # fmt: skip
     p.add_argument("--listen", default="127.0.0.1:6443", help="HOST:PORT (port 0: any free)")
     p.add_argument("--kubeconfig", type=Path, help="write a kubeconfig here once ready")
     p.add_argument(
@@ -150,6 +155,8 @@ def _cluster(p: argparse.ArgumentParser, args: argparse.Namespace) -> spec.Clust
         cluster = spec.load(args.spec) if args.spec else spec.default_spec(args.nodes)
     except spec.SpecError as exc:
         p.error(f"--spec: {exc}" if args.spec else f"--nodes: {exc}")
+    if args.devices:
+        cluster = msgspec.structs.replace(cluster, devices=args.devices)
     names = [flag[2:].replace("-", "_") for flag, _, _ in CLOUD_FLAGS]
     overrides = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     try:

@@ -7,6 +7,9 @@
     POST /sim/v1/faults                         {"kind", "heal", "detail": {...}, "target": {...}}
                                                 -> {"kind", "heal", "nodes": [...]}
     POST /sim/v1/faults/trace                   {"csv": "...", "speed": X, "seed": S} -> {"rows": N}
+    POST /sim/v1/refusals                       {"resource", "namespace", "name", "message",
+                                                "heal"}: the API refuses (403) every update
+                                                of that object until healed (api/refusals.py)
 
 A watch without ``resourceVersion`` (or ``0``) starts with every node as ADDED. A watch
 from a version older than the feed's history gets one ERROR event carrying a 410
@@ -24,6 +27,7 @@ from aiohttp import web
 from baton.services.simcluster.api.calls import json_response, raw_response
 from baton.services.simcluster.api.history import Expired, Watcher
 from baton.services.simcluster.api.objects import ApiError
+from baton.services.simcluster.api.refusals import Refusals
 from baton.services.simcluster.world import fault_trace, faults
 from baton.services.simcluster.world.faulting import UnknownNodes
 from baton.services.simcluster.world.hardware_feed import event_line
@@ -44,6 +48,14 @@ class FaultRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     target: Target = Target()
 
 
+class RefuseRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    resource: str  # the plural: resourceclaims, pods, ...
+    name: str
+    namespace: str = ""
+    message: str = "refused by simcluster (POST /sim/v1/refusals)"
+    heal: bool = False
+
+
 class TraceRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     csv: str
     speed: float = 1.0
@@ -56,6 +68,8 @@ class SimApi:
     def __init__(self, sim: Simulation, *, watch_queue: int = 100_000) -> None:
         self.sim = sim
         self.watch_queue = watch_queue
+        self.refusals = Refusals()
+        sim.admission.append(self.refusals)
 
     async def __call__(self, request: web.Request, path: str) -> web.StreamResponse:
         parts = path.strip("/").split("/")
@@ -70,6 +84,8 @@ class SimApi:
                 return await self._fault(request)
             if parts[3:] == ["trace"]:
                 return await self._trace(request)
+        if parts == ["sim", "v1", "refusals"] and request.method == "POST":
+            return await self._refuse(request)
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
     # hardware
@@ -122,6 +138,14 @@ class SimApi:
         except faults.FaultError as exc:
             raise ApiError(400, "BadRequest", str(exc)) from None
         return json_response({"kind": fault.kind, "heal": body.heal, "nodes": nodes})
+
+    async def _refuse(self, request: web.Request) -> web.StreamResponse:
+        body = await _body(request, RefuseRequest)
+        where = (body.resource, body.namespace, body.name)
+        if body.heal:
+            return json_response({"healed": self.refusals.heal(*where)})
+        self.refusals.refuse(*where, body.message)
+        return json_response({"refused": list(where)})
 
     async def _trace(self, request: web.Request) -> web.StreamResponse:
         body = await _body(request, TraceRequest)
