@@ -133,6 +133,26 @@ class Devices:
             out.append(claim)
         return tuple(out)
 
+    def unreadable(self, pod: Pod) -> str:
+        """Why no node could ever satisfy the pod's claims as Baton reads them, whatever
+        its devices: a request of a DeviceClass that does not exist, one Baton cannot read
+        (``firstAvailable``), a selector outside the CEL subset ("" when none)."""
+        found = self.claims_of(pod)
+        if isinstance(found, str):
+            return ""
+        for claim in found:
+            for r in claim.requests:
+                where = f"request {r.name!r} of ResourceClaim {claim.key}"
+                cls = self.classes.get(r.device_class)
+                if not r.device_class:
+                    return f"{where}: Baton reads only requests of one DeviceClass (`exactly`)"
+                if cls is None:
+                    return f"{where}: DeviceClass {r.device_class!r} does not exist"
+                for expression in (*cls.selectors, *r.selectors):
+                    if isinstance(err := compiled(expression), SelectorError):
+                        return f"{where}: {err}"
+        return ""
+
     def gpus_claimed(self, pod: Pod) -> int:
         """GPUs the pod's claims ask: the counts of requests of a DeviceClass that selects
         GPU_DRIVER's devices (All: the devices it was allocated, else 1); 0 while the

@@ -12,7 +12,14 @@ from baton.libs.runtime import OPS_PORTS
 from baton.libs.runtime.settings import Base, policy_from, require
 from baton.proto import keys
 from baton.proto.actions import ActionResult
-from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
+from baton.proto.k8s import (
+    DeviceClassEvent,
+    NodeEvent,
+    PodEvent,
+    PodGroupEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
+)
 from baton.proto.placement import GangPolicy
 from baton.services.gang import core, shell
 
@@ -86,6 +93,9 @@ SPEC = Spec(
         Input("k8s.podgroup.>", PodGroupEvent),
         Input("k8s.upstream-podgroup.>", PodGroupEvent),
         Input("k8s.volcano-podgroup.>", PodGroupEvent),
+        Input("k8s.resourceslice.>", ResourceSliceEvent),
+        Input("k8s.deviceclass.>", DeviceClassEvent),
+        Input("k8s.resourceclaim.>", ResourceClaimEvent),
         Input("result.bind-gang.>", ActionResult),
     ),
     routes=shell.ROUTES,

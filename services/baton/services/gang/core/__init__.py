@@ -14,11 +14,22 @@ import msgspec
 from baton.libs.view import Shape, gang_key, is_preemptible
 from baton.proto import ids
 from baton.proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
-from baton.proto.k8s import GPU, MAX_GANG_MEMBERS, NodeEvent, Pod, PodEvent, PodGroupEvent
+from baton.proto.k8s import (
+    GPU,
+    MAX_GANG_MEMBERS,
+    DeviceClassEvent,
+    NodeEvent,
+    Pod,
+    PodEvent,
+    PodGroupEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
+)
 from baton.proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from baton.proto.runner import Tick
 from baton.services.gang.core import estimates, growing, ordering, preempting, restarting
 from baton.services.gang.core.asks import Refused, ask, required_level
+from baton.services.gang.core.claims import Claims
 from baton.services.gang.core.gangs import (
     Ask,
     Assumption,
@@ -40,7 +51,10 @@ from baton.services.gang.core.topology import Plan, Search, reserve
 Policy = GangPolicy  # the core's knobs live in proto so the shell can record them
 
 
-Input = NodeEvent | PodEvent | PodGroupEvent | ActionResult | Tick
+Input = (
+    NodeEvent | PodEvent | PodGroupEvent | ActionResult | Tick
+    | ResourceSliceEvent | DeviceClassEvent | ResourceClaimEvent
+)  # fmt: skip
 Output = BindGang | EvictGang | RecreatePod | GangPlaced | GangUnschedulable | GangRestarted
 
 
@@ -54,6 +68,7 @@ class State:
     moved: tuple[float, ...] = ()  # when gangs were moved to defragment (the last hour)
     runs: estimates.Runs = field(default_factory=estimates.Runs)  # learned run times
     kinds: dict[Kind, Kind] = field(default_factory=dict)  # one object per kind (``asks.ask``)
+    claims: Claims = field(default_factory=Claims)  # DRA: devices, claims, what they add
 
 
 def initial(policy: Policy | None = None) -> State:
@@ -81,14 +96,16 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             cl.delete_node(node.name)
             outputs += restarting.check_node(cl, node.name, recreate=recreate, now=now)
         case NodeEvent(node=node):
-            cl.upsert_node(node)
+            cl.upsert_node(state.claims.node(node))
             outputs += restarting.check_node(cl, node.name, recreate=recreate, now=now)
         case PodEvent(op="delete", pod=pod):
+            state.claims.forget_pod(pod)
             ending = _running(cl, cl.pods.get(pod.key, pod))
             _changed(cl, cl.pods.get(pod.key, pod))
             delete_pod(cl, pod)
             _ended(state, ending, now)
         case PodEvent(pod=pod):
+            pod = state.claims.pod(pod)
             ending = _running(cl, cl.pods.get(pod.key, pod))
             _changed(cl, cl.pods.get(pod.key, pod))  # the gang it was in, if another
             cl.upsert_pod(pod)
@@ -105,6 +122,12 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             cl.gangs[group.key].changed()
         case ActionResult():
             on_result(state, event, now)
+        case ResourceSliceEvent() | DeviceClassEvent() | ResourceClaimEvent():
+            for pod in state.claims.on_event(cl, event):
+                _changed(cl, pod)
+            if isinstance(event, DeviceClassEvent):  # rare: any claim may read it
+                for gang in cl.gangs.values():
+                    gang.claims_waiting = None
     return state, tuple(outputs)
 
 
@@ -153,11 +176,14 @@ def cycle(state: State, now: float) -> list[Output]:
             continue
         if head and free.get(GPU, 0) <= 0 and _settled(state, gang, now, tried=tried):
             continue  # no GPU is free: it cannot fit, and it has nothing new to say
-        held = _held(state, gang, reserved)
+        held = _held(state, gang, reserved, now)
         asked = ask(cl, gang, state.kinds)
         members, required, preferred = asked.members, asked.required, asked.preferred
         if (size := sum(map(len, members.values()))) > MAX_GANG_MEMBERS:  # the actuator's limit
             outputs += _published(gang, too_large(gang.key, size, now), now=now)
+            continue
+        if waiting := _claims_waiting(state, gang, asked):
+            outputs += _published(gang, _waiting_for_claims(gang, asked, waiting, now), now=now)
             continue
         if required and required not in cl.levels:  # a level the search cannot honour
             unknown = unknown_level(gang.key, members, required, cl.levels, now)
@@ -174,7 +200,7 @@ def cycle(state: State, now: float) -> list[Output]:
                 if shadow is None:
                     shadow = estimates.shadow(cl, *head_need, reserved, now)
                 if _ends_by(state, gang, now, shadow):
-                    easy = refused.search(cl, asked, excluded=_held(state, gang, frozenset()))
+                    easy = refused.search(cl, asked, excluded=_held(state, gang, frozenset(), now))
                     if easy.plan is not None:
                         found, backfill = easy, True
         if found is None or found.plan is None:
@@ -214,7 +240,7 @@ def cycle(state: State, now: float) -> list[Output]:
         # The bind may start only in the first half of the time the placement is assumed:
         # one started later could still be binding when it is forgotten and re-decided.
         outputs += _commit(
-            cl, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s / 2
+            state, gang, found.plan, action_id, now, expires_after=policy.assume_timeout_s / 2
         )
     return outputs + _beyond_quorum(state, later, reserved, now)
 
@@ -234,7 +260,7 @@ def _beyond_quorum(
     cl, outputs = state.cluster, list[Output]()
     expires = state.policy.assume_timeout_s
     for gang, started, extras, required in later:
-        held = _held(state, gang, reserved)
+        held = _held(state, gang, reserved, now)
         if started is None:
             extras, nodes = growing.pending(cl, gang), growing.running_on(cl, gang)
         else:
@@ -243,12 +269,12 @@ def _beyond_quorum(
         if started is not None:
             plan = growing.widened(cl, started, placed) if placed else started
             action_id = _widen(state, gang, placed) if placed else _action(gang)
-            outputs += _commit(cl, gang, plan, action_id, now, expires_after=expires)
+            outputs += _commit(state, gang, plan, action_id, now, expires_after=expires)
             continue
         if placed:
             plan = growing.joining(cl, placed, required=required)
             action_id = assume(state, gang, plan, {}, now, joining=True)
-            outputs += _commit(cl, gang, plan, action_id, now, expires_after=expires)
+            outputs += _commit(state, gang, plan, action_id, now, expires_after=expires)
         left = {s: [k for k in names if k not in placed] for s, names in extras.items()}
         left = {s: names for s, names in left.items() if names}
         if left:
@@ -302,12 +328,14 @@ def _settled(state: State, gang: Gang, now: float, *, tried: bool) -> bool:
     return gang.asks_gpus
 
 
-def _held(state: State, gang: Gang, reserved: frozenset[str]) -> frozenset[str]:
-    """Nodes ``gang`` may not use: the head's reservation, nodes nominated for others."""
+def _held(state: State, gang: Gang, reserved: frozenset[str], now: float) -> frozenset[str]:
+    """Nodes ``gang`` may not use: the head's reservation, nodes nominated for others,
+    nodes its members' claims could not be allocated on lately."""
+    misfits = state.claims.kept_from(gang.key, now) if state.claims.misfits else frozenset()
     if not state.nominated:
-        return reserved
+        return reserved | misfits
     others = [nodes for key, (nodes, _) in state.nominated.items() if key != gang.key]
-    return reserved.union(*others)
+    return reserved.union(misfits, *others)
 
 
 def _may_make_room(state: State, gang: Gang, now: float) -> bool:
@@ -488,6 +516,7 @@ def forget(state: State, gang: Gang, now: float) -> None:
         pod = cl.pods.get(key)
         if pod is None or not pod.node_name:
             cl.account(key, None, {})
+    state.claims.release(list(assumed.nodes))
     gang.assumed = None
     delay = min(state.policy.backoff_s * 2 ** max(gang.attempt - 1, 0), state.policy.backoff_max_s)
     gang.retry_after = now + delay
@@ -526,12 +555,20 @@ def expire(state: State, now: float) -> None:
 
 
 def _commit(
-    cl: Cluster, gang: Gang, plan: Plan, action_id: str, now: float, *, expires_after: float
+    state: State, gang: Gang, plan: Plan, action_id: str, now: float, *, expires_after: float
 ) -> list[Output]:
+    cl = state.cluster
+    devices, (misfit, why) = state.claims.allocate(cl, plan.nodes)
+    if why:  # a member's claims have no devices on its node: placed again, elsewhere
+        forget(state, gang, now)
+        gang.retry_after = now  # at once: the node is kept from it
+        state.claims.misfit(gang.key, misfit, now=now, for_s=state.policy.verdict_refresh_s)
+        return _published(gang, _no_devices(gang, plan, why, now), now=now)
     bindings = tuple(
-        Binding(namespace=cl.pods[k].namespace, pod=cl.pods[k].name, uid=cl.pods[k].uid, node=n)
+        Binding(namespace=cl.pods[k].namespace, pod=cl.pods[k].name, uid=cl.pods[k].uid, node=n,
+                claims=devices.get(k, ()))
         for k, n in sorted(plan.nodes.items())
-    )
+    )  # fmt: skip
     balloons = tuple(  # counted as free (``View.balloons_free``): they go in the same step
         Binding(namespace=p.namespace, pod=p.name, uid=p.uid, node=n)
         for n in sorted(set(plan.nodes.values()))
@@ -554,6 +591,29 @@ def _commit(
         attempt=gang.attempt,
     )
     return [bind, placed]
+
+
+def _claims_waiting(state: State, gang: Gang, asked: Ask) -> str:
+    """Why the gang's members cannot be placed yet: their ResourceClaims are not all
+    made ("" when they are, or none claims devices). Kept until a member changes."""
+    if gang.claims_waiting is None:
+        keys = [k for names in (*asked.members.values(), *asked.extras.values()) for k in names]
+        gang.claims_waiting = state.claims.not_ready(state.cluster, keys)
+    return gang.claims_waiting
+
+
+def _waiting_for_claims(gang: Gang, asked: Ask, why: str, now: float) -> GangUnschedulable:
+    members = sum(map(len, asked.members.values()))
+    reason = f"waiting for its members' ResourceClaims ({why}): placed once they can be met"
+    return GangUnschedulable(gang=gang.key, at=now, reason=reason, need=Need(nodes=0),
+                             members=members)  # fmt: skip
+
+
+def _no_devices(gang: Gang, plan: Plan, why: str, now: float) -> GangUnschedulable:
+    reason = (f"placed, but a member's ResourceClaims cannot be allocated there ({why}): "
+              "placed again without that node")  # fmt: skip
+    return GangUnschedulable(gang=gang.key, at=now, reason=reason, need=Need(nodes=0),
+                             members=len(plan.nodes))  # fmt: skip
 
 
 def _waited(state: State, gang: Gang, now: float) -> bool:
