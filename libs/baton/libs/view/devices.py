@@ -38,6 +38,7 @@ from baton.proto.k8s import DeviceClassEvent, Pod, ResourceClaimEvent, ResourceS
 
 GPU_DRIVER = "gpu.nvidia.com"
 GPU_TYPE = f"{GPU_DRIVER}/type"  # "gpu", or "mig" for a MIG device of NVIDIA's driver
+MEMO_MAX = 4096  # allocations remembered by layout (``Devices._picks``)
 
 
 @dataclass(slots=True)
@@ -61,6 +62,15 @@ class Devices:
     held_by: dict[str, str] = field(default_factory=dict)  # claim key -> pod key holding
     _slice_node: dict[str, str] = field(default_factory=dict)
     _on_node: dict[str, tuple[NodeDevice, ...]] = field(default_factory=dict)
+    # Nodes alike (same drivers, devices, attributes, in order) share a layout number;
+    # an allocation found for claims asking the same on a layout with the same devices
+    # taken is the same, by position: a gang's members (one template) on a uniform
+    # cluster are searched once, not once each (``allocate``).
+    _layouts: dict[tuple[object, ...], int] = field(default_factory=dict)
+    _layout_of: dict[str, int] = field(default_factory=dict)
+    _picks: dict[tuple[object, ...], tuple[tuple[tuple[str, int], ...], ...]] = field(
+        default_factory=dict
+    )
 
     def apply(self, event: ResourceSliceEvent | DeviceClassEvent | ResourceClaimEvent) -> None:
         match event:
@@ -68,8 +78,10 @@ class Devices:
                 self._slice(piece, deleted=op == "delete")
             case DeviceClassEvent(op="delete", device_class=cls):
                 self.classes.pop(cls.name, None)
+                self._picks.clear()
             case DeviceClassEvent(device_class=cls):
                 self.classes[cls.name] = cls
+                self._picks.clear()
             case ResourceClaimEvent(op=op, resource_claim=claim):
                 self._claim(claim, deleted=op == "delete")
 
@@ -111,6 +123,10 @@ class Devices:
                 for d in s.devices
             )
             self._on_node[node] = found
+            layout = tuple(
+                (d.id[0], d.device.name, tuple(sorted(d.device.attributes.items()))) for d in found
+            )
+            self._layout_of[node] = self._layouts.setdefault(layout, len(self._layouts))
         return found
 
     def node_gpus(self, node: str) -> int:
@@ -222,20 +238,53 @@ class Devices:
         todo = [c for c in claims if c.key not in done]
         if not todo:
             return tuple(done[c.key] for c in claims)
-        search = Search(node=node, devices=self.on_node(node), taken=self.taken(node, pod.key))
-        for claim in todo:
-            if why := search.add(claim, self.classes):
-                return why
-        if why := search.enough():
-            return why
-        picked = search.run()
-        if isinstance(picked, str):
-            return picked
-        return tuple(
-            done.get(c.key)
-            or ClaimAllocation(name=c.name, uid=c.uid, results=tuple(picked.get(c.key, ())))
-            for c in claims
+        devices, taken = self.on_node(node), self.taken(node, pod.key)
+        memo = (
+            self._layout_of[node],
+            tuple((c.requests, c.constraints) for c in todo),
+            frozenset(i for i, d in enumerate(devices) if d.id in taken),
         )
+        picks = self._picks.get(memo)
+        if picks is None:
+            search = Search(node=node, devices=devices, taken=taken)
+            for claim in todo:
+                if why := search.add(claim, self.classes):
+                    return why
+            if why := search.enough():
+                return why
+            picked = search.run()
+            if isinstance(picked, str):
+                return picked
+            picks = _positions(devices, [picked.get(c.key, []) for c in todo])
+            if len(self._picks) >= MEMO_MAX:
+                self._picks.clear()
+            self._picks[memo] = picks
+        made = {
+            c.key: ClaimAllocation(name=c.name, uid=c.uid, results=_results(devices, chosen))
+            for c, chosen in zip(todo, picks, strict=True)
+        }
+        return tuple(done.get(c.key) or made[c.key] for c in claims)
+
+
+def _positions(
+    devices: tuple[NodeDevice, ...], picked: list[list[DeviceResult]]
+) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """Per claim, (request, position of the device in the node's devices)."""
+    where = {d.id: i for i, d in enumerate(devices)}
+    return tuple(
+        tuple((r.request, where[(r.driver, r.pool, r.device)]) for r in results)
+        for results in picked
+    )
+
+
+def _results(
+    devices: tuple[NodeDevice, ...], chosen: tuple[tuple[str, int], ...]
+) -> tuple[DeviceResult, ...]:
+    return tuple(
+        DeviceResult(request=request, driver=devices[i].id[0], pool=devices[i].id[1],
+                     device=devices[i].id[2])
+        for request, i in chosen
+    )  # fmt: skip
 
 
 def _ids(results: Iterable[DeviceResult]) -> list[DeviceId]:
