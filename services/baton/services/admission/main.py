@@ -46,7 +46,15 @@ from baton.libs.runtime import (
 from baton.libs.runtime.settings import Base
 from baton.libs.runtime.teams import load_teams
 from baton.proto.admission import TeamsLoaded
-from baton.proto.k8s import MachineDeploymentEvent, NodeEvent, PodEvent, PodGroupEvent
+from baton.proto.k8s import (
+    DeviceClassEvent,
+    MachineDeploymentEvent,
+    NodeEvent,
+    PodEvent,
+    PodGroupEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
+)
 from baton.proto.teams import TeamConfig
 from baton.services.admission import core, shell
 from baton.services.admission.certificates import CertificateError, self_signed
@@ -107,6 +115,9 @@ SPEC = Spec(
         Input("k8s.upstream-podgroup.>", PodGroupEvent),
         Input("k8s.volcano-podgroup.>", PodGroupEvent),
         Input("k8s.pod.>", PodEvent),
+        Input("k8s.resourceslice.>", ResourceSliceEvent),
+        Input("k8s.deviceclass.>", DeviceClassEvent),
+        Input("k8s.resourceclaim.>", ResourceClaimEvent),
         Input("admission.teams", TeamsLoaded),
     ),
     routes=shell.ROUTES,

@@ -15,6 +15,7 @@ from baton.proto.admission import AnyAdmissionEvent, GangQueued, GangReleased, T
 from baton.proto.k8s import (
     GPU,
     SCHEDULER_NAME,
+    DeviceClassEvent,
     EndpointSliceEvent,
     MachineDeploymentEvent,
     NodeEvent,
@@ -22,6 +23,8 @@ from baton.proto.k8s import (
     PodEvent,
     PodGroup,
     PodGroupEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
 )
 from baton.proto.runner import Tick
 from baton.services.admission.core import nodes, queueing, reclaiming, showing, unplaced
@@ -46,6 +49,9 @@ Input = (
     | MachineDeploymentEvent
     | TeamsLoaded
     | Tick
+    | ResourceSliceEvent
+    | DeviceClassEvent
+    | ResourceClaimEvent
 )
 Output = AnyAction | AnyAdmissionEvent
 
@@ -60,6 +66,13 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
     """Decide on one event, changing ``state`` in place; returns it with the outputs."""
     if not _relevant(event):
         return state, ()
+    counted, outputs = _claimed(state, event, now)
+    if counted is not None:  # None: a device event, done; a pod whose claims are not made
+        outputs += _decide(state, counted, now)
+    return state, tuple(outputs)
+
+
+def _decide(state: State, event: Input, now: float) -> list[Output]:
     outputs: list[Output] = []
     if isinstance(event, NodeEvent):
         state.refit_largest(event.node, gone=event.op == "delete")
@@ -98,15 +111,47 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
         outputs += showing.show(state, now)  # what kubectl users see, once a tick at most
     else:
         state.stale = True
-    return state, tuple(outputs)
+    return outputs
 
 
 def _relevant(event: Input) -> bool:
     if isinstance(event, PodEvent):
         return bool(event.pod.gang) or event.pod.scheduler_name == SCHEDULER_NAME
     return isinstance(
-        event, NodeEvent | PodGroupEvent | TeamsLoaded | MachineDeploymentEvent | Tick
-    )
+        event,
+        NodeEvent | PodGroupEvent | TeamsLoaded | MachineDeploymentEvent | Tick
+        | ResourceSliceEvent | DeviceClassEvent | ResourceClaimEvent,
+    )  # fmt: skip
+
+
+def _claimed(state: State, event: Input, now: float) -> tuple[Input | None, list[Output]]:
+    """GPUs asked through DRA claims count like ``nvidia.com/gpu`` (``libs.view.claimed``).
+    A pod whose claims are not all made is not counted yet: it arrives, with its claimed
+    GPUs, once they are (so no member is ever admitted for fewer GPUs than it gets).
+    Returns the event to go on with (None: nothing more) and what the devices changed."""
+    claimed = state.claimed
+    match event:
+        case NodeEvent(op="upsert", node=node):
+            return NodeEvent(op="upsert", at=event.at, node=claimed.node(node)), []
+        case PodEvent(op="delete", pod=pod):
+            claimed.forget(pod)
+            return event, []
+        case PodEvent(pod=pod) if pod.claims:
+            counted = claimed.pod(pod)
+            if not claimed.ready(pod):
+                return None, []
+            return PodEvent(op="upsert", at=event.at, pod=counted), []
+        case ResourceSliceEvent() | DeviceClassEvent() | ResourceClaimEvent():
+            outputs: list[Output] = []
+            for pod in claimed.apply(event):
+                if claimed.ready(pod):
+                    outputs += _decide(state, PodEvent(op="upsert", at=now, pod=pod), now)
+            if isinstance(event, ResourceSliceEvent):
+                known = state.view.nodes.get(event.resource_slice.node)
+                if known is not None:
+                    outputs += nodes.upsert(state, claimed.node(known.node), now)
+            return None, outputs
+    return event, []
 
 
 def _growth(state: State) -> None:

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from baton.libs.view import GangView, NodeView, View
+from baton.libs.view.claimed import Claimed
 from baton.libs.view.pools import owns
 from baton.proto import keys
 from baton.proto.actions import TeamStatus
@@ -35,6 +36,7 @@ class State:
     ns_team: dict[str, str] = field(default_factory=dict)
     pool_team: dict[str, str] = field(default_factory=dict)
     view: View[GangView] = field(default_factory=_nodes)  # the cluster's nodes
+    claimed: Claimed = field(default_factory=Claimed)  # GPUs pods ask through DRA claims
     node_team: dict[str, str] = field(default_factory=dict)  # desired owner, '' = none
     counted: dict[str, str] = field(default_factory=dict)  # node -> team, by `nodes: N`
     counts: dict[str, int] = field(default_factory=dict)  # team -> nodes in `counted`

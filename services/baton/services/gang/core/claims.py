@@ -1,10 +1,8 @@
 """Dynamic Resource Allocation in gang placement: GPUs a pod claims, devices per member.
 
-A pod that asks for GPUs through ResourceClaims (``spec.resourceClaims``) instead of
-``nvidia.com/gpu`` counts, for placement, as asking that many GPUs: its requests carry
-the GPUs its claims ask (``Devices.gpus_claimed``), and a node the GPU driver publishes
-devices for has at least that many GPUs allocatable (``Devices.node_gpus``). So the
-search, quotas of the shared view and topology see claimed GPUs like counted ones.
+Claimed GPUs count like ``nvidia.com/gpu`` requests (``libs.view.claimed``): every pod
+and node goes through it, so the search, the view's totals and topology see them as
+counted ones.
 
 The devices themselves are chosen when a placement is committed: each member's claims
 are allocated on its node (``Devices.allocate``: counts, selectors, ``matchAttribute``),
@@ -18,84 +16,46 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import msgspec
-
+from baton.libs.view.claimed import Claimed, DeviceEvent
 from baton.libs.view.devices import Devices
 from baton.proto.dra import ClaimAllocation
-from baton.proto.k8s import (
-    GPU,
-    DeviceClassEvent,
-    Node,
-    Pod,
-    ResourceClaimEvent,
-    ResourceSliceEvent,
-)
+from baton.proto.k8s import Node, Pod, ResourceSliceEvent
 from baton.services.gang.core.gangs import Cluster
-
-DeviceEvent = ResourceSliceEvent | DeviceClassEvent | ResourceClaimEvent
 
 
 @dataclass(slots=True)
 class Claims:
-    """The devices, and what the gang core added to pods and nodes because of them."""
+    """Claimed GPUs (``libs.view.claimed``) and what placement adds: nodes kept from a
+    gang whose claims could not be allocated there."""
 
-    devices: Devices = field(default_factory=Devices)
-    extra: dict[str, int] = field(default_factory=dict)  # pod key -> GPUs its claims added
-    users: dict[str, str] = field(default_factory=dict)  # "<ns>/<claim>" -> pod key
+    claimed: Claimed = field(default_factory=Claimed)
     # gang key -> (nodes its members' claims could not be allocated on, until)
     misfits: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict)
 
+    @property
+    def devices(self) -> Devices:
+        return self.claimed.devices
+
     def node(self, node: Node) -> Node:
-        """``node`` with at least as many GPUs allocatable as the GPU driver publishes."""
-        published = self.devices.node_gpus(node.name)
-        if published <= node.allocatable.get(GPU, 0):
-            return node
-        return msgspec.structs.replace(node, allocatable={**node.allocatable, GPU: published})
+        return self.claimed.node(node)
 
     def pod(self, pod: Pod) -> Pod:
-        """``pod`` as the bridge sent it, asking the GPUs its claims ask beside its own."""
-        for entry in pod.claims:
-            if entry.claim:
-                self.users[f"{pod.namespace}/{entry.claim}"] = pod.key
-        claimed = self.devices.gpus_claimed(pod) if pod.claims else 0
-        if not claimed:
-            self.extra.pop(pod.key, None)
-            return pod
-        self.extra[pod.key] = claimed
-        gpus = pod.requests.get(GPU, 0) + claimed
-        return msgspec.structs.replace(pod, requests={**pod.requests, GPU: gpus})
+        return self.claimed.pod(pod)
 
     def forget_pod(self, pod: Pod) -> None:
-        self.extra.pop(pod.key, None)
-        self.devices.release(pod.key)
-        for entry in pod.claims:
-            self.users.pop(f"{pod.namespace}/{entry.claim}", None)
+        self.claimed.forget(pod)
 
     def on_event(self, cl: Cluster, event: DeviceEvent) -> list[Pod]:
         """A driver's slice, a class or a claim changed: the nodes and pods it counts in
         are counted again. Returns the pods counted again."""
-        self.devices.apply(event)
-        match event:
-            case ResourceSliceEvent(resource_slice=piece):
-                if (state := cl.nodes.get(piece.node)) is not None:
-                    cl.upsert_node(self.node(state.node))
-                return []
-            case ResourceClaimEvent(resource_claim=claim):
-                key = self.users.get(claim.key)
-                keys = [key] if key is not None else []
-            case DeviceClassEvent():
-                keys = list(self.extra)
-        pods = [self.pod(self._as_sent(cl.pods[k])) for k in keys if k in cl.pods]
+        pods = self.claimed.apply(event)
+        node = event.resource_slice.node if isinstance(event, ResourceSliceEvent) else ""
+        if (state := cl.nodes.get(node)) is not None:
+            cl.upsert_node(self.node(state.node))
+        pods = [p for p in pods if p.key in cl.pods]
         for pod in pods:
             cl.upsert_pod(pod)
         return pods
-
-    def _as_sent(self, pod: Pod) -> Pod:
-        added = self.extra.get(pod.key, 0)
-        if not added:
-            return pod
-        gpus = pod.requests[GPU] - added
-        return msgspec.structs.replace(pod, requests={**pod.requests, GPU: gpus})
 
     def not_ready(self, cl: Cluster, keys: list[str]) -> str:
         """Why a member of ``keys`` cannot be placed: its claims are not all made, or ask

@@ -1,0 +1,67 @@
+"""Quotas in device terms: GPUs a gang's members ask through DRA claims count against
+its team as ``nvidia.com/gpu`` requests do; a member whose claims are not made yet is
+not counted (nor admitted for fewer GPUs than it gets)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from baton.proto.admission import GangAdmitted, GangQueued
+from baton.proto.dra import PodClaim
+from baton.proto.k8s import DeviceClassEvent, ResourceClaimEvent
+from tests.unit.test_admission_members import QUOTA_8, feed, group, member, of, start
+from tests.unit.test_view_devices import GPU_DRIVER, NIC_DRIVER, device_class, paired
+
+pytestmark = pytest.mark.unit
+
+
+def classes() -> list[Any]:
+    return [DeviceClassEvent(op="upsert", at=1.0, device_class=device_class(d))
+            for d in (GPU_DRIVER, NIC_DRIVER)]  # fmt: skip
+
+
+def claiming(gang: str, name: str, *, made: bool = True) -> list[Any]:
+    """A member asking no nvidia.com/gpu, its 8 GPUs through a claim of 8 GPU+NIC pairs
+    (``made``: the claim exists and the pod names it; else not generated yet)."""
+    claim = paired(f"{name}-devices", 8)
+    claim = msgspec.structs.replace(claim, namespace="ml")
+    entry = PodClaim(name="devices", claim=claim.name if made else "", template="paired")
+    event = member(gang, name, 0)
+    pod = msgspec.structs.replace(event.pod, claims=(entry,))
+    made_claim = [ResourceClaimEvent(op="upsert", at=1.0, resource_claim=claim)] if made else []
+    return [*made_claim, msgspec.structs.replace(event, pod=pod)]
+
+
+def test_claimed_gpus_count_against_the_team_quota() -> None:
+    """Team a's quota is 8: a gang claiming 8 GPUs is admitted for 8; a second one waits."""
+    state = start(QUOTA_8, {"n1": "pa", "n2": "pa"})
+    out = feed(state, *classes(), group("one", 1), *claiming("one", "one-0"))
+    assert [(a.gang, a.gpus) for a in of(out, GangAdmitted)] == [("ml/one", 8)]
+    out = feed(state, group("two", 1), *claiming("two", "two-0"))
+    assert not of(out, GangAdmitted)
+    assert any(q.gang == "ml/two" for q in of(out, GangQueued))
+
+
+def test_a_member_is_counted_once_its_claims_are_made() -> None:
+    """Before its claim exists a claiming member is not counted (not "Admitted: 0
+    GPUs"); when the claim comes, it arrives with its 8 GPUs."""
+    state = start(QUOTA_8, {"n1": "pa", "n2": "pa"})
+    out = feed(state, *classes(), group("one", 1), *claiming("one", "one-0", made=False))
+    assert not of(out, GangAdmitted)
+    out = feed(state, *claiming("one", "one-0"))
+    assert [(a.gang, a.gpus) for a in of(out, GangAdmitted)] == [("ml/one", 8)]
+
+
+def test_a_claim_seen_after_its_pod_names_it_counts_the_pod_again() -> None:
+    """The pod names its claim before admission has seen the claim (two watches): the
+    claim's own event counts the pod."""
+    state = start(QUOTA_8, {"n1": "pa", "n2": "pa"})
+    claim_event, pod_event = claiming("one", "one-0")
+    out = feed(state, *classes(), group("one", 1), pod_event)
+    assert not of(out, GangAdmitted)
+    out = feed(state, claim_event)
+    assert [(a.gang, a.gpus) for a in of(out, GangAdmitted)] == [("ml/one", 8)]
+
