@@ -143,3 +143,43 @@ async def test_a_deleted_node_takes_its_slices_with_it(sim: Sim, api: client.Api
         return {s["spec"]["nodeName"] for s in left["items"]} == {"gpu-00002"}
 
     await until(gone, what="gpu-00001's slices deleted with the node")
+
+
+async def test_a_pod_that_ends_leaves_its_claim_and_the_claim_is_deallocated(
+    api: client.ApiClient,
+) -> None:
+    """As the upstream resourceclaim controller does: a pod that Succeeded leaves its
+    claims' ``reservedFor``, and a claim reserved for nobody loses its allocation, so
+    its devices are free for the next pod (the pod and its generated claim remain)."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    await custom.create_namespaced_custom_object(
+        *DRA, "default", "resourceclaimtemplates", template("eight")
+    )
+    body = claiming_pod("short", "eight")
+    body["metadata"]["annotations"] = {"sim.baton.io/duration-seconds": "1"}
+    await core.create_namespaced_pod("default", body)
+
+    async def generated() -> str:
+        pod = await core.read_namespaced_pod("short", "default")
+        found = pod.status.resource_claim_statuses or []
+        return found[0].resource_claim_name if found else ""
+
+    name = await until(generated, what="the pod's ResourceClaim from its template")
+    await bind(core, "short", "gpu-00001")
+    pod = await core.read_namespaced_pod("short", "default")
+    results = [{"request": "gpus", "driver": "gpu.nvidia.com", "pool": "gpu-00001",
+                "device": f"gpu-{i}"} for i in range(8)]  # fmt: skip
+    status = {
+        "allocation": {"devices": {"results": results}},
+        "reservedFor": [{"resource": "pods", "name": "short", "uid": pod.metadata.uid}],
+    }
+    await custom.patch_namespaced_custom_object_status(
+        *DRA, "default", "resourceclaims", name, {"status": status}, _content_type=MERGE
+    )
+    await until(phase_is(core, "short", "Succeeded"), what="the pod ending", within=30)
+
+    async def released() -> bool:
+        claim = await custom.get_namespaced_custom_object(*DRA, "default", "resourceclaims", name)
+        return not (claim.get("status") or {}).get("allocation")
+
+    await until(released, what="the ended pod's claim deallocated", within=30)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from baton.libs.view.claimed import Claimed
 from baton.proto import keys
 from baton.proto.actions import ActionResult, CreatePod, SetTeamStatus, TeamStatus
 from baton.proto.admission import (
@@ -29,6 +30,7 @@ from baton.proto.health import Control, StateChanged, Withheld
 from baton.proto.k8s import (
     GPU,
     SCHEDULER_NAME,
+    DeviceClassEvent,
     K8sEvent,
     MachineDeployment,
     MachineDeploymentEvent,
@@ -38,6 +40,8 @@ from baton.proto.k8s import (
     PodEvent,
     PodGroup,
     PodGroupEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
 )
 from baton.proto.runner import Started
 from baton.proto.teams import TeamConfig, is_default
@@ -88,13 +92,23 @@ class View:
     refused: dict[str, str] = field(default_factory=dict)  # create-pod id -> the API's error
     team_status: dict[str, TeamStatus] = field(default_factory=dict)  # as admission shows it
     webhook: WebhookServing | None = None  # whether admission's last start serves its webhook
+    claimed: Claimed = field(default_factory=Claimed)  # GPUs pods ask through DRA claims
 
     def apply(self, event: K8sEvent) -> None:
         match event:
             case NodeEvent(node=node):
-                _put(self.nodes, node.name, node, event.op)
-            case PodEvent(pod=pod):
+                _put(self.nodes, node.name, self.claimed.node(node), event.op)
+            case PodEvent(op="delete", pod=pod):
+                self.claimed.forget(pod)
                 _put(self.pods, pod.key, pod, event.op)
+            case PodEvent(pod=pod):  # GPUs claimed through DRA count as requested ones
+                _put(self.pods, pod.key, self.claimed.pod(pod), event.op)
+            case ResourceSliceEvent() | DeviceClassEvent() | ResourceClaimEvent():
+                for pod in self.claimed.apply(event):
+                    self.pods[pod.key] = pod
+                name = event.resource_slice.node if isinstance(event, ResourceSliceEvent) else ""
+                if name in self.nodes:
+                    self.nodes[name] = self.claimed.node(self.nodes[name])
             case PodGroupEvent(pod_group=group):
                 _put(self.groups, group.key, group, event.op)
             case MachineDeploymentEvent(machine_deployment=md):

@@ -131,7 +131,9 @@ class Claims(Controller):
 
     async def reconcile(self, obj: Obj) -> None:
         meta = obj["metadata"]
-        if meta.get("deletionTimestamp"):
+        phase = (obj.get("status") or {}).get("phase")
+        if meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+            self._unreserve(obj)
             return
         namespace, uid = meta.get("namespace", ""), meta.get("uid", "")
         have = {
@@ -151,6 +153,34 @@ class Claims(Controller):
                 pod.setdefault("status", {})["resourceClaimStatuses"] = statuses
 
             self.store.mutate("pods", namespace, meta["name"], put)
+
+    def _unreserve(self, pod: Obj) -> None:
+        """A pod that is done or going no longer uses its claims: it leaves each one's
+        ``reservedFor``, and a claim reserved for nobody is deallocated, its devices free
+        for others (as the upstream controller does for structured parameters)."""
+        meta = pod["metadata"]
+        namespace, uid = meta.get("namespace", ""), meta.get("uid", "")
+
+        def drop(claim: Obj) -> None:
+            status = claim.get("status") or {}
+            kept = [r for r in status.get("reservedFor") or () if r.get("uid") != uid]
+            status["reservedFor"] = kept
+            if not kept:
+                status.pop("allocation", None)
+                status.pop("reservedFor", None)
+            claim["status"] = status
+
+        for name in _claim_names(pod):
+            found = self._claim_of(namespace, name)
+            reserved = ((found or {}).get("status") or {}).get("reservedFor") or ()
+            if any(r.get("uid") == uid for r in reserved):
+                self.store.mutate("resourceclaims", namespace, name, drop)
+
+    def _claim_of(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self.store.get("resourceclaims", namespace, name)
+        except ApiError:
+            return None
 
     async def _claim(self, pod: Obj, entry: str, template_name: str) -> str:
         namespace = pod["metadata"].get("namespace", "")
@@ -185,3 +215,92 @@ def claim_reader(store: Store) -> Any:
 def claim_owner(obj: Obj) -> str:
     """The pod a generated ResourceClaim belongs to ("" for a user's own claim)."""
     return controller_of(obj, "Pod")
+
+
+# --- the demo's workload with DRA on (``baton up --devices dra``) ----------------------
+
+CLAIM_ENTRY = "devices"
+
+
+def template_name(gpus: int, *, paired: bool) -> str:
+    return f"baton-gpus-{gpus}" + ("-paired" if paired else "")
+
+
+def claim_template(gpus: int, *, paired: bool) -> Obj:
+    """``gpus`` GPUs; ``paired`` (a pod of a multi-node job): each with the RDMA NIC under
+    its PCIe root, a ``matchAttribute`` constraint per pair, as NCCL wants them."""
+    if not paired:
+        requests = [{"name": "gpus", "exactly": {"deviceClassName": GPU_DRIVER, "count": gpus}}]
+        constraints: list[Obj] = []
+    else:
+        requests = [
+            {"name": f"{kind}{i}", "exactly": {"deviceClassName": driver}}
+            for i in range(gpus)
+            for kind, driver in (("gpu", GPU_DRIVER), ("nic", NIC_DRIVER))
+        ]
+        constraints = [
+            {"requests": [f"gpu{i}", f"nic{i}"], "matchAttribute": PCIE_ROOT} for i in range(gpus)
+        ]
+    devices: Obj = {"requests": requests, **({"constraints": constraints} if constraints else {})}
+    return {
+        "apiVersion": API,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": template_name(gpus, paired=paired)},
+        "spec": {"spec": {"devices": devices}},
+    }
+
+
+def with_claims(obj: Obj) -> tuple[Obj, set[tuple[int, bool]]]:
+    """``obj`` (a pod, or a Job, JobSet or MPIJob with pod templates) with every pod spec
+    that counts GPUs asking for them through a claim instead: ``nvidia.com/gpu`` and
+    ``rdma/ib`` leave its requests and limits, a ``resourceClaims`` entry names the
+    template of its shape. Returns the object and the (GPUs, paired) templates it uses."""
+    used: set[tuple[int, bool]] = set()
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "containers" in node:
+                return _claiming(node, used)
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(obj), used
+
+
+def _claiming(spec: Obj, used: set[tuple[int, bool]]) -> Obj:
+    containers = [dict(c) for c in spec["containers"]]
+    first = containers[0]
+    resources = dict(first.get("resources") or {})
+    limits = dict(resources.get("limits") or {})
+    requests = dict(resources.get("requests") or {})
+    gpus = int(limits.pop("nvidia.com/gpu", requests.get("nvidia.com/gpu", 0)) or 0)
+    if not gpus:
+        return spec
+    requests.pop("nvidia.com/gpu", None)
+    paired = requests.pop("rdma/ib", None) is not None
+    used.add((gpus, paired))
+    first["resources"] = {**resources, "limits": limits, "requests": requests,
+                          "claims": [{"name": CLAIM_ENTRY}]}  # fmt: skip
+    entry = {"name": CLAIM_ENTRY, "resourceClaimTemplateName": template_name(gpus, paired=paired)}
+    return {**spec, "containers": containers, "resourceClaims": [entry]}
+
+
+def gpus_allocated(pod: Obj, claim: Any) -> int:
+    """GPUs (``gpu.nvidia.com`` devices) allocated to the pod's claims: what its kubelet
+    gives its processes."""
+    total = 0
+    for name in _claim_names(pod):
+        found = claim(pod["metadata"].get("namespace", ""), name) or {}
+        results = ((found.get("status") or {}).get("allocation") or {}).get("devices") or {}
+        total += sum(1 for r in results.get("results") or () if r.get("driver") == GPU_DRIVER)
+    return total
+
+
+def _claim_names(pod: Obj) -> list[str]:
+    """The ResourceClaims a pod uses: its own, and those made from its templates."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    names = [s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or ()]
+    names += [e.get("resourceClaimName") for e in spec.get("resourceClaims") or ()]
+    return sorted({n for n in names if n})

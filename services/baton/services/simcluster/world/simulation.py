@@ -41,6 +41,7 @@ SUBMITS = ("pods", "controllers")  # how the workload submits its jobs
 
 Nodes = str | Iterable[str] | Target  # a node, some nodes, or a Target
 
+Created = tuple[str, dict[str, Any]]  # (resource, object) to create
 log = structlog.get_logger("simcluster")
 
 
@@ -86,6 +87,7 @@ class Simulation:
         self.cloud = Cloud(store, spec=spec, clock=self.clock, load=self.kubelets.pod_count)
         self._tasks: set[asyncio.Task[None]] = set()
         self._webhook_registered = asyncio.Event()  # a mutating webhook was registered
+        self._templates: set[tuple[str, int, bool]] = set()  # claim templates made (dra.py)
         self._running = False
         self.submitted = 0  # jobs the workload has created
         # The API server's admission hooks (webhooks), so workload pods are admitted
@@ -259,6 +261,8 @@ class Simulation:
             else:
                 group, pods = job_objects(job, speed=speed, gpus_per_node=gpus)
                 objects = [("podgroups", group), *(("pods", pod) for pod in pods)]
+            if self.spec.devices == "dra":  # the pods claim their GPUs and NICs (dra.py)
+                objects = self._claiming(job.namespace, objects)
             try:
                 for res, obj in objects:
                     await self._create(res, obj)
@@ -267,6 +271,21 @@ class Simulation:
                 continue
             self.submitted += 1
         log.info("workload finished", jobs=self.submitted)
+
+    def _claiming(self, namespace: str, objects: list[Created]) -> list[Created]:
+        """``objects`` asking for GPUs through claims, with the templates they name made
+        in ``namespace`` first (once each)."""
+        out: list[Created] = []
+        for res, obj in objects:
+            claiming, used = dra.with_claims(obj)
+            for gpus, paired in sorted(used):
+                if (namespace, gpus, paired) not in self._templates:
+                    self._templates.add((namespace, gpus, paired))
+                    template = dra.claim_template(gpus, paired=paired)
+                    out.append(("resourceclaimtemplates", {**template, "metadata": {
+                        **template["metadata"], "namespace": namespace}}))  # fmt: skip
+            out.append((res, claiming))
+        return out
 
     def _webhooks(self) -> bool:
         try:
