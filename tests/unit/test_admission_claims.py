@@ -64,4 +64,3 @@ def test_a_claim_seen_after_its_pod_names_it_counts_the_pod_again() -> None:
     assert not of(out, GangAdmitted)
     out = feed(state, claim_event)
     assert [(a.gang, a.gpus) for a in of(out, GangAdmitted)] == [("ml/one", 8)]
-
