@@ -44,7 +44,7 @@ from baton.services.simcluster.api.objects import ApiError as SimApiError
 from tests.pipeline import stop
 from tests.support.actions import Producers
 from tests.support.nats import running_nats
-from tests.support.sim import running_sim
+from tests.support.sim import Sim, running_sim
 
 pytestmark = [pytest.mark.connected, pytest.mark.timeout(90)]
 
@@ -112,27 +112,35 @@ class Env:
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
     async with running_nats() as url, running_sim() as sim:
-        bus = await Bus.connect(url, cluster="c1", name="test")
-        await bus.ensure_streams()
         client = await sim.api_client()
         api = CoreV1Api(client)
         await api.create_namespace({"metadata": {"name": NS}})
         nodes = [f"gpu-{i}" for i in range(8)]
         for node in nodes:
             await api.create_node({"metadata": {"name": node}})
-        env = Env(bus=bus, nats_url=url, sim=sim, client=client, nodes=nodes,
-                  producers=Producers(bus))  # fmt: skip
-        sub = bus.consume(subjects.wildcard("c1", subjects.RESULT, ">"), type_=ActionResult)
-        reader = asyncio.create_task(_collect(sub, env.results))
-        try:
+        async with results_of(url, sim, client, nodes) as env:
             yield env
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-            await sub.close()
-            await client.close()
-            await bus.close()
+
+
+@contextlib.asynccontextmanager
+async def results_of(url: str, sim: Sim, client: ApiClient, nodes: list[str]) -> AsyncIterator[Env]:
+    """An ``Env`` on the bus at ``url`` collecting every action result; the bus and
+    ``client`` closed at the end."""
+    bus = await Bus.connect(url, cluster="c1", name="test")
+    await bus.ensure_streams()
+    env = Env(bus=bus, nats_url=url, sim=sim, client=client, nodes=nodes,
+              producers=Producers(bus))  # fmt: skip
+    sub = bus.consume(subjects.wildcard("c1", subjects.RESULT, ">"), type_=ActionResult)
+    reader = asyncio.create_task(_collect(sub, env.results))
+    try:
+        yield env
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        await sub.close()
+        await client.close()
+        await bus.close()
 
 
 async def _collect(sub: Any, into: dict[str, list[ActionResult]]) -> None:

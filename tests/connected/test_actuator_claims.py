@@ -5,8 +5,6 @@ the actuator allocates and reserves every member's claims, then binds, all or no
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,16 +13,13 @@ import msgspec
 import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
-from baton.libs.bus import Bus
-from baton.proto import subjects
 from baton.proto.actions import ActionResult, BindGang, Binding
 from baton.proto.dra import ClaimAllocation, DeviceResult
 from baton.services.actuator import claiming
 from baton.services.actuator.core.claims import Consumer, Write
 from baton.services.simcluster.world.spec import Delays, from_dict
-from tests.connected.test_actuator import Env, _collect, actuator
+from tests.connected.test_actuator import Env, actuator, results_of
 from tests.pipeline import until
-from tests.support.actions import Producers
 from tests.support.nats import running_nats
 from tests.support.sim import running_sim
 
@@ -43,23 +38,9 @@ async def env() -> AsyncIterator[Env]:
     async with (
         running_nats() as url,
         running_sim(spec=spec, speed=100.0, delays=Delays(pod_start_s=1)) as sim,
+        results_of(url, sim, await sim.api_client(), NODES) as env,
     ):
-        bus = await Bus.connect(url, cluster="c1", name="test")
-        await bus.ensure_streams()
-        client = await sim.api_client()
-        env = Env(bus=bus, nats_url=url, sim=sim, client=client, nodes=NODES,
-                  producers=Producers(bus))  # fmt: skip
-        sub = bus.consume(subjects.wildcard("c1", subjects.RESULT, ">"), type_=ActionResult)
-        reader = asyncio.create_task(_collect(sub, env.results))
-        try:
-            yield env
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-            await sub.close()
-            await client.close()
-            await bus.close()
+        yield env
 
 
 def template() -> dict[str, Any]:
