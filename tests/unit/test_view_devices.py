@@ -29,6 +29,7 @@ from baton.proto.dra import (
     ResourceSlice,
 )
 from baton.proto.k8s import DeviceClassEvent, Pod, ResourceClaimEvent, ResourceSliceEvent
+from baton.services.simcluster.world import hardware
 from tests.support.builders import pod
 
 pytestmark = pytest.mark.unit
@@ -51,10 +52,20 @@ def node_slices(
     node: str, *, gpus: int = 8, nics: int = 8, product: str = H100
 ) -> list[ResourceSlice]:
     gpu = [
-        _device(GPU_DRIVER, f"gpu-{i}", i, type="gpu", productName=product, uuid=f"GPU-{node}-{i}")
+        _device(
+            GPU_DRIVER,
+            f"gpu-{i}",
+            i,
+            type="gpu",
+            productName=product,
+            uuid=hardware.gpu_uuid(node, i),
+            pcieBusID=hardware.bus_id(i),
+        )
         for i in range(gpus)
     ]
-    nic = [_device(NIC_DRIVER, f"nic-{i}", i, rdma=True, rail=i) for i in range(nics)]
+    nic = [
+        _device(NIC_DRIVER, f"nic-{i}", i, rdma=True, rail=i, ifName=f"ib{i}") for i in range(nics)
+    ]
     return [
         ResourceSlice(name=f"{node}-{d.replace('.', '-')}", uid=f"uid-{node}-{d}", driver=d,
                       node=node, pool=node, devices=tuple(devices))

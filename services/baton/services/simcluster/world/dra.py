@@ -4,9 +4,11 @@ DRA driver and an RDMA NIC driver shows it.
 - **Drivers' ResourceSlices** (``devices: dra`` in the cluster spec): every node
   publishes one slice per driver, its pool named after the node. ``gpu.nvidia.com``
   lists the node's GPUs (``gpu-0`` …, attributes ``type``, ``index``, ``productName``,
-  ``uuid``, ``numa``, ``resource.kubernetes.io/pcieRoot``; capacity ``memory``);
-  ``dra.net`` lists its RDMA NICs (``nic-0`` …, attributes ``rdma``, ``rail``,
-  ``numa``, the same ``resource.kubernetes.io/pcieRoot``). As on an HGX H100, a PCIe
+  ``uuid``, ``pcieBusID``, ``numa``, ``resource.kubernetes.io/pcieRoot``; capacity
+  ``memory``); ``dra.net`` lists its RDMA NICs (``nic-0`` …, attributes ``rdma``,
+  ``rail``, ``ifName``, ``numa``, the same ``resource.kubernetes.io/pcieRoot``). The
+  UUIDs, bus ids and interface names are the simulated hardware's, so a node's slices
+  and its agent's telemetry name the same devices. As on an HGX H100, a PCIe
   switch holds two GPUs and two NICs, so GPU i and NIC i share a root and a
   ``matchAttribute`` constraint on it pairs them. A node's slices go with the node.
   Two DeviceClasses select each driver's devices.
@@ -26,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from baton.services.simcluster.api.store import ApiError, Store
+from baton.services.simcluster.world import hardware
 from baton.services.simcluster.world.controlling import Controller, controller_of, owner_reference
 
 Obj = dict[str, Any]
@@ -51,12 +54,15 @@ def node_slices(node: str, *, gpus: int, nics: int, product: str, memory: str) -
     """The ResourceSlices ``node``'s drivers publish: its GPUs, and its NICs if any."""
     gpu_devices = [
         _device(f"gpu-{i}", i, type={"string": "gpu"}, productName={"string": product},
-                uuid={"string": f"GPU-{node}-{i}"}, capacity={"memory": {"value": memory}})
+                uuid={"string": hardware.gpu_uuid(node, i)},
+                pcieBusID={"string": hardware.bus_id(i)}, capacity={"memory": {"value": memory}})
         for i in range(gpus)
     ]  # fmt: skip
     nic_devices = [
-        _device(f"nic-{i}", i, rdma={"bool": True}, rail={"int": i}) for i in range(nics)
-    ]
+        _device(f"nic-{i}", i, rdma={"bool": True}, rail={"int": i},
+                ifName={"string": f"ib{i}"})
+        for i in range(nics)
+    ]  # fmt: skip
     out = [_slice(node, GPU_DRIVER, gpu_devices)]
     if nic_devices:
         out.append(_slice(node, NIC_DRIVER, nic_devices))
