@@ -146,7 +146,10 @@ async def test_claims_are_allocated_and_reserved_then_the_pods_bound_and_started
     for name, (uid, claim_name, _, node) in found.items():
         status = (await claim(env, claim_name))["status"]
         results = status["allocation"]["devices"]["results"]
-        assert results == [msgspec.to_builtins(r) for r in devices(node)]
+        assert results == [
+            {"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device}
+            for r in devices(node)
+        ]
         assert status["allocation"]["nodeSelector"]["nodeSelectorTerms"] == [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
         ]

@@ -159,3 +159,18 @@ def test_a_claim_no_node_could_meet_as_baton_reads_it_waits_without_trying_nodes
               2.0)  # fmt: skip
     (bind,) = binds(tick(state, at=3.0))
     assert len(bind.bindings[0].claims[0].results) == 2
+
+
+def test_a_bind_too_large_for_one_nats_message_is_not_sent_and_the_gang_is_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bind is one action, one message: a gang whose members' devices would not fit
+    in it is told so (here with a 1 KB limit) rather than sending what cannot arrive."""
+    monkeypatch.setattr(core, "MAX_ACTION_BYTES", 1024)
+    state = cluster({"n1": 8, "n2": 8})
+    gang_of(state, 2, pairs=8)
+    out = tick(state)
+    assert not binds(out)
+    (told,) = verdicts(out)
+    assert "more than one NATS message holds (1,024)" in told.reason
+    assert not state.claims.devices.holds  # nothing held for a bind never sent

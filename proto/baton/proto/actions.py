@@ -47,6 +47,12 @@ class Action(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_
     expires: float = 0.0
 
 
+# The most one action may take on the bus: nats-server's default max_payload (1 MiB),
+# less room for headers. A gang's bind is one action; with DRA claims it names every
+# member's devices (~900 KB for 1,024 pods of 8 GPU+NIC pairs each).
+MAX_ACTION_BYTES = 1024 * 1024 - 4096
+
+
 class Binding(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     namespace: str
     pod: str

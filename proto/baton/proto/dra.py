@@ -68,8 +68,10 @@ class DeviceConstraint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     match_attribute: str
 
 
-class DeviceResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One allocated device: ``status.allocation.devices.results[]``."""
+class DeviceResult(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One allocated device: ``status.allocation.devices.results[]``. Encoded as an
+    array (``["gpu3", "gpu.nvidia.com", "node-7", "gpu-3"]``): a 1,024-pod gang's bind
+    names ~16,000 of them and must fit in one NATS message."""
 
     request: str
     driver: str

@@ -13,7 +13,14 @@ import msgspec
 
 from baton.libs.view import Shape, gang_key, is_preemptible
 from baton.proto import ids
-from baton.proto.actions import ActionResult, BindGang, Binding, EvictGang, RecreatePod
+from baton.proto.actions import (
+    MAX_ACTION_BYTES,
+    ActionResult,
+    BindGang,
+    Binding,
+    EvictGang,
+    RecreatePod,
+)
 from baton.proto.k8s import (
     GPU,
     MAX_GANG_MEMBERS,
@@ -579,11 +586,14 @@ def _commit(
         id=action_id, by="gang", at=now, gang=gang.key, bindings=bindings, evict=balloons,
         expires=now + expires_after,  # no bind starts later: it is forgotten soon after
     )  # fmt: skip
+    if devices and (size := len(_ENCODE(bind))) > MAX_ACTION_BYTES:  # one NATS message
+        forget(state, gang, now)
+        return _published(gang, _too_many_devices(gang, plan, size, now), now=now)
     placed = GangPlaced(
         gang=gang.key,
         at=now,
         action_id=action_id,
-        bindings=bindings,
+        bindings=_without_claims(bindings),  # who goes where; the devices go in the bind
         level=plan.level,
         domain=plan.domain,
         domains=plan.domains,
@@ -591,6 +601,23 @@ def _commit(
         attempt=gang.attempt,
     )
     return [bind, placed]
+
+
+_ENCODE = msgspec.json.Encoder().encode
+
+
+def _too_many_devices(gang: Gang, plan: Plan, size: int, now: float) -> GangUnschedulable:
+    reason = (f"its bind would name every member's devices in {size:,} bytes, more than one "
+              f"NATS message holds ({MAX_ACTION_BYTES:,}): split the job into gangs of fewer "
+              "members, or claim fewer devices a member")  # fmt: skip
+    return GangUnschedulable(gang=gang.key, at=now, reason=reason, need=Need(nodes=0),
+                             members=len(plan.nodes))  # fmt: skip
+
+
+def _without_claims(bindings: tuple[Binding, ...]) -> tuple[Binding, ...]:
+    if not any(b.claims for b in bindings):
+        return bindings
+    return tuple(msgspec.structs.replace(b, claims=()) for b in bindings)
 
 
 def _claims_waiting(state: State, gang: Gang, asked: Ask) -> str:
