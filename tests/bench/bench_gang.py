@@ -28,7 +28,7 @@ from pathlib import Path
 import msgspec
 
 from baton.libs.kube import dra as kube_dra
-from baton.proto.actions import BindGang
+from baton.proto.actions import MAX_ACTION_BYTES, BindGang
 from baton.proto.dra import DeviceClass, DeviceConstraint, DeviceRequest, PodClaim, ResourceClaim
 from baton.proto.k8s import (
     GPU,
@@ -94,6 +94,7 @@ def decision_times(*, claims: bool = False) -> list[tuple[int, float, float, flo
             times.append(time.perf_counter() - started)
             (bind,) = [o for o in outputs if isinstance(o, BindGang)]
             assert all(b.claims for b in bind.bindings) == claims
+            assert len(msgspec.json.encode(bind)) <= MAX_ACTION_BYTES  # one NATS message
             g = state.cluster.gangs["default/job"]
             core.forget(state, g, 0.0)
             g.retry_after = 0.0
