@@ -34,7 +34,7 @@ from baton.proto.k8s import (
 )
 from baton.proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from baton.proto.runner import Tick
-from baton.services.gang.core import estimates, growing, ordering, preempting, restarting
+from baton.services.gang.core import claims, estimates, growing, ordering, preempting, restarting
 from baton.services.gang.core.asks import Refused, ask, required_level
 from baton.services.gang.core.claims import Claims
 from baton.services.gang.core.gangs import (
@@ -190,7 +190,8 @@ def cycle(state: State, now: float) -> list[Output]:
             outputs += _published(gang, too_large(gang.key, size, now), now=now)
             continue
         if waiting := _claims_waiting(state, gang, asked):
-            outputs += _published(gang, _waiting_for_claims(gang, asked, waiting, now), now=now)
+            told = claims.waiting(gang.key, sum(map(len, members.values())), waiting, now=now)
+            outputs += _published(gang, told, now=now)
             continue
         if required and required not in cl.levels:  # a level the search cannot honour
             unknown = unknown_level(gang.key, members, required, cl.levels, now)
@@ -570,7 +571,7 @@ def _commit(
         forget(state, gang, now)
         gang.retry_after = now  # at once: the node is kept from it
         state.claims.misfit(gang.key, misfit, now=now, for_s=state.policy.verdict_refresh_s)
-        return _published(gang, _no_devices(gang, plan, why, now), now=now)
+        return _published(gang, claims.no_devices(gang.key, len(plan.nodes), why, now=now), now=now)
     bindings = tuple(
         Binding(namespace=cl.pods[k].namespace, pod=cl.pods[k].name, uid=cl.pods[k].uid, node=n,
                 claims=devices.get(k, ()))
@@ -588,7 +589,8 @@ def _commit(
     )  # fmt: skip
     if devices and (size := len(_ENCODE(bind))) > MAX_ACTION_BYTES:  # one NATS message
         forget(state, gang, now)
-        return _published(gang, _too_many_devices(gang, plan, size, now), now=now)
+        told = claims.too_many_devices(gang.key, len(plan.nodes), size, MAX_ACTION_BYTES, now=now)
+        return _published(gang, told, now=now)
     placed = GangPlaced(
         gang=gang.key,
         at=now,
@@ -606,14 +608,6 @@ def _commit(
 _ENCODE = msgspec.json.Encoder().encode
 
 
-def _too_many_devices(gang: Gang, plan: Plan, size: int, now: float) -> GangUnschedulable:
-    reason = (f"its bind would name every member's devices in {size:,} bytes, more than one "
-              f"NATS message holds ({MAX_ACTION_BYTES:,}): split the job into gangs of fewer "
-              "members, or claim fewer devices a member")  # fmt: skip
-    return GangUnschedulable(gang=gang.key, at=now, reason=reason, need=Need(nodes=0),
-                             members=len(plan.nodes))  # fmt: skip
-
-
 def _without_claims(bindings: tuple[Binding, ...]) -> tuple[Binding, ...]:
     if not any(b.claims for b in bindings):
         return bindings
@@ -627,20 +621,6 @@ def _claims_waiting(state: State, gang: Gang, asked: Ask) -> str:
         keys = [k for names in (*asked.members.values(), *asked.extras.values()) for k in names]
         gang.claims_waiting = state.claims.not_ready(state.cluster, keys)
     return gang.claims_waiting
-
-
-def _waiting_for_claims(gang: Gang, asked: Ask, why: str, now: float) -> GangUnschedulable:
-    members = sum(map(len, asked.members.values()))
-    reason = f"waiting for its members' ResourceClaims ({why}): placed once they can be met"
-    return GangUnschedulable(gang=gang.key, at=now, reason=reason, need=Need(nodes=0),
-                             members=members)  # fmt: skip
-
-
-def _no_devices(gang: Gang, plan: Plan, why: str, now: float) -> GangUnschedulable:
-    reason = (f"placed, but a member's ResourceClaims cannot be allocated there ({why}): "
-              "placed again without that node")  # fmt: skip
-    return GangUnschedulable(gang=gang.key, at=now, reason=reason, need=Need(nodes=0),
-                             members=len(plan.nodes))  # fmt: skip
 
 
 def _waited(state: State, gang: Gang, now: float) -> bool:

@@ -20,6 +20,7 @@ from baton.libs.view.claimed import Claimed, DeviceEvent
 from baton.libs.view.devices import Devices
 from baton.proto.dra import ClaimAllocation
 from baton.proto.k8s import Node, Pod, ResourceSliceEvent
+from baton.proto.placement import GangUnschedulable, Need
 from baton.services.gang.core.gangs import Cluster
 
 
@@ -106,3 +107,33 @@ class Claims:
     def misfit(self, gang: str, node: str, *, now: float, for_s: float) -> None:
         nodes = self.kept_from(gang, now)
         self.misfits[gang] = (nodes | {node}, now + for_s)
+
+
+# -- what a gang is told ------------------------------------------------------------------
+
+
+def _told(gang: str, members: int, reason: str, now: float) -> GangUnschedulable:
+    return GangUnschedulable(gang=gang, at=now, reason=reason, need=Need(nodes=0), members=members)
+
+
+def waiting(gang: str, members: int, why: str, *, now: float) -> GangUnschedulable:
+    """Its members' claims are not all made, or ask what Baton cannot read."""
+    reason = f"waiting for its members' ResourceClaims ({why}): placed once they can be met"
+    return _told(gang, members, reason, now)
+
+
+def no_devices(gang: str, members: int, why: str, *, now: float) -> GangUnschedulable:
+    """A member's claims cannot be allocated on the node it was placed on."""
+    reason = (f"placed, but a member's ResourceClaims cannot be allocated there ({why}): "
+              "placed again without that node")  # fmt: skip
+    return _told(gang, members, reason, now)
+
+
+def too_many_devices(
+    gang: str, members: int, size: int, limit: int, *, now: float
+) -> GangUnschedulable:
+    """Its bind, with every member's devices, would not fit in one NATS message."""
+    reason = (f"its bind would name every member's devices in {size:,} bytes, more than one "
+              f"NATS message holds ({limit:,}): split the job into gangs of fewer "
+              "members, or claim fewer devices a member")  # fmt: skip
+    return _told(gang, members, reason, now)
