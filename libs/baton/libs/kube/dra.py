@@ -133,7 +133,13 @@ class Allocation(_Wire):
 
 
 class Consumer(_Wire):
+    """One ``status.reservedFor`` entry (the slim claim keeps its uid; the actuator, which
+    writes the list back, all of it)."""
+
     uid: str = ""
+    name: str = ""
+    resource: str = ""
+    api_group: str = ""
 
 
 class ResourceClaimStatus(_Wire):

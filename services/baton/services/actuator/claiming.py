@@ -16,8 +16,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import msgspec
+
+from baton.libs.kube import dra as kube_dra
 from baton.proto.actions import Binding
-from baton.proto.dra import ClaimAllocation, DeviceResult
+from baton.proto.dra import ClaimAllocation
 from baton.services.actuator.calling import MERGE, ApiError, Obj, Session, bounded
 from baton.services.actuator.core.claims import (
     Claimed,
@@ -31,7 +34,6 @@ from baton.services.actuator.core.claims import (
 )
 
 REREADS = 5
-NODE_KEYS = frozenset({"metadata.name", "kubernetes.io/hostname"})  # a node selector's node
 
 
 async def claim_all(
@@ -138,34 +140,20 @@ async def _write(s: Session, namespace: str, name: str, write: Write, *, rv: str
 
 
 def held_of(claim: Obj) -> Held:
-    """The allocation and reservations of a ResourceClaim as the API returns it."""
-    meta, status = claim.get("metadata") or {}, claim.get("status") or {}
-    allocation = status.get("allocation") or {}
-    results = tuple(
-        DeviceResult(request=str(r.get("request", "")), driver=str(r.get("driver", "")),
-                     pool=str(r.get("pool", "")), device=str(r.get("device", "")))
-        for r in (allocation.get("devices") or {}).get("results") or ()
-    )  # fmt: skip
+    """The allocation and reservations of a ResourceClaim as the API returns it, read as
+    the bridge reads claims (``libs.kube.dra``)."""
+    raw = msgspec.convert(claim, kube_dra.WireResourceClaim)
+    slim = kube_dra.resource_claim(raw)
     reserved = tuple(
-        Consumer(name=str(c.get("name", "")), uid=str(c.get("uid", "")),
-                 resource=str(c.get("resource", "")), api_group=str(c.get("apiGroup", "")))
-        for c in status.get("reservedFor") or ()
-    )  # fmt: skip
+        Consumer(name=c.name, uid=c.uid, resource=c.resource, api_group=c.api_group)
+        for c in raw.status.reserved_for or ()
+    )
     return Held(
-        uid=str(meta.get("uid", "")), resource_version=str(meta.get("resourceVersion", "")),
-        deleting=bool(meta.get("deletionTimestamp")), allocated=bool(allocation),
-        results=results, node=_node_of(allocation), reserved_for=reserved,
+        uid=slim.uid, resource_version=slim.resource_version,
+        deleting=raw.metadata.deletion_timestamp is not None,
+        allocated=raw.status.allocation is not None, results=slim.allocated, node=slim.node,
+        reserved_for=reserved,
     )  # fmt: skip
-
-
-def _node_of(allocation: Obj) -> str:
-    """The one node an allocation's node selector names ("" when none)."""
-    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ():
-        for req in (*(term.get("matchFields") or ()), *(term.get("matchExpressions") or ())):
-            values = req.get("values") or []
-            if req.get("key") in NODE_KEYS and req.get("operator") == "In" and len(values) == 1:
-                return str(values[0])
-    return ""
 
 
 def status_of(write: Write) -> Obj:
