@@ -136,14 +136,14 @@ class _Parser:
         test, drivers = self.both()
         while self.take("||"):
             right, more = self.both()
-            test, drivers = _or(test, right), drivers & more
+            test, drivers = _join(test, right, wins=True), drivers & more
         return test, drivers
 
     def both(self) -> tuple[Test, frozenset[str]]:
         test, drivers = self.unary()
         while self.take("&&"):
             right, more = self.unary()
-            test, drivers = _and(test, right), drivers | more
+            test, drivers = _join(test, right, wins=False), drivers | more
         return test, drivers
 
     def unary(self) -> tuple[Test, frozenset[str]]:
@@ -206,24 +206,16 @@ class _Parser:
         return (lambda d, driver: d.attributes.get(key)), "attribute", None
 
 
-def _and(left: Test, right: Test) -> Test:
-    def test(d: Device, driver: str) -> bool | None:  # CEL: false wins over an error
+def _join(left: Test, right: Test, *, wins: bool) -> Test:
+    """``&&`` (``wins`` False) or ``||`` (True), as CEL: the winning value beats an error
+    on either side; otherwise an error is an error."""
+
+    def test(d: Device, driver: str) -> bool | None:
         a = left(d, driver)
-        if a is False:
-            return False
+        if a is wins:
+            return wins
         b = right(d, driver)
-        return False if b is False else (None if a is None or b is None else True)
-
-    return test
-
-
-def _or(left: Test, right: Test) -> Test:
-    def test(d: Device, driver: str) -> bool | None:  # CEL: true wins over an error
-        a = left(d, driver)
-        if a is True:
-            return True
-        b = right(d, driver)
-        return True if b is True else (None if a is None or b is None else False)
+        return wins if b is wins else (None if a is None or b is None else not wins)
 
     return test
 
