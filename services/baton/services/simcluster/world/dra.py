@@ -177,16 +177,10 @@ class Claims(Controller):
             claim["status"] = status
 
         for name in _claim_names(pod):
-            found = self._claim_of(namespace, name)
+            found = claim_reader(self.store)(namespace, name)
             reserved = ((found or {}).get("status") or {}).get("reservedFor") or ()
             if any(r.get("uid") == uid for r in reserved):
                 self.store.mutate("resourceclaims", namespace, name, drop)
-
-    def _claim_of(self, namespace: str, name: str) -> Obj | None:
-        try:
-            return self.store.get("resourceclaims", namespace, name)
-        except ApiError:
-            return None
 
     async def _claim(self, pod: Obj, entry: str, template_name: str) -> str:
         namespace = pod["metadata"].get("namespace", "")
