@@ -12,8 +12,8 @@ import pytest
 from baton.proto.admission import GangAdmitted, GangQueued
 from baton.proto.dra import PodClaim
 from baton.proto.k8s import DeviceClassEvent, ResourceClaimEvent
+from tests.support.dra import GPU_DRIVER, NIC_DRIVER, device_class, paired
 from tests.unit.test_admission_members import QUOTA_8, feed, group, member, of, start
-from tests.unit.test_view_devices import GPU_DRIVER, NIC_DRIVER, device_class, paired
 
 pytestmark = pytest.mark.unit
 

@@ -19,8 +19,8 @@ from baton.proto.k8s import (
 )
 from baton.services.gang import core
 from tests.support.builders import node, pod, pod_group
+from tests.support.dra import GPU_DRIVER, NIC_DRIVER, device_class, node_slices, paired
 from tests.unit.gang_helpers import binds, feed, tick, verdicts
-from tests.unit.test_view_devices import GPU_DRIVER, NIC_DRIVER, device_class, node_slices, paired
 
 pytestmark = pytest.mark.unit
 

@@ -29,80 +29,22 @@ from baton.proto.dra import (
     ResourceSlice,
 )
 from baton.proto.k8s import DeviceClassEvent, Pod, ResourceClaimEvent, ResourceSliceEvent
-from baton.services.simcluster.world import hardware
 from tests.support.builders import pod
+from tests.support.dra import (
+    H100,
+    NIC_DRIVER,
+    ROOT,
+    claim,
+    device,
+    device_class,
+    node_slices,
+    paired,
+    request,
+)
 
 pytestmark = pytest.mark.unit
 
-NIC_DRIVER = "dra.net"
-ROOT = "resource.kubernetes.io/pcieRoot"
-H100 = "NVIDIA H100 80GB HBM3"
-
 # --- builders ------------------------------------------------------------------------------
-
-
-def _device(driver: str, name: str, i: int, **attributes: AttributeValue) -> Device:
-    """As simcluster's world/dra.py publishes it, slimmed: names qualified by the driver."""
-    attributes |= {"index": i, "numa": i // 4}
-    qualified = {f"{driver}/{k}": v for k, v in attributes.items()}
-    return Device(name=name, attributes={**qualified, ROOT: f"pci0000:{0x10 * (1 + i // 2):02x}"})
-
-
-def node_slices(
-    node: str, *, gpus: int = 8, nics: int = 8, product: str = H100
-) -> list[ResourceSlice]:
-    gpu = [
-        _device(
-            GPU_DRIVER,
-            f"gpu-{i}",
-            i,
-            type="gpu",
-            productName=product,
-            uuid=hardware.gpu_uuid(node, i),
-            pcieBusID=hardware.bus_id(i),
-        )
-        for i in range(gpus)
-    ]
-    nic = [
-        _device(NIC_DRIVER, f"nic-{i}", i, rdma=True, rail=i, ifName=f"ib{i}") for i in range(nics)
-    ]
-    return [
-        ResourceSlice(name=f"{node}-{d.replace('.', '-')}", uid=f"uid-{node}-{d}", driver=d,
-                      node=node, pool=node, devices=tuple(devices))
-        for d, devices in ((GPU_DRIVER, gpu), (NIC_DRIVER, nic)) if devices
-    ]  # fmt: skip
-
-
-def device_class(driver: str, name: str = "") -> DeviceClass:
-    return DeviceClass(name=name or driver, uid=f"uid-{name or driver}",
-                       selectors=(f'device.driver == "{driver}"',))  # fmt: skip
-
-
-def request(name: str, cls: str = GPU_DRIVER, count: int = 1, *selectors: str) -> DeviceRequest:
-    return DeviceRequest(name=name, device_class=cls, count=count, selectors=selectors)
-
-
-def claim(
-    name: str,
-    *requests: DeviceRequest,
-    constraints: tuple[DeviceConstraint, ...] = (),
-    allocated: tuple[DeviceResult, ...] = (),
-    node: str = "",
-) -> ResourceClaim:
-    return ResourceClaim(namespace="default", name=name, uid=f"uid-{name}", requests=requests,
-                         constraints=constraints, allocated=allocated, node=node)  # fmt: skip
-
-
-def paired(name: str, pairs: int = 8, *, interleaved: bool = False) -> ResourceClaim:
-    """``pairs`` GPUs and as many NICs, each NIC under its GPU's PCIe root."""
-    gpus = [request(f"gpu-{i}") for i in range(pairs)]
-    nics = [request(f"nic-{i}", NIC_DRIVER) for i in range(pairs)]
-    order = [r for p in zip(gpus, nics, strict=True) for r in p] if interleaved else gpus + nics
-    pairing = tuple(
-        DeviceConstraint(requests=(f"gpu-{i}", f"nic-{i}"), match_attribute=ROOT)
-        for i in range(pairs)
-    )
-    return claim(name, *order, constraints=pairing)
 
 
 def claiming(name: str, *claims: ResourceClaim | str) -> Pod:
@@ -479,7 +421,7 @@ def test_hand_built_slices_match_simcluster_slimmed() -> None:
 
 # --- the CEL subset --------------------------------------------------------------------------
 
-GPU3 = _device(GPU_DRIVER, "gpu-3", 3, type="gpu", productName=H100)
+GPU3 = device(GPU_DRIVER, "gpu-3", 3, type="gpu", productName=H100)
 A = 'device.attributes["gpu.nvidia.com"]'
 
 

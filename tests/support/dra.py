@@ -1,0 +1,89 @@
+"""Builders of DRA objects as the bridge slims them (``proto.dra``), shaped like
+simcluster's drivers (``services/simcluster/world/dra.py``): a node's GPUs and RDMA NICs,
+GPU *i* and NIC *i* under one PCIe root, the two DeviceClasses, and claims."""
+
+from __future__ import annotations
+
+from baton.libs.view.devices import GPU_DRIVER
+from baton.proto.dra import (
+    AttributeValue,
+    Device,
+    DeviceClass,
+    DeviceConstraint,
+    DeviceRequest,
+    DeviceResult,
+    ResourceClaim,
+    ResourceSlice,
+)
+from baton.services.simcluster.world import hardware
+
+__all__ = ["GPU_DRIVER", "H100", "NIC_DRIVER", "ROOT", "claim", "device", "device_class",
+           "node_slices", "paired", "request"]  # fmt: skip
+
+NIC_DRIVER = "dra.net"
+ROOT = "resource.kubernetes.io/pcieRoot"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def device(driver: str, name: str, i: int, **attributes: AttributeValue) -> Device:
+    """As simcluster's world/dra.py publishes it, slimmed: names qualified by the driver."""
+    attributes |= {"index": i, "numa": i // 4}
+    qualified = {f"{driver}/{k}": v for k, v in attributes.items()}
+    return Device(name=name, attributes={**qualified, ROOT: f"pci0000:{0x10 * (1 + i // 2):02x}"})
+
+
+def node_slices(
+    node: str, *, gpus: int = 8, nics: int = 8, product: str = H100
+) -> list[ResourceSlice]:
+    gpu = [
+        device(
+            GPU_DRIVER,
+            f"gpu-{i}",
+            i,
+            type="gpu",
+            productName=product,
+            uuid=hardware.gpu_uuid(node, i),
+            pcieBusID=hardware.bus_id(i),
+        )
+        for i in range(gpus)
+    ]
+    nic = [
+        device(NIC_DRIVER, f"nic-{i}", i, rdma=True, rail=i, ifName=f"ib{i}") for i in range(nics)
+    ]
+    return [
+        ResourceSlice(name=f"{node}-{d.replace('.', '-')}", uid=f"uid-{node}-{d}", driver=d,
+                      node=node, pool=node, devices=tuple(devices))
+        for d, devices in ((GPU_DRIVER, gpu), (NIC_DRIVER, nic)) if devices
+    ]  # fmt: skip
+
+
+def device_class(driver: str, name: str = "") -> DeviceClass:
+    return DeviceClass(name=name or driver, uid=f"uid-{name or driver}",
+                       selectors=(f'device.driver == "{driver}"',))  # fmt: skip
+
+
+def request(name: str, cls: str = GPU_DRIVER, count: int = 1, *selectors: str) -> DeviceRequest:
+    return DeviceRequest(name=name, device_class=cls, count=count, selectors=selectors)
+
+
+def claim(
+    name: str,
+    *requests: DeviceRequest,
+    constraints: tuple[DeviceConstraint, ...] = (),
+    allocated: tuple[DeviceResult, ...] = (),
+    node: str = "",
+) -> ResourceClaim:
+    return ResourceClaim(namespace="default", name=name, uid=f"uid-{name}", requests=requests,
+                         constraints=constraints, allocated=allocated, node=node)  # fmt: skip
+
+
+def paired(name: str, pairs: int = 8, *, interleaved: bool = False) -> ResourceClaim:
+    """``pairs`` GPUs and as many NICs, each NIC under its GPU's PCIe root."""
+    gpus = [request(f"gpu-{i}") for i in range(pairs)]
+    nics = [request(f"nic-{i}", NIC_DRIVER) for i in range(pairs)]
+    order = [r for p in zip(gpus, nics, strict=True) for r in p] if interleaved else gpus + nics
+    pairing = tuple(
+        DeviceConstraint(requests=(f"gpu-{i}", f"nic-{i}"), match_attribute=ROOT)
+        for i in range(pairs)
+    )
+    return claim(name, *order, constraints=pairing)
