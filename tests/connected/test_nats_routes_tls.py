@@ -23,20 +23,25 @@ pytestmark = [pytest.mark.connected, pytest.mark.timeout(60)]
 HOSTS = ["localhost", "127.0.0.1"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: each socket is held until all are chosen (ports
+    picked one at a time could repeat, and a server's monitor then take its own route
+    port)."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
 
 
 @contextlib.asynccontextmanager
 async def server(
-    folder: Path, name: str, tls: Path, ca: Path, port: int, routes: list[int]
+    folder: Path, name: str, tls: Path, ca: Path, ports: tuple[int, int], routes: list[int]
 ) -> AsyncIterator[Server]:
-    """A nats-server of the cluster "baton" routing to ``routes``; its log is read by
-    ``Server.refused`` and its monitoring port answers ``Server.routes``."""
-    monitor = free_port()
+    """A nats-server of the cluster "baton" on ``ports`` (route, monitoring) routing to
+    ``routes``; its log is read by ``Server.refused`` and its monitoring port answers
+    ``Server.routes``."""
+    port, monitor = ports
     config = {
         "server_name": name,
         "http": f"127.0.0.1:{monitor}",
@@ -98,11 +103,11 @@ async def test_servers_route_over_tls_and_refuse_a_peer_another_ca_signed(tmp_pa
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     ca = make_tls(ours, HOSTS)
     make_tls(theirs, HOSTS)  # a certificate for the same names, from another CA
-    a, b, c = free_port(), free_port(), free_port()
+    a, b, c, *monitors = free_ports(6)
     async with (
-        server(tmp_path, "a", ours, ca, a, [b]) as server_a,
-        server(tmp_path, "b", ours, ca, b, [a]) as server_b,
-        server(tmp_path, "c", theirs, theirs / "ca.crt", c, [a, b]) as server_c,
+        server(tmp_path, "a", ours, ca, (a, monitors[0]), [b]) as server_a,
+        server(tmp_path, "b", ours, ca, (b, monitors[1]), [a]) as server_b,
+        server(tmp_path, "c", theirs, theirs / "ca.crt", (c, monitors[2]), [a, b]) as server_c,
     ):
         await until(lambda: delivered(server_a.url, server_b.url, "hello.ab"), within=20,
                     what="a message routed from server a to server b over TLS")  # fmt: skip
