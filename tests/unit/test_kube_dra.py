@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from baton.libs.kube import dra as kube_dra
 from baton.libs.kube.kinds import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
 from baton.proto import codec, dra, k8s
 from baton.services.bridge import core
@@ -69,6 +70,27 @@ def test_a_slice_keeps_driver_node_pool_and_devices_and_is_named_alone() -> None
         node="gpu-1", pool="gpu-1", devices=(dra.Device(name="gpu-0"), dra.Device(name="gpu-1")),
     )  # fmt: skip
     assert RESOURCE_SLICES.key(got) == "gpu-1-gpu.nvidia.com-x7"
+
+
+def test_shared_counters_and_what_devices_consume_are_integers_in_base_units() -> None:
+    """Partitionable devices (MIG): counters in a slice of their own, devices consuming
+    them; a malformed quantity leaves the device never given (0 of the counter, or a
+    device using more than any counter holds), never given twice."""
+    sets = [{"name": "gpu-0-counters",
+             "counters": {"memory": {"value": "80Gi"}, "slices": {"value": "8"},
+                          "broken": {"value": "lots"}}}]  # fmt: skip
+    counters = slim(RESOURCE_SLICES, resource_slice(nodeName="gpu-1", sharedCounters=sets))
+    assert counters.devices == ()
+    assert counters.counters == {"gpu-0-counters": {"memory": 80 << 30, "slices": 8, "broken": 0}}
+    uses = [{"counterSet": "gpu-0-counters",
+             "counters": {"memory": {"value": "9.5Gi"}, "slices": {"value": "1"}}},
+            {"counterSet": "other", "counters": {"x": {"value": "??"}}}]  # fmt: skip
+    devices = [{"name": "gpu-0-mig-0", "consumesCounters": uses}]
+    (mig,) = slim(RESOURCE_SLICES, resource_slice(nodeName="gpu-1", devices=devices)).devices
+    assert mig.consumes == {
+        "gpu-0-counters": {"memory": int(9.5 * (1 << 30)), "slices": 1},
+        "other": {"x": kube_dra.UNUSABLE},
+    }
 
 
 def test_a_slice_of_network_attached_devices_has_no_node() -> None:

@@ -14,9 +14,17 @@ import msgspec
 AttributeValue = str | int | bool  # the API's string, int, bool and version (as str)
 
 
+Counters = dict[str, dict[str, int]]  # counter set -> counter -> amount (quantities' base units)
+
+
 class Device(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """``consumes``: the shared counters it uses when allocated (``consumesCounters``),
+    by counter set of its pool: a MIG device takes some of its GPU's memory slices,
+    the whole GPU takes all of them, so neither can be given while the other is."""
+
     name: str
     attributes: dict[str, AttributeValue] = {}
+    consumes: Counters = {}
 
 
 class ResourceSlice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -30,6 +38,8 @@ class ResourceSlice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     node: str
     pool: str
     devices: tuple[Device, ...] = ()
+    counters: Counters = {}  # ``sharedCounters``: what its pool's devices consume (a slice
+    # holds either devices or counters)
 
     @property
     def key(self) -> str:

@@ -14,20 +14,26 @@ pure slimming functions as in ``slimming.py``:
 - a claim's node is its allocation's node selector: ``matchFields`` ``metadata.name In
   [node]`` (what the scheduler writes), else ``matchExpressions``
   ``kubernetes.io/hostname In [node]``;
-- a slice of network-attached devices (no ``nodeName``) is published with node "".
+- a slice of network-attached devices (no ``nodeName``) is published with node "";
+- shared counters (``sharedCounters``, ``consumesCounters``: partitionable devices such
+  as MIG) are carried as integers in the quantity's base unit, rounded up.
 """
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 from baton.libs.kube import wire
+from baton.libs.kube.quantities import InvalidQuantity, parse_quantity
 from baton.proto import dra
 
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"  # a generated claim's pod entry
 HOSTNAME = "kubernetes.io/hostname"
 NODE_NAME_FIELD = "metadata.name"
 ALL = "All"  # allocationMode: every matching device
+UNUSABLE = 2**62  # a device's use of a counter whose quantity is malformed
 
 
 class _Wire(msgspec.Struct, rename="camel", kw_only=True):
@@ -43,9 +49,24 @@ class WireAttribute(_Wire):
     version: str | None = None
 
 
+class Counter(_Wire):
+    value: str = "0"
+
+
+class CounterSet(_Wire):
+    name: str = ""
+    counters: dict[str, Counter] | None = None
+
+
+class CounterUse(_Wire):
+    counter_set: str = ""
+    counters: dict[str, Counter] | None = None
+
+
 class WireDevice(_Wire):
     name: str = ""
     attributes: dict[str, WireAttribute] | None = None
+    consumes_counters: list[CounterUse] | None = None
 
 
 class Pool(_Wire):
@@ -57,6 +78,7 @@ class ResourceSliceSpec(_Wire):
     node_name: str | None = None
     pool: Pool = msgspec.field(default_factory=Pool)
     devices: list[WireDevice] | None = None
+    shared_counters: list[CounterSet] | None = None
 
 
 class WireResourceSlice(_Wire):
@@ -166,6 +188,7 @@ def resource_slice(raw: WireResourceSlice) -> dra.ResourceSlice:
         node=spec.node_name or "",
         pool=spec.pool.name,
         devices=tuple(_device(d, spec.driver) for d in spec.devices or ()),
+        counters={s.name: _amounts(s.counters, bad=0) for s in spec.shared_counters or ()},
     )
 
 
@@ -175,7 +198,23 @@ def _device(raw: WireDevice, driver: str) -> dra.Device:
         value = attribute_value(attribute)
         if value is not None:
             attributes[qualified(name, driver)] = value
-    return dra.Device(name=raw.name, attributes=attributes)
+    consumes = {
+        c.counter_set: _amounts(c.counters, bad=UNUSABLE) for c in raw.consumes_counters or ()
+    }
+    return dra.Device(name=raw.name, attributes=attributes, consumes=consumes)
+
+
+def _amounts(counters: dict[str, Counter] | None, *, bad: int) -> dict[str, int]:
+    """Counter -> its quantity in base units, rounded up; a malformed one (the API server
+    refuses them) is ``bad``: a shared counter of 0, a device using more than any has,
+    so the device is never given rather than given twice."""
+    out: dict[str, int] = {}
+    for name, counter in (counters or {}).items():
+        try:
+            out[name] = math.ceil(parse_quantity(counter.value))
+        except InvalidQuantity:
+            out[name] = bad
+    return out
 
 
 def qualified(name: str, driver: str) -> str:
