@@ -4,6 +4,9 @@ GPU *i* and NIC *i* under one PCIe root, the two DeviceClasses, and claims."""
 
 from __future__ import annotations
 
+import msgspec
+
+from baton.libs.kube import dra as kube_dra
 from baton.libs.view.devices import GPU_DRIVER
 from baton.proto.dra import (
     AttributeValue,
@@ -15,10 +18,12 @@ from baton.proto.dra import (
     ResourceClaim,
     ResourceSlice,
 )
+from baton.services.simcluster.world import dra as world_dra
 from baton.services.simcluster.world import hardware
 
 __all__ = ["GPU_DRIVER", "H100", "NIC_DRIVER", "ROOT", "claim", "device", "device_class",
-           "node_slices", "paired", "request"]  # fmt: skip
+           "node_slices", "paired", "published_classes", "published_slices",
+           "request"]  # fmt: skip
 
 NIC_DRIVER = "dra.net"
 ROOT = "resource.kubernetes.io/pcieRoot"
@@ -87,3 +92,18 @@ def paired(name: str, pairs: int = 8, *, interleaved: bool = False) -> ResourceC
         for i in range(pairs)
     )
     return claim(name, *order, constraints=pairing)
+
+
+def published_slices(node: str, *, mig: bool = True) -> list[ResourceSlice]:
+    """``node``'s slices as simcluster publishes them (``mig``: partitionable GPUs, seven
+    1g.10gb MIG devices each), slimmed as the bridge slims them."""
+    raw = world_dra.node_slices(node, gpus=8, nics=8, product=H100, memory="80Gi", mig=mig)
+    return [kube_dra.resource_slice(msgspec.convert(s, kube_dra.WireResourceSlice)) for s in raw]
+
+
+def published_classes() -> list[DeviceClass]:
+    """simcluster's DeviceClasses (whole GPUs, MIG devices, NICs), slimmed."""
+    return [
+        kube_dra.device_class(msgspec.convert(c, kube_dra.WireDeviceClass))
+        for c in world_dra.device_classes()
+    ]

@@ -375,7 +375,9 @@ def test_node_gpus_counts_whole_gpus_of_the_gpu_driver() -> None:
     assert len(cluster.on_node("n1")) == 24
 
 
-def test_gpus_claimed_counts_requests_of_gpu_classes() -> None:
+def test_gpus_claimed_counts_requests_of_classes_that_select_whole_gpus() -> None:
+    """What a class counts as is read from the devices it selects: "loose" names no
+    driver but selects H100s, so it asks GPUs; "gone" does not exist."""
     other = DeviceClass(
         name="h100", uid="u", selectors=(PRODUCT, 'device.driver == "gpu.nvidia.com"')
     )
@@ -383,8 +385,8 @@ def test_gpus_claimed_counts_requests_of_gpu_classes() -> None:
     mixed = claim("h", request("a", "h100", 2), request("b", "loose", 3), request("c", "gone"))
     cs = [paired("p"), claim("n", request("nic", NIC_DRIVER, 4)), ALL_GPUS, mixed]
     cluster = devices(claims=cs, classes=[other, loose])
-    assert [cluster.gpus_claimed(claiming("a", c)) for c in cs] == [8, 0, 1, 2]
-    assert cluster.gpus_claimed(claiming("a", cs[0], cs[3])) == 10
+    assert [cluster.gpus_claimed(claiming("a", c)) for c in cs] == [8, 0, 1, 5]
+    assert cluster.gpus_claimed(claiming("a", cs[0], cs[3])) == 13
     assert cluster.gpus_claimed(claiming("a", cs[0], "later")) == 0
     found = cluster.allocate("n1", claiming("a", ALL_GPUS))
     cluster.apply(

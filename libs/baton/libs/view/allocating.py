@@ -11,6 +11,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from baton.libs.view.counters import Budget, Cost
 from baton.libs.view.selectors import SUPPORTED, Selector, SelectorError, compile_selector
 from baton.proto.dra import (
     AttributeValue,
@@ -63,6 +64,9 @@ class Search:
     node: str
     devices: tuple[NodeDevice, ...]
     taken: dict[DeviceId, str]
+    # shared counters (partitionable devices): what is left, what each device consumes
+    budget: Budget | None = None
+    costs: list[Cost] = field(default_factory=list)  # by position; empty: none consume
     wants: list[_Want] = field(default_factory=list)
     attributes: list[str] = field(default_factory=list)  # per constraint
     about: list[str] = field(default_factory=list)  # per constraint: for reasons
@@ -201,6 +205,7 @@ class Search:
         used = [False] * len(self.devices)
         picks: list[list[int]] = [[] for _ in self.wants]
         steps = 0
+        budget, costs = self.budget, self.costs
 
         def place(w: int, start: int) -> bool | None:  # None: out of steps
             nonlocal steps
@@ -220,6 +225,9 @@ class Search:
                 steps += 1
                 if steps > MAX_STEPS:
                     return None
+                cost = costs[i] if costs else ()
+                if cost and budget is not None and not budget.fits(cost):
+                    continue  # what it shares with an earlier pick is spent
                 attributes = self.devices[i].device.attributes
                 values = [key_of(attributes[self.attributes[c]]) for c in want.constraints]
                 if any(
@@ -231,8 +239,12 @@ class Search:
                     fixed[c] = v
                 used[i] = True
                 picks[w].append(i)
+                if cost and budget is not None:
+                    budget.take(cost)
                 if (found := place(w, i + 1)) is not False:
                     return found
+                if cost and budget is not None:
+                    budget.give(cost)
                 picks[w].pop()
                 used[i] = False
                 for c in fixing:

@@ -1,4 +1,5 @@
-"""GPUs asked through DRA claims, counted like ``nvidia.com/gpu`` requests.
+"""GPUs asked through DRA claims, counted like ``nvidia.com/gpu`` requests; MIG devices
+counted by DeviceClass.
 
 A pod that asks for GPUs through ResourceClaims (``spec.resourceClaims``) instead of
 ``nvidia.com/gpu`` counts as asking the GPUs its claims ask (``Devices.gpus_claimed``),
@@ -6,7 +7,10 @@ and a node the GPU driver publishes devices for has at least that many GPUs
 allocatable (``Devices.node_gpus``). The cores that count GPUs (gang's placement,
 admission's quotas) pass every pod and node through here, so claimed GPUs are counted
 exactly as counted ones, and each pod's count is redone when its claims or the
-DeviceClasses change.
+DeviceClasses change. A partition (a MIG device) is not a GPU: a pod asking one asks
+``<class>.deviceclass.resource.k8s.io/devices``, of which a node has its GPUs' partitions
+(``Devices.partitions``), and a GPU partitioned is out of the node's ``nvidia.com/gpu``
+(``Devices.gpus_broken``). ``Devices.touched`` names the nodes whose counts so changed.
 """
 
 from __future__ import annotations
@@ -37,14 +41,21 @@ class Claimed:
     users: dict[str, str] = field(default_factory=dict)  # "<ns>/<claim>" -> pod key
 
     def node(self, node: Node) -> Node:
-        """``node`` with at least as many GPUs allocatable as the GPU driver publishes."""
-        published = self.devices.node_gpus(node.name)
-        if published <= node.allocatable.get(GPU, 0):
+        """``node`` with at least as many GPUs allocatable as the GPU driver publishes,
+        less those partitioned now, and its partitions by DeviceClass (``PARTITIONS``)."""
+        devices = self.devices
+        published = devices.node_gpus(node.name)
+        if not published:
             return node
-        return msgspec.structs.replace(node, allocatable={**node.allocatable, GPU: published})
+        broken, parts = devices.gpus_broken(node.name), devices.partitions(node.name)
+        gpus = max(published, node.allocatable.get(GPU, 0)) - broken
+        if gpus == node.allocatable.get(GPU, 0) and not parts:
+            return node
+        return msgspec.structs.replace(node, allocatable={**node.allocatable, GPU: gpus, **parts})
 
     def pod(self, pod: Pod) -> Pod:
-        """``pod`` (as the bridge sent it) asking the GPUs its claims ask beside its own."""
+        """``pod`` (as the bridge sent it) asking the GPUs its claims ask beside its own,
+        and the partitions (MIG devices) by DeviceClass."""
         if not pod.claims:
             self.sent.pop(pod.key, None)
             return pod
@@ -52,11 +63,14 @@ class Claimed:
         for entry in pod.claims:
             if entry.claim:
                 self.users[f"{pod.namespace}/{entry.claim}"] = pod.key
-        claimed = self.devices.gpus_claimed(pod)
+        claimed = self.devices.claimed(pod)
         if not claimed:
             return pod
-        gpus = pod.requests.get(GPU, 0) + claimed
-        return msgspec.structs.replace(pod, requests={**pod.requests, GPU: gpus})
+        requests = dict(pod.requests)
+        for key, count in claimed.items():
+            name = GPU if key == "gpu" else key
+            requests[name] = requests.get(name, 0) + count
+        return msgspec.structs.replace(pod, requests=requests)
 
     def ready(self, pod: Pod) -> bool:
         """Every claim the pod names is made and seen (a pod without claims: True)."""
@@ -71,6 +85,7 @@ class Claimed:
     def apply(self, event: DeviceEvent) -> list[Pod]:
         """A driver's slice, a class or a claim changed: the pods whose count may have
         changed, counted again (a slice's node: pass it through ``node`` again)."""
+        seen = self.devices.layouts_seen
         self.devices.apply(event)
         match event:
             case ResourceClaimEvent(resource_claim=claim):
@@ -78,6 +93,9 @@ class Claimed:
                 keys = [key] if key is not None else []
             case DeviceClassEvent():
                 keys = list(self.sent)
+            case ResourceSliceEvent(resource_slice=piece) if piece.node:
+                self.devices.on_node(piece.node)  # a new kind of node: classes counted again
+                keys = list(self.sent) if self.devices.layouts_seen != seen else []
             case _:
                 keys = []
         return [self.pod(self.sent[k]) for k in keys if k in self.sent]

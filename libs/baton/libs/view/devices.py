@@ -12,8 +12,20 @@ allocator does, for what Baton reads:
   names none) share one value of the attribute; a device without it cannot take part;
 - a device goes to one claim: ones allocated to claims (their own events) or held for
   another pod (``hold``: a decision made, not yet written) are not used;
+- shared counters (``libs.view.counters``): a device is given only while what it
+  consumes of its pool's counter sets is left; a MIG device and its whole GPU exclude
+  each other;
 - the search tries devices in slice order, slices in name order, and backtracks; a
-  value fixed by an earlier pick narrows later picks to the devices that have it.
+  value fixed by an earlier pick narrows later picks to the devices that have it. On a
+  node with shared counters, devices of the counter sets most used come first, so MIG
+  devices fill a GPU already partitioned before they break a whole one.
+
+What a pod counts as (``Claimed``): a request of a DeviceClass of whole GPUs counts as
+``nvidia.com/gpu``; one of a class of partitions (MIG devices: they consume counters
+and are not whole GPUs) as ``<class>.deviceclass.resource.k8s.io/devices`` (the name
+Kubernetes' ResourceQuota gives devices of a class), of which a node has the
+partitions of GPUs not given whole. A GPU with a partition given is not whole: the
+node's ``nvidia.com/gpu`` counts it out.
 
 Selectors are CEL; Baton evaluates a subset (``selectors.SUPPORTED``). Where CEL would fail at
 run time (an attribute the device lacks, ``<`` between a string and an int), the device
@@ -26,6 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from baton.libs.view.allocating import DeviceId, NodeDevice, Search
+from baton.libs.view.counters import Budget, Cost, SetKey, cost_of
 from baton.libs.view.selectors import SelectorError, compiled
 from baton.proto.dra import (
     ClaimAllocation,
@@ -38,6 +51,7 @@ from baton.proto.k8s import DeviceClassEvent, Pod, ResourceClaimEvent, ResourceS
 
 GPU_DRIVER = "gpu.nvidia.com"
 GPU_TYPE = f"{GPU_DRIVER}/type"  # "gpu", or "mig" for a MIG device of NVIDIA's driver
+PARTITIONS = "{}.deviceclass.resource.k8s.io/devices"  # a pod's and node's count of a class
 MEMO_MAX = 4096  # allocations remembered by layout (``Devices._picks``)
 
 
@@ -71,6 +85,15 @@ class Devices:
     _picks: dict[tuple[object, ...], tuple[tuple[tuple[str, int], ...], ...]] = field(
         default_factory=dict
     )
+    _layout_devices: dict[int, tuple[NodeDevice, ...]] = field(default_factory=dict)
+    _kinds: dict[str, str] = field(default_factory=dict)  # class -> "gpu", "partition" or ""
+    # shared counters: node -> its pools' counter sets; per node, each device's cost
+    _sets: dict[str, dict[SetKey, dict[str, int]]] = field(default_factory=dict)
+    _costs: dict[str, list[Cost]] = field(default_factory=dict)
+    # nodes with shared counters whose devices were allocated, held or freed since the
+    # last ``drain_touched``: their counts (whole GPUs, partitions) may have changed
+    touched: set[str] = field(default_factory=set)
+    layouts_seen: int = 0  # kinds of node seen: a new one may change what a class counts as
 
     def apply(self, event: ResourceSliceEvent | DeviceClassEvent | ResourceClaimEvent) -> None:
         match event:
@@ -79,9 +102,11 @@ class Devices:
             case DeviceClassEvent(op="delete", device_class=cls):
                 self.classes.pop(cls.name, None)
                 self._picks.clear()
+                self._kinds.clear()
             case DeviceClassEvent(device_class=cls):
                 self.classes[cls.name] = cls
                 self._picks.clear()
+                self._kinds.clear()
             case ResourceClaimEvent(op=op, resource_claim=claim):
                 self._claim(claim, deleted=op == "delete")
 
@@ -91,11 +116,16 @@ class Devices:
             self.nodes[old].pop(piece.name, None)
             if not self.nodes[old]:
                 del self.nodes[old]
-            self._on_node.pop(old, None)
+            self._forget_layout(old)
         if not deleted and piece.node:  # network-attached devices (no node) are not read
             self._slice_node[piece.name] = piece.node
             self.nodes.setdefault(piece.node, {})[piece.name] = piece
-            self._on_node.pop(piece.node, None)
+            self._forget_layout(piece.node)
+
+    def _forget_layout(self, node: str) -> None:
+        self._on_node.pop(node, None)
+        self._sets.pop(node, None)
+        self._costs.pop(node, None)
 
     def _claim(self, claim: ResourceClaim, *, deleted: bool) -> None:
         old = self.claims.pop(claim.key, None)
@@ -105,6 +135,9 @@ class Devices:
         if not deleted:
             self.claims[claim.key] = claim
             self.owners.update(dict.fromkeys(_ids(claim.allocated), claim.key))
+        for node in {old.node if old is not None else "", "" if deleted else claim.node}:
+            if self._sets.get(node):
+                self.touched.add(node)
         if (deleted or claim.allocated) and (pod := self.held_by.pop(claim.key, None)):
             hold = self.holds[pod]  # the claim's own event shows it: its hold is redundant
             for device in hold.parts.pop(claim.key, frozenset()):
@@ -123,19 +156,105 @@ class Devices:
                 for d in s.devices
             )
             self._on_node[node] = found
-            layout = tuple(
-                (d.id[0], d.device.name, tuple(sorted(d.device.attributes.items()))) for d in found
+            layout: tuple[object, ...] = tuple(
+                (d.id[0], d.device.name, tuple(sorted(d.device.attributes.items())),
+                 tuple(sorted((k, tuple(sorted(v.items()))) for k, v in d.device.consumes.items())))
+                for d in found
+            )  # fmt: skip
+            pieces = self.nodes.get(node, {}).values()
+            self._sets[node] = {
+                (p.driver, p.pool, name): counters
+                for p in pieces
+                for name, counters in p.counters.items()
+            }
+            layout += tuple(  # its counter sets, as alike nodes have them
+                (key[0], key[2], tuple(sorted(counters.items())))
+                for key, counters in sorted(self._sets[node].items())
             )
-            self._layout_of[node] = self._layouts.setdefault(layout, len(self._layouts))
+            number = self._layouts.setdefault(layout, len(self._layouts))
+            if number not in self._layout_devices:
+                self._layout_devices[number] = found
+                self._kinds.clear()  # a new kind of node: classes may select new devices
+                self.layouts_seen += 1
+            self._layout_of[node] = number
+            self._costs[node] = (
+                [cost_of(d.id[0], d.id[1], d.device) for d in found] if self._sets[node] else []
+            )
         return found
 
     def node_gpus(self, node: str) -> int:
         """The node's devices of GPU_DRIVER that are whole GPUs (type "gpu", or none)."""
+        return sum(1 for d in self.on_node(node) if _whole_gpu(d))
+
+    def gpus_broken(self, node: str) -> int:
+        """The node's whole GPUs that are not whole now: a partition of theirs (a MIG
+        device) is allocated or held."""
+        self.on_node(node)
+        if not self._sets.get(node):
+            return 0
+        devices, costs = self._on_node[node], self._costs[node]
+        broken: set[SetKey] = set()
+        for d, cost in zip(devices, costs, strict=True):
+            if cost and not _whole_gpu(d) and (d.id in self.owners or d.id in self.held):
+                broken.update(key for key, _, _ in cost)
         return sum(
             1
-            for d in self.on_node(node)
-            if d.driver == GPU_DRIVER and d.device.attributes.get(GPU_TYPE, "gpu") == "gpu"
+            for d, cost in zip(devices, costs, strict=True)
+            if _whole_gpu(d) and any(key in broken for key, _, _ in cost)
         )
+
+    def partitions(self, node: str) -> dict[str, int]:
+        """Per DeviceClass of partitions (``PARTITIONS`` names the resource), the node's
+        devices of it whose GPU is not given whole."""
+        self.on_node(node)
+        if not self._sets.get(node):
+            return {}
+        devices, costs = self._on_node[node], self._costs[node]
+        whole: set[SetKey] = set()  # sets a whole device given consumes
+        for d, cost in zip(devices, costs, strict=True):
+            if cost and _whole_gpu(d) and (d.id in self.owners or d.id in self.held):
+                whole.update(key for key, _, _ in cost)
+        out: dict[str, int] = {}
+        for name, cls in self.classes.items():
+            if self.kind_of(name) != "partition":
+                continue
+            out[PARTITIONS.format(name)] = sum(
+                1
+                for d, cost in zip(devices, costs, strict=True)
+                if cost and not _whole_gpu(d) and not any(k in whole for k, _, _ in cost)
+                and _meets(cls, d)
+            )  # fmt: skip
+        return out
+
+    def kind_of(self, name: str) -> str:
+        """What a DeviceClass's devices count as: "gpu" (whole GPUs), "partition" (devices
+        that consume shared counters, not whole GPUs) or "" (others: NICs). Read from the
+        devices it selects on every kind of node seen; before any, a class requiring
+        GPU_DRIVER counts as GPUs."""
+        found = self._kinds.get(name)
+        if found is None:
+            for node in list(self.nodes):
+                self.on_node(node)  # every kind of node known
+            cls = self.classes.get(name)
+            kinds = {
+                "partition" if d.device.consumes and not _whole_gpu(d) else
+                "gpu" if _whole_gpu(d) else ""
+                for devices in self._layout_devices.values()
+                for d in devices
+                if cls is not None and _meets(cls, d)
+            }  # fmt: skip
+            if cls is None:
+                found = ""
+            elif not kinds:
+                found = "gpu" if _requires_driver(cls, GPU_DRIVER) else ""
+            else:
+                found = "partition" if "partition" in kinds else "gpu" if "gpu" in kinds else ""
+            self._kinds[name] = found
+        return found
+
+    def drain_touched(self) -> set[str]:
+        touched, self.touched = self.touched, set()
+        return touched
 
     def claims_of(self, pod: Pod) -> tuple[ResourceClaim, ...] | str:
         """The pod's claims in its ``claims`` order, or why they are not all there yet."""
@@ -170,20 +289,27 @@ class Devices:
         return ""
 
     def gpus_claimed(self, pod: Pod) -> int:
-        """GPUs the pod's claims ask: the counts of requests of a DeviceClass that selects
-        GPU_DRIVER's devices (All: the devices it was allocated, else 1); 0 while the
-        claims are not all there."""
+        """GPUs the pod's claims ask: the counts of requests of a DeviceClass of whole
+        GPUs (``kind_of``; All: the devices it was allocated, else 1); 0 while the claims
+        are not all there."""
+        return self.claimed(pod).get("gpu", 0)
+
+    def claimed(self, pod: Pod) -> dict[str, int]:
+        """What the pod's claims ask, counted: "gpu" the whole GPUs, and per DeviceClass
+        of partitions its ``PARTITIONS`` resource; {} while the claims are not all there."""
         found = self.claims_of(pod)
         if isinstance(found, str):
-            return 0
-        total = 0
+            return {}
+        out: dict[str, int] = {}
         for claim in _unique(found):
             for r in claim.requests:
-                cls = self.classes.get(r.device_class)
-                if cls is not None and _requires_driver(cls, GPU_DRIVER):
-                    allocated = sum(1 for x in claim.allocated if x.request == r.name)
-                    total += r.count or max(1, allocated)
-        return total
+                kind = self.kind_of(r.device_class)
+                if not kind:
+                    continue
+                key = "gpu" if kind == "gpu" else PARTITIONS.format(r.device_class)
+                allocated = sum(1 for x in claim.allocated if x.request == r.name)
+                out[key] = out.get(key, 0) + (r.count or max(1, allocated))
+        return out
 
     def hold(self, pod_key: str, node: str, allocations: tuple[ClaimAllocation, ...]) -> None:
         """Count these devices as taken until ``release(pod_key)`` or until each claim's
@@ -200,9 +326,13 @@ class Devices:
                 self.held.update(dict.fromkeys(parts[key], pod_key))
         if parts:
             self.holds[pod_key] = Hold(node=node, parts=parts)
+            if self._sets.get(node):
+                self.touched.add(node)
 
     def release(self, pod_key: str) -> None:
         hold = self.holds.pop(pod_key, None)
+        if hold is not None and self._sets.get(hold.node):
+            self.touched.add(hold.node)
         for key, devices in hold.parts.items() if hold is not None else ():
             if self.held_by.get(key) == pod_key:
                 del self.held_by[key]
@@ -211,14 +341,33 @@ class Devices:
                     del self.held[device]
 
     def taken(self, node: str, pod_key: str = "") -> dict[DeviceId, str]:
-        """The node's devices not free for ``pod_key``: device -> who has it."""
+        """The node's devices not free for ``pod_key``: device -> who has it (a device
+        whose shared counters are spent: who has what it shares)."""
+        return self._state(node, pod_key)[0]
+
+    def _state(self, node: str, pod_key: str) -> tuple[dict[DeviceId, str], Budget | None]:
+        """The devices not free for ``pod_key``, and what is left of the node's shared
+        counters (None: it has none)."""
         out: dict[DeviceId, str] = {}
-        for d in self.on_node(node):
+        devices = self.on_node(node)
+        for d in devices:
             if (claim := self.owners.get(d.id)) is not None:
                 out[d.id] = f"ResourceClaim {claim}"
             elif (pod := self.held.get(d.id, pod_key)) != pod_key:
                 out[d.id] = f"held for pod {pod}"
-        return out
+        sets = self._sets.get(node)
+        if not sets:
+            return out, None
+        costs = self._costs[node]
+        budget = Budget.of(sets, (cost for d, cost in zip(devices, costs, strict=True)
+                                  if cost and d.id in out))  # fmt: skip
+        users = {key: out[d.id] for d, cost in zip(devices, costs, strict=True)
+                 if d.id in out for key, _, _ in cost}  # fmt: skip
+        for d, cost in zip(devices, costs, strict=True):
+            if cost and d.id not in out and not budget.fits(cost):
+                spent = next((key for key, _, _ in cost if key in users), cost[0][0])
+                out[d.id] = f"{users.get(spent, 'nothing published')} (counter set {spent[2]})"
+        return out, budget
 
     def allocate(self, node: str, pod: Pod) -> tuple[ClaimAllocation, ...] | str:
         """An allocation of every claim of ``pod`` on ``node`` (claims already allocated
@@ -238,15 +387,27 @@ class Devices:
         todo = [c for c in claims if c.key not in done]
         if not todo:
             return tuple(done[c.key] for c in claims)
-        devices, taken = self.on_node(node), self.taken(node, pod.key)
+        devices = self.on_node(node)
+        taken, budget = self._state(node, pod.key)
         memo = (
             self._layout_of[node],
             tuple((c.requests, c.constraints) for c in todo),
             frozenset(i for i, d in enumerate(devices) if d.id in taken),
+            budget.snapshot() if budget is not None else (),
         )
         picks = self._picks.get(memo)
         if picks is None:
-            search = Search(node=node, devices=devices, taken=taken)
+            order, costs = devices, self._costs[node]
+            if budget is not None:  # partly used counter sets first: fill, do not break
+                sets = self._sets[node]
+                ranks = sorted(
+                    range(len(devices)),
+                    key=lambda i: (-max((budget.used(sets, k) for k, _, _ in costs[i]),
+                                        default=0.0), i),
+                )  # fmt: skip
+                order = tuple(devices[i] for i in ranks)
+                costs = [costs[i] for i in ranks]
+            search = Search(node=node, devices=order, taken=taken, budget=budget, costs=costs)
             for claim in todo:
                 if why := search.add(claim, self.classes):
                     return why
@@ -293,6 +454,22 @@ def _ids(results: Iterable[DeviceResult]) -> list[DeviceId]:
 
 def _unique(claims: Iterable[ResourceClaim]) -> list[ResourceClaim]:
     return list({c.key: c for c in claims}.values())
+
+
+def _whole_gpu(d: NodeDevice) -> bool:
+    """A device of GPU_DRIVER that is a whole GPU (type "gpu", or none given)."""
+    return d.driver == GPU_DRIVER and d.device.attributes.get(GPU_TYPE, "gpu") == "gpu"
+
+
+def _meets(cls: DeviceClass, d: NodeDevice) -> bool:
+    """The device meets every selector of the class (one Baton cannot read: no)."""
+    for expression in cls.selectors:
+        found = compiled(expression)
+        if isinstance(found, SelectorError):
+            return False
+        if (found.drivers and found.drivers != {d.driver}) or not found.test(d.device, d.driver):
+            return False
+    return True
 
 
 def _requires_driver(cls: DeviceClass, driver: str) -> bool:
