@@ -15,14 +15,17 @@ from baton.proto.dra import (
     DeviceConstraint,
     DeviceRequest,
     DeviceResult,
+    PodClaim,
     ResourceClaim,
     ResourceSlice,
 )
+from baton.proto.k8s import Pod
 from baton.services.simcluster.world import dra as world_dra
 from baton.services.simcluster.world import hardware
+from tests.support.builders import pod
 
-__all__ = ["GPU_DRIVER", "H100", "NIC_DRIVER", "ROOT", "claim", "device", "device_class",
-           "node_slices", "paired", "published_classes", "published_slices",
+__all__ = ["GPU_DRIVER", "H100", "NIC_DRIVER", "ROOT", "claim", "claiming", "device",
+           "device_class", "node_slices", "paired", "published_classes", "published_slices",
            "request"]  # fmt: skip
 
 NIC_DRIVER = "dra.net"
@@ -107,3 +110,12 @@ def published_classes() -> list[DeviceClass]:
         kube_dra.device_class(msgspec.convert(c, kube_dra.WireDeviceClass))
         for c in world_dra.device_classes()
     ]
+
+
+def claiming(name: str, *claims: ResourceClaim | str) -> Pod:
+    """A pod whose claims are ``claims`` (a str: one not generated yet)."""
+    entries = tuple(
+        PodClaim(name=c, template=c) if isinstance(c, str) else PodClaim(name=c.name, claim=c.name)
+        for c in claims
+    )
+    return msgspec.structs.replace(pod(name), claims=entries)

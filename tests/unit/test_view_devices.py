@@ -24,17 +24,16 @@ from baton.proto.dra import (
     DeviceConstraint,
     DeviceRequest,
     DeviceResult,
-    PodClaim,
     ResourceClaim,
     ResourceSlice,
 )
 from baton.proto.k8s import DeviceClassEvent, Pod, ResourceClaimEvent, ResourceSliceEvent
-from tests.support.builders import pod
 from tests.support.dra import (
     H100,
     NIC_DRIVER,
     ROOT,
     claim,
+    claiming,
     device,
     device_class,
     node_slices,
@@ -45,15 +44,6 @@ from tests.support.dra import (
 pytestmark = pytest.mark.unit
 
 # --- builders ------------------------------------------------------------------------------
-
-
-def claiming(name: str, *claims: ResourceClaim | str) -> Pod:
-    """A pod whose claims are ``claims`` (a str: one not generated yet)."""
-    entries = tuple(
-        PodClaim(name=c, template=c) if isinstance(c, str) else PodClaim(name=c.name, claim=c.name)
-        for c in claims
-    )
-    return msgspec.structs.replace(pod(name), claims=entries)
 
 
 def devices(*, nodes: Iterable[str] = ("n1",), claims: Iterable[ResourceClaim] = (),

@@ -22,8 +22,7 @@ from baton.proto.k8s import (
     ResourceSliceEvent,
 )
 from tests.support.builders import node
-from tests.support.dra import claim, published_classes, published_slices, request
-from tests.unit.test_view_devices import claiming
+from tests.support.dra import claim, claiming, published_classes, published_slices, request
 
 pytestmark = pytest.mark.unit
 
