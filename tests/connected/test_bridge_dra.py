@@ -36,7 +36,7 @@ class Running:
 @pytest.fixture
 async def running() -> AsyncIterator[Running]:
     async with running_nats() as url:
-        spec = from_dict({"pools": [{"name": "gpu", "count": 2}], "devices": "dra"})
+        spec = from_dict({"pools": [{"name": "gpu", "count": 2, "mig": True}], "devices": "dra"})
         async with running_sim(spec=spec, speed=100.0) as sim, running_bridge(sim, url):
             bus = await Bus.connect(url, cluster=CLUSTER, name="check")
             try:
@@ -59,24 +59,37 @@ async def test_each_node_s_slices_and_the_classes_are_published(running: Running
         events = await published(running.bus)
         slices = of_type(events, k8s.ResourceSliceEvent)
         classes = of_type(events, k8s.DeviceClassEvent)
-        return events if len(slices) == 4 and len(classes) == 2 else None
+        return events if len(slices) == 6 and len(classes) == 3 else None
 
-    events = await until(slices_and_classes, what="4 ResourceSlices and 2 DeviceClasses",
+    events = await until(slices_and_classes, what="6 ResourceSlices and 3 DeviceClasses",
                          within=30, step=0.2)  # fmt: skip
     slices: list[dra.ResourceSlice] = of_type(events, k8s.ResourceSliceEvent)
     assert {(s.node, s.driver) for s in slices} == {(n, d) for n in NODES for d in DRIVERS}
     assert all(s.pool == s.node for s in slices)  # a node's drivers name their pool after it
-    gpus = next(s for s in slices if s.node == "gpu-00001" and s.driver == "gpu.nvidia.com")
-    assert [d.name for d in gpus.devices] == [f"gpu-{i}" for i in range(8)]
-    first = gpus.devices[0].attributes
+    gpus = next(s for s in slices if s.node == "gpu-00001" and s.devices
+                and s.driver == "gpu.nvidia.com")  # fmt: skip
+    whole = [d for d in gpus.devices if d.attributes["gpu.nvidia.com/type"] == "gpu"]
+    assert [d.name for d in whole] == [f"gpu-{i}" for i in range(8)]
+    assert len(gpus.devices) == 64  # and 7 MIG devices per GPU: the most a slice holds
+    # partitionable: the counters come in a slice of their own, as integers
+    counters = next(s for s in slices if s.node == "gpu-00001" and s.counters)
+    assert counters.counters["gpu-3-counters"] == {f"memory-slice-{k}": 1 for k in range(8)}
+    mig = next(d for d in gpus.devices if d.name == "gpu-3-mig-1g10gb-5")
+    assert mig.consumes == {"gpu-3-counters": {"memory-slice-5": 1}}
+    assert mig.attributes["gpu.nvidia.com/parentIndex"] == 3
+    assert whole[3].consumes == {"gpu-3-counters": counters.counters["gpu-3-counters"]}
+    first = whole[0].attributes
     assert str(first["gpu.nvidia.com/productName"]).startswith("NVIDIA")  # qualified by driver
     assert first["gpu.nvidia.com/index"] == 0
     assert "resource.kubernetes.io/pcieRoot" in first  # qualified already: kept
     by_name = subjects.subject(CLUSTER, subjects.K8S, "resourceslice", "gpu-00001-gpu-nvidia-com")
     assert by_name in events  # cluster-scoped: no namespace token
     classes: list[dra.DeviceClass] = of_type(events, k8s.DeviceClassEvent)
+    typed = 'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type'
     assert {c.name: c.selectors for c in classes} == {
-        d: (f'device.driver == "{d}"',) for d in DRIVERS
+        "gpu.nvidia.com": (f'{typed} == "gpu"',),
+        "mig.nvidia.com": (f'{typed} == "mig"',),
+        "dra.net": ('device.driver == "dra.net"',),
     }
 
 

@@ -43,7 +43,8 @@ async def test_each_node_publishes_its_gpus_and_nics_paired_under_pcie_roots(
 ) -> None:
     custom = client.CustomObjectsApi(api)
     classes = await custom.list_cluster_custom_object(*DRA, "deviceclasses")
-    assert {c["metadata"]["name"] for c in classes["items"]} == {"gpu.nvidia.com", "dra.net"}
+    names = {c["metadata"]["name"] for c in classes["items"]}
+    assert names == {"gpu.nvidia.com", "mig.nvidia.com", "dra.net"}
     mine = await custom.list_cluster_custom_object(
         *DRA, "resourceslices", field_selector="spec.nodeName=gpu-00001"
     )

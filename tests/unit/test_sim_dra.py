@@ -47,3 +47,35 @@ def test_gpu_i_and_nic_i_share_a_pcie_root_two_of_each_a_switch() -> None:
         dra.node_slices("n2", gpus=8, nics=0, product="H100", memory="80Gi")[0]["spec"]["driver"]
         == dra.GPU_DRIVER
     )
+
+
+def test_a_mig_capable_node_publishes_partitionable_gpus_within_the_api_s_limits() -> None:
+    """NVIDIA's layout: per GPU a counter set of eight memory slices in a slice of its
+    own (a slice holds devices or counters), the whole GPU consuming all eight, seven
+    1g.10gb MIG devices one each; 64 devices a slice at most when they consume counters."""
+    gpus, counters, nics = dra.node_slices("n1", gpus=8, nics=8, product="H100",
+                                           memory="80Gi", mig=True)  # fmt: skip
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in (gpus, counters)} == {2}
+    assert "devices" not in counters["spec"] and "sharedCounters" not in gpus["spec"]
+    devices = gpus["spec"]["devices"]
+    assert len(devices) == 64
+    sets = {c["name"]: set(c["counters"]) for c in counters["spec"]["sharedCounters"]}
+    used: dict[str, list[str]] = {}
+    for device in devices:
+        (consumes,) = device["consumesCounters"]
+        assert set(consumes["counters"]) <= sets[consumes["counterSet"]]
+        if device["attributes"]["type"]["string"] == "mig":
+            used.setdefault(consumes["counterSet"], []).extend(consumes["counters"])
+        else:
+            assert set(consumes["counters"]) == sets[consumes["counterSet"]]  # whole: all
+    assert all(len(v) == len(set(v)) == dra.MIG_SLOTS for v in used.values())  # no overlap
+    assert nics["spec"]["driver"] == dra.NIC_DRIVER
+    assert dra.slice_names("n1") == [s["metadata"]["name"] for s in (gpus, counters, nics)]
+
+
+def test_a_pod_on_mig_devices_is_given_no_whole_gpu() -> None:
+    results = [{"driver": dra.GPU_DRIVER, "device": "gpu-3-mig-1g10gb-0"},
+               {"driver": dra.GPU_DRIVER, "device": "gpu-4"}]  # fmt: skip
+    allocated = {"status": {"allocation": {"devices": {"results": results}}}}
+    made = pod({"name": "d", "resourceClaimName": "mine"})
+    assert dra.gpus_allocated(made, lambda ns, n: allocated) == 1

@@ -11,7 +11,16 @@ DRA driver and an RDMA NIC driver shows it.
   and its agent's telemetry name the same devices. As on an HGX H100, a PCIe
   switch holds two GPUs and two NICs, so GPU i and NIC i share a root and a
   ``matchAttribute`` constraint on it pairs them. A node's slices go with the node.
-  Two DeviceClasses select each driver's devices.
+- **MIG** (a pool's ``mig: true``, node label ``nvidia.com/mig.capable``): as NVIDIA's
+  driver publishes partitionable GPUs, each GPU has a counter set of its eight memory
+  slices (``gpu-<i>-counters``, in a slice of its own: a slice holds devices or
+  counters); the whole GPU consumes all eight, and its seven 1g.10gb MIG devices
+  (``gpu-<i>-mig-1g10gb-<j>``, ``type`` "mig", ``profile``, ``parentIndex``,
+  ``parentUUID``) one each, so a GPU is given whole or as MIG devices, never both. The
+  pool's 64 devices (8 GPUs, 56 MIG devices) are the most one slice may hold when they
+  consume counters.
+- **DeviceClasses** as NVIDIA's and the NIC driver's: ``gpu.nvidia.com`` (whole GPUs:
+  ``type == "gpu"``), ``mig.nvidia.com`` (``type == "mig"``) and ``dra.net``.
 - **The resourceclaim controller** (always on, as in kube-controller-manager): a pod's
   ``spec.resourceClaims`` entry that names a ResourceClaimTemplate gets a ResourceClaim
   of the template's spec, owned by the pod (deleted with it), annotated
@@ -37,36 +46,87 @@ GPU_DRIVER = "gpu.nvidia.com"
 NIC_DRIVER = "dra.net"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
+MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
+MIG_CLASS = "mig.nvidia.com"
+MIG_PROFILE = "1g.10gb"  # one memory slice of eight, one compute slice of seven
+MIG_SLOTS = 7  # 1g.10gb instances an H100 80GB holds
+MEMORY_SLICES = 8
 PER_SWITCH = 2  # GPUs (and NICs) under one PCIe switch
 PER_NUMA = 4
+_TYPE = f'device.attributes["{GPU_DRIVER}"].type'
 
 
 def device_classes() -> list[Obj]:
-    """The DeviceClasses a cluster with both drivers has: one per driver."""
+    """The DeviceClasses a cluster with both drivers has: whole GPUs, MIG devices, NICs."""
+    selectors = {
+        GPU_DRIVER: f'device.driver == "{GPU_DRIVER}" && {_TYPE} == "gpu"',
+        MIG_CLASS: f'device.driver == "{GPU_DRIVER}" && {_TYPE} == "mig"',
+        NIC_DRIVER: f'device.driver == "{NIC_DRIVER}"',
+    }
     return [
-        {"apiVersion": API, "kind": "DeviceClass", "metadata": {"name": driver},
-         "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}}
-        for driver in (GPU_DRIVER, NIC_DRIVER)
+        {"apiVersion": API, "kind": "DeviceClass", "metadata": {"name": name},
+         "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+        for name, expression in selectors.items()
     ]  # fmt: skip
 
 
-def node_slices(node: str, *, gpus: int, nics: int, product: str, memory: str) -> list[Obj]:
-    """The ResourceSlices ``node``'s drivers publish: its GPUs, and its NICs if any."""
-    gpu_devices = [
-        _device(f"gpu-{i}", i, type={"string": "gpu"}, productName={"string": product},
-                uuid={"string": hardware.gpu_uuid(node, i)},
-                pcieBusID={"string": hardware.bus_id(i)}, capacity={"memory": {"value": memory}})
-        for i in range(gpus)
-    ]  # fmt: skip
+def node_slices(
+    node: str, *, gpus: int, nics: int, product: str, memory: str, mig: bool = False
+) -> list[Obj]:
+    """The ResourceSlices ``node``'s drivers publish: its GPUs (with ``mig``, partitionable:
+    their counters in a slice of their own, and their MIG devices), and its NICs if any."""
+    gpu_devices = []
+    for i in range(gpus):
+        gpu = _device(f"gpu-{i}", i, type={"string": "gpu"}, productName={"string": product},
+                      uuid={"string": hardware.gpu_uuid(node, i)},
+                      pcieBusID={"string": hardware.bus_id(i)},
+                      capacity={"memory": {"value": memory}})  # fmt: skip
+        if mig:
+            gpu["consumesCounters"] = [_consumes(i, range(MEMORY_SLICES))]
+        gpu_devices.append(gpu)
+        if mig:
+            gpu_devices += [_mig_device(node, i, j, product) for j in range(MIG_SLOTS)]
     nic_devices = [
         _device(f"nic-{i}", i, rdma={"bool": True}, rail={"int": i},
                 ifName={"string": f"ib{i}"})
         for i in range(nics)
     ]  # fmt: skip
-    out = [_slice(node, GPU_DRIVER, gpu_devices)]
+    parts = 2 if mig else 1
+    out = [_slice(node, GPU_DRIVER, {"devices": gpu_devices}, parts=parts)]
+    if mig:
+        counters = [
+            {"name": f"gpu-{i}-counters",
+             "counters": {f"memory-slice-{k}": {"value": "1"} for k in range(MEMORY_SLICES)}}
+            for i in range(gpus)
+        ]  # fmt: skip
+        out.append(_slice(node, GPU_DRIVER, {"sharedCounters": counters}, parts=parts, part=1))
     if nic_devices:
-        out.append(_slice(node, NIC_DRIVER, nic_devices))
+        out.append(_slice(node, NIC_DRIVER, {"devices": nic_devices}))
     return out
+
+
+def slice_names(node: str) -> list[str]:
+    """Every slice ``node_slices`` may publish for ``node``."""
+    gpu, nic = (f"{node}-{d.replace('.', '-')}" for d in (GPU_DRIVER, NIC_DRIVER))
+    return [gpu, f"{gpu}-counters", nic]
+
+
+def _mig_device(node: str, gpu: int, slot: int, product: str) -> Obj:
+    """MIG device ``slot`` of GPU ``gpu``: a 1g.10gb instance on memory slice ``slot``."""
+    uuid = hardware.gpu_uuid(node, gpu)
+    device = _device(f"gpu-{gpu}-mig-{MIG_PROFILE.replace('.', '')}-{slot}", gpu,
+                     type={"string": "mig"}, profile={"string": MIG_PROFILE},
+                     productName={"string": product}, parentIndex={"int": gpu},
+                     parentUUID={"string": uuid},
+                     uuid={"string": f"MIG-{uuid[4:]}-{slot}"},
+                     capacity={"memory": {"value": "10Gi"}})  # fmt: skip
+    device["consumesCounters"] = [_consumes(gpu, [slot])]
+    return device
+
+
+def _consumes(gpu: int, memory_slices: Any) -> Obj:
+    return {"counterSet": f"gpu-{gpu}-counters",
+            "counters": {f"memory-slice-{k}": {"value": "1"} for k in memory_slices}}  # fmt: skip
 
 
 def _device(name: str, index: int, *, capacity: Obj | None = None, **attributes: Obj) -> Obj:
@@ -81,16 +141,18 @@ def _device(name: str, index: int, *, capacity: Obj | None = None, **attributes:
     return device
 
 
-def _slice(node: str, driver: str, devices: list[Obj]) -> Obj:
+def _slice(node: str, driver: str, content: Obj, *, parts: int = 1, part: int = 0) -> Obj:
+    """One slice of the node's pool of ``driver``: its devices or its counters."""
+    name = f"{node}-{driver.replace('.', '-')}" + ("-counters" if part else "")
     return {
         "apiVersion": API,
         "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{driver.replace('.', '-')}"},
+        "metadata": {"name": name},
         "spec": {
             "driver": driver,
             "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": parts},
+            **content,
         },
     }
 
@@ -288,13 +350,18 @@ def _claiming(spec: Obj, used: set[tuple[int, bool]]) -> Obj:
 
 
 def gpus_allocated(pod: Obj, claim: Any) -> int:
-    """GPUs (``gpu.nvidia.com`` devices) allocated to the pod's claims: what its kubelet
-    gives its processes."""
+    """Whole GPUs (``gpu.nvidia.com`` devices, MIG devices aside) allocated to the pod's
+    claims: what its kubelet gives its processes. The simulated hardware does not model
+    a MIG device's utilization."""
     total = 0
     for name in _claim_names(pod):
         found = claim(pod["metadata"].get("namespace", ""), name) or {}
         results = ((found.get("status") or {}).get("allocation") or {}).get("devices") or {}
-        total += sum(1 for r in results.get("results") or () if r.get("driver") == GPU_DRIVER)
+        total += sum(
+            1
+            for r in results.get("results") or ()
+            if r.get("driver") == GPU_DRIVER and "-mig-" not in str(r.get("device"))
+        )
     return total
 
 

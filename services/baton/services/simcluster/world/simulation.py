@@ -163,15 +163,16 @@ class Simulation:
         labels = node["metadata"].get("labels") or {}
         product = labels.get("nvidia.com/gpu.product", "")
         memory = f"{labels.get('nvidia.com/gpu.memory', '81559')}Mi"
+        mig = labels.get(dra.MIG_CAPABLE_LABEL) == "true"
         for piece in dra.node_slices(node["metadata"]["name"], gpus=gpus, nics=nics,
-                                     product=product, memory=memory):  # fmt: skip
+                                     product=product, memory=memory, mig=mig):  # fmt: skip
             with contextlib.suppress(ApiError):  # already published
                 self.store.create("resourceslices", piece)
 
     def _unpublish(self, node: str) -> None:
-        for driver in (dra.GPU_DRIVER, dra.NIC_DRIVER):
+        for name in dra.slice_names(node):
             with contextlib.suppress(ApiError):
-                self.store.delete("resourceslices", None, f"{node}-{driver.replace('.', '-')}")
+                self.store.delete("resourceslices", None, name)
 
     # faults
 

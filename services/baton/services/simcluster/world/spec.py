@@ -53,6 +53,9 @@ class Pool(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     rdma: Count = 8  # rdma/ib: one InfiniBand NIC per GPU, as on an HGX H100
     pods: Positive = 110
     gpu_product: str = "NVIDIA-H100-80GB-HBM3"
+    # MIG-capable GPUs (with devices: dra): each GPU is also published as seven
+    # 1g.10gb MIG devices, sharing its memory slices (world/dra.py)
+    mig: bool = False
     instance_type: str = "hgx-h100-8"
     zone: Name = "zone-a"
     # Cluster API autoscaler bounds, written as the MachineDeployment's

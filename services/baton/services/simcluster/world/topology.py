@@ -14,6 +14,7 @@ from baton.services.simcluster.world.spec import ClusterSpec, Pool, taints
 
 POOL_LABEL = "baton.io/pool"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"  # GPU feature discovery's
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 MACHINE_ANNOTATION = "cluster.x-k8s.io/machine"
 CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
@@ -67,6 +68,8 @@ def node_object(spec: ClusterSpec, *, pool: Pool, slot: int, ordinal: int) -> Ob
     if pool.gpus:
         labels[GPU_PRODUCT_LABEL] = pool.gpu_product
         labels[GPU_COUNT_LABEL] = str(pool.gpus)
+    if pool.gpus and pool.mig:
+        labels[MIG_CAPABLE_LABEL] = "true"
     return {
         "apiVersion": "v1",
         "kind": "Node",
