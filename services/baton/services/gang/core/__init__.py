@@ -35,7 +35,7 @@ from baton.proto.k8s import (
 from baton.proto.placement import GangPlaced, GangPolicy, GangRestarted, GangUnschedulable, Need
 from baton.proto.runner import Tick
 from baton.services.gang.core import claims, estimates, growing, ordering, preempting, restarting
-from baton.services.gang.core.asks import Refused, ask, required_level
+from baton.services.gang.core.asks import Refused, ask, place, required_level
 from baton.services.gang.core.claims import Claims
 from baton.services.gang.core.gangs import (
     Ask,
@@ -106,7 +106,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             cl.upsert_node(state.claims.node(node))
             outputs += restarting.check_node(cl, node.name, recreate=recreate, now=now)
         case PodEvent(op="delete", pod=pod):
-            state.claims.forget_pod(pod)
+            state.claims.forget_pod(cl, pod)
             ending = _running(cl, cl.pods.get(pod.key, pod))
             _changed(cl, cl.pods.get(pod.key, pod))
             delete_pod(cl, pod)
@@ -202,7 +202,11 @@ def cycle(state: State, now: float) -> list[Output]:
         if refused.allows(asked, free):
             # a gang with members beyond its quorum starts where all of them fit, if any
             whole = growing.where_all_fit(cl, asked, excluded=held) if asked.extras else None
-            found = whole or refused.search(cl, asked, excluded=held)
+            found = (
+                whole
+                or _partitioned(state, asked, held)
+                or refused.search(cl, asked, excluded=held)
+            )
             if found.plan is None and reserved and head_need is not None:
                 # EASY: on the head's reserved nodes too, if it ends before the head starts
                 if shadow is None:
@@ -334,6 +338,15 @@ def _settled(state: State, gang: Gang, now: float, *, tried: bool) -> bool:
         pods = state.cluster.pods
         gang.asks_gpus = any(pods[k].requests.get(GPU, 0) > 0 for k in gang.pending if k in pods)
     return gang.asks_gpus
+
+
+def _partitioned(state: State, asked: Ask, held: frozenset[str]) -> Search | None:
+    """Where a gang asking MIG devices fits among nodes already partitioned, if it does."""
+    only = state.claims.partitioned_only(state.cluster, asked.members, held)
+    if only is None:
+        return None
+    found = place(state.cluster, asked, excluded=only)
+    return found if found.plan is not None else None
 
 
 def _held(state: State, gang: Gang, reserved: frozenset[str], now: float) -> frozenset[str]:
@@ -524,7 +537,7 @@ def forget(state: State, gang: Gang, now: float) -> None:
         pod = cl.pods.get(key)
         if pod is None or not pod.node_name:
             cl.account(key, None, {})
-    state.claims.release(list(assumed.nodes))
+    state.claims.release(list(assumed.nodes), cl)
     gang.assumed = None
     delay = min(state.policy.backoff_s * 2 ** max(gang.attempt - 1, 0), state.policy.backoff_max_s)
     gang.retry_after = now + delay

@@ -10,18 +10,26 @@ held until their claims show the allocation, and sent with the bind, which the a
 writes claims first, then binds, all or nothing. A member whose claims cannot be
 allocated on its node undoes the placement; that node is kept from the gang for
 ``verdict_refresh_s`` and the gang is told why.
+
+A gang asking partitions (MIG devices) is tried first on the nodes whose GPUs are
+partitioned already (``partitioned_only``), then anywhere: small jobs fill GPUs that
+are broken up before they break whole ones, and whole nodes stay whole for gangs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from baton.libs.view import Shape
 from baton.libs.view.claimed import Claimed, DeviceEvent
-from baton.libs.view.devices import Devices
+from baton.libs.view.devices import PARTITIONS, Devices
 from baton.proto.dra import ClaimAllocation
 from baton.proto.k8s import Node, Pod, ResourceSliceEvent
 from baton.proto.placement import GangUnschedulable, Need
 from baton.services.gang.core.gangs import Cluster
+
+PARTITIONS_SUFFIX = PARTITIONS.format("")[1:]  # ".deviceclass..." less the leading "."
 
 
 @dataclass(slots=True)
@@ -32,6 +40,7 @@ class Claims:
     claimed: Claimed = field(default_factory=Claimed)
     # gang key -> (nodes its members' claims could not be allocated on, until)
     misfits: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict)
+    partitioned: set[str] = field(default_factory=set)  # nodes with a GPU partitioned now
 
     @property
     def devices(self) -> Devices:
@@ -43,8 +52,9 @@ class Claims:
     def pod(self, pod: Pod) -> Pod:
         return self.claimed.pod(pod)
 
-    def forget_pod(self, pod: Pod) -> None:
+    def forget_pod(self, cl: Cluster, pod: Pod) -> None:
         self.claimed.forget(pod)
+        self.recount(cl)
 
     def on_event(self, cl: Cluster, event: DeviceEvent) -> list[Pod]:
         """A driver's slice, a class or a claim changed: the nodes and pods it counts in
@@ -53,6 +63,7 @@ class Claims:
         node = event.resource_slice.node if isinstance(event, ResourceSliceEvent) else ""
         if (state := cl.nodes.get(node)) is not None:
             cl.upsert_node(self.node(state.node))
+        self.recount(cl)
         pods = [p for p in pods if p.key in cl.pods]
         for pod in pods:
             cl.upsert_pod(pod)
@@ -86,15 +97,40 @@ class Claims:
             self.devices.release(key)  # what an earlier placement of it held
             found = self.devices.allocate(node, pod)
             if isinstance(found, str):
-                self.release(list(out))
+                self.release(list(out), cl)
                 return {}, (node, f"{pod.name} on {node}: {found}")
             self.devices.hold(key, node, found)
             out[key] = found
+        self.recount(cl)
         return out, ("", "")
 
-    def release(self, keys: list[str]) -> None:
+    def release(self, keys: list[str], cl: Cluster) -> None:
         for key in keys:
             self.devices.release(key)
+        self.recount(cl)
+
+    def recount(self, cl: Cluster) -> None:
+        """Nodes whose partitions were given or freed: their whole GPUs and partitions
+        counted again (a MIG device taken makes its GPU not whole)."""
+        for name in self.devices.drain_touched():
+            if (state := cl.nodes.get(name)) is not None:
+                cl.upsert_node(self.node(state.node))
+            if state is not None and self.devices.gpus_broken(name):
+                self.partitioned.add(name)
+            else:
+                self.partitioned.discard(name)
+
+    def partitioned_only(
+        self, cl: Cluster, shapes: Iterable[Shape], excluded: frozenset[str]
+    ) -> frozenset[str] | None:
+        """For a gang asking partitions (MIG devices), the nodes to leave out so that it
+        is first tried where GPUs are partitioned already: whole GPUs stay whole for
+        gangs. None when it asks none, or no GPU is partitioned."""
+        if not self.partitioned or not any(
+            res.endswith(PARTITIONS_SUFFIX) for shape in shapes for res, _ in shape.requests
+        ):
+            return None
+        return excluded | (cl.nodes.keys() - self.partitioned)
 
     def kept_from(self, gang: str, now: float) -> frozenset[str]:
         """Nodes the gang's claims could not be allocated on lately."""
