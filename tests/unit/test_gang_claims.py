@@ -19,10 +19,11 @@ from baton.proto.k8s import (
 )
 from baton.services.gang import core
 from tests.support.builders import node, pod, pod_group
-from tests.support.dra import GPU_DRIVER, NIC_DRIVER, device_class, node_slices, paired
+from tests.support.dra import GPU_DRIVER, NIC_DRIVER, ROOT, device_class, node_slices, paired
 from tests.unit.gang_helpers import binds, feed, tick, verdicts
 
 pytestmark = pytest.mark.unit
+NICS = f"{NIC_DRIVER}.deviceclass.resource.k8s.io/devices"
 
 
 def drivers(state: core.State, nodes: dict[str, int]) -> None:
@@ -110,10 +111,27 @@ def test_a_gang_waits_for_its_members_claims_and_says_so() -> None:
     assert len(bind.bindings[0].claims[0].results) == 4
 
 
-def test_a_node_without_the_nics_a_member_claims_is_kept_from_the_gang() -> None:
-    """n1 has GPUs but no NICs: a member placed there cannot be allocated; the gang is
-    told why and placed on n2 next."""
+def test_a_node_without_the_nics_a_member_claims_is_not_chosen() -> None:
+    """NICs count by DeviceClass (``dra.net.deviceclass.resource.k8s.io/devices``) like
+    GPUs: n1, first by name, has GPUs but no NICs, so the member goes to n2 at once."""
     state = cluster({"n1": 0, "n2": 8})
+    gang_of(state, 1, pairs=4)
+    assert state.cluster.pods["default/job-0"].requests[NICS] == 4
+    (bind,) = binds(tick(state))
+    assert [b.node for b in bind.bindings] == ["n2"]
+
+
+def test_a_node_whose_devices_cannot_be_aligned_is_kept_from_the_gang() -> None:
+    """n1 has the GPUs and NICs a member counts, but its NICs name no PCIe root: the
+    member placed there cannot be allocated; the gang is told why and placed on n2."""
+    state = cluster({"n1": 8, "n2": 8})
+    _, nics = node_slices("n1")
+    rootless = tuple(
+        msgspec.structs.replace(d, attributes={k: v for k, v in d.attributes.items() if k != ROOT})
+        for d in nics.devices
+    )
+    nics = msgspec.structs.replace(nics, devices=rootless)
+    core.step(state, ResourceSliceEvent(op="upsert", at=0.0, resource_slice=nics), 0.0)
     gang_of(state, 1, pairs=4)
     first = tick(state)
     told = [v.reason for v in verdicts(first)]

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from baton.libs.view.claimed import Claimed
-from baton.libs.view.devices import PARTITIONS, Devices
+from baton.libs.view.devices import DEVICES, Devices
 from baton.proto.dra import ResourceClaim
 from baton.proto.k8s import (
     GPU,
@@ -27,7 +27,7 @@ from tests.support.dra import claim, claiming, published_classes, published_slic
 pytestmark = pytest.mark.unit
 
 MIG = "mig.nvidia.com"
-MIGS = PARTITIONS.format(MIG)
+MIGS = DEVICES.format(MIG)
 
 
 def cluster(*nodes: str) -> Devices:
@@ -154,8 +154,11 @@ def test_nodes_without_counters_are_not_touched() -> None:
         devices.apply(ResourceSliceEvent(op="upsert", at=0.0, resource_slice=piece))
     for cls in published_classes():
         devices.apply(DeviceClassEvent(op="upsert", at=0.0, device_class=cls))
+    devices.on_node("n1")
+    assert devices.drain_touched() == {"n1"}  # classes, a kind of node: counted anew
     give(devices, claim("w", request("gpus", "gpu.nvidia.com", 2)))
-    assert devices.drain_touched() == set() and devices.partitions("n1") == {}
+    assert devices.drain_touched() == set()
+    assert devices.class_devices("n1") == {DEVICES.format("dra.net"): 8}
     # a MIG class with no MIG device anywhere: nothing to count it by
     assert devices.kind_of(MIG) == "gpu"
 

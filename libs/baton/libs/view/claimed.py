@@ -7,10 +7,11 @@ and a node the GPU driver publishes devices for has at least that many GPUs
 allocatable (``Devices.node_gpus``). The cores that count GPUs (gang's placement,
 admission's quotas) pass every pod and node through here, so claimed GPUs are counted
 exactly as counted ones, and each pod's count is redone when its claims or the
-DeviceClasses change. A partition (a MIG device) is not a GPU: a pod asking one asks
-``<class>.deviceclass.resource.k8s.io/devices``, of which a node has its GPUs' partitions
-(``Devices.partitions``), and a GPU partitioned is out of the node's ``nvidia.com/gpu``
-(``Devices.gpus_broken``). ``Devices.touched`` names the nodes whose counts so changed.
+DeviceClasses change. Devices of other classes (MIG devices, NICs) count by class as
+``<class>.deviceclass.resource.k8s.io/devices``, of which a node has those it publishes
+(``Devices.class_devices``: a MIG device only while its GPU is not given whole), and a
+GPU partitioned is out of the node's ``nvidia.com/gpu`` (``Devices.gpus_broken``).
+``Devices.touched`` names the nodes whose counts so changed.
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ class Claimed:
 
     def node(self, node: Node) -> Node:
         """``node`` with at least as many GPUs allocatable as the GPU driver publishes,
-        less those partitioned now, and its partitions by DeviceClass (``PARTITIONS``)."""
+        less those partitioned now, and its other devices by DeviceClass (``DEVICES``)."""
         devices = self.devices
         published = devices.node_gpus(node.name)
         if not published:
             return node
-        broken, parts = devices.gpus_broken(node.name), devices.partitions(node.name)
+        broken, parts = devices.gpus_broken(node.name), devices.class_devices(node.name)
         gpus = max(published, node.allocatable.get(GPU, 0)) - broken
         if gpus == node.allocatable.get(GPU, 0) and not parts:
             return node
@@ -55,7 +56,7 @@ class Claimed:
 
     def pod(self, pod: Pod) -> Pod:
         """``pod`` (as the bridge sent it) asking the GPUs its claims ask beside its own,
-        and the partitions (MIG devices) by DeviceClass."""
+        and its other devices (MIG devices, NICs) by DeviceClass."""
         if not pod.claims:
             self.sent.pop(pod.key, None)
             return pod

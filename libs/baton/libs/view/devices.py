@@ -21,10 +21,11 @@ allocator does, for what Baton reads:
   devices fill a GPU already partitioned before they break a whole one.
 
 What a pod counts as (``Claimed``): a request of a DeviceClass of whole GPUs counts as
-``nvidia.com/gpu``; one of a class of partitions (MIG devices: they consume counters
-and are not whole GPUs) as ``<class>.deviceclass.resource.k8s.io/devices`` (the name
-Kubernetes' ResourceQuota gives devices of a class), of which a node has the
-partitions of GPUs not given whole. A GPU with a partition given is not whole: the
+``nvidia.com/gpu``; one of any other class (MIG devices, NICs) as
+``<class>.deviceclass.resource.k8s.io/devices`` (``DEVICES``: the name Kubernetes'
+ResourceQuota gives devices of a class), of which a node has the devices of the class
+it publishes, less, for partitions (MIG devices: they consume counters and are not
+whole GPUs), those of GPUs given whole. A GPU with a partition given is not whole: the
 node's ``nvidia.com/gpu`` counts it out.
 
 Selectors are CEL; Baton evaluates a subset (``selectors.SUPPORTED``). Where CEL would fail at
@@ -51,7 +52,8 @@ from baton.proto.k8s import DeviceClassEvent, Pod, ResourceClaimEvent, ResourceS
 
 GPU_DRIVER = "gpu.nvidia.com"
 GPU_TYPE = f"{GPU_DRIVER}/type"  # "gpu", or "mig" for a MIG device of NVIDIA's driver
-PARTITIONS = "{}.deviceclass.resource.k8s.io/devices"  # a pod's and node's count of a class
+DEVICES = "{}.deviceclass.resource.k8s.io/devices"  # a pod's and node's count of a class
+_DEVICES_SUFFIX = DEVICES.format("")
 MEMO_MAX = 4096  # allocations remembered by layout (``Devices._picks``)
 
 
@@ -86,12 +88,13 @@ class Devices:
         default_factory=dict
     )
     _layout_devices: dict[int, tuple[NodeDevice, ...]] = field(default_factory=dict)
-    _kinds: dict[str, str] = field(default_factory=dict)  # class -> "gpu", "partition" or ""
+    _kinds: dict[str, str] = field(default_factory=dict)  # class -> its kind (``kind_of``)
+    _class_counts: dict[tuple[int, frozenset[int]], dict[str, int]] = field(default_factory=dict)
     # shared counters: node -> its pools' counter sets; per node, each device's cost
     _sets: dict[str, dict[SetKey, dict[str, int]]] = field(default_factory=dict)
     _costs: dict[str, list[Cost]] = field(default_factory=dict)
-    # nodes with shared counters whose devices were allocated, held or freed since the
-    # last ``drain_touched``: their counts (whole GPUs, partitions) may have changed
+    # nodes whose counts (whole GPUs, devices by class) may have changed since the last
+    # ``drain_touched``: partitions given, held or freed; classes changed
     touched: set[str] = field(default_factory=set)
     layouts_seen: int = 0  # kinds of node seen: a new one may change what a class counts as
 
@@ -101,14 +104,19 @@ class Devices:
                 self._slice(piece, deleted=op == "delete")
             case DeviceClassEvent(op="delete", device_class=cls):
                 self.classes.pop(cls.name, None)
-                self._picks.clear()
-                self._kinds.clear()
+                self._classes_changed()
             case DeviceClassEvent(device_class=cls):
                 self.classes[cls.name] = cls
-                self._picks.clear()
-                self._kinds.clear()
+                self._classes_changed()
             case ResourceClaimEvent(op=op, resource_claim=claim):
                 self._claim(claim, deleted=op == "delete")
+
+    def _classes_changed(self) -> None:
+        """Classes (or what they select) changed: every node's counts by class may have."""
+        self._picks.clear()
+        self._kinds.clear()
+        self._class_counts.clear()
+        self.touched.update(self.nodes)
 
     def _slice(self, piece: ResourceSlice, *, deleted: bool) -> None:
         old = self._slice_node.pop(piece.name, None)
@@ -174,7 +182,7 @@ class Devices:
             number = self._layouts.setdefault(layout, len(self._layouts))
             if number not in self._layout_devices:
                 self._layout_devices[number] = found
-                self._kinds.clear()  # a new kind of node: classes may select new devices
+                self._classes_changed()  # a new kind of node: classes may select new devices
                 self.layouts_seen += 1
             self._layout_of[node] = number
             self._costs[node] = (
@@ -203,34 +211,42 @@ class Devices:
             if _whole_gpu(d) and any(key in broken for key, _, _ in cost)
         )
 
-    def partitions(self, node: str) -> dict[str, int]:
-        """Per DeviceClass of partitions (``PARTITIONS`` names the resource), the node's
-        devices of it whose GPU is not given whole."""
-        self.on_node(node)
-        if not self._sets.get(node):
-            return {}
-        devices, costs = self._on_node[node], self._costs[node]
-        whole: set[SetKey] = set()  # sets a whole device given consumes
-        for d, cost in zip(devices, costs, strict=True):
-            if cost and _whole_gpu(d) and (d.id in self.owners or d.id in self.held):
-                whole.update(key for key, _, _ in cost)
+    def class_devices(self, node: str) -> dict[str, int]:
+        """Per DeviceClass other than whole GPUs (``DEVICES`` names the resource), the
+        node's devices of it; of partitions, those whose GPU is not given whole."""
+        devices = self.on_node(node)
+        costs = self._costs[node] or [()] * len(devices)
+        given = frozenset(  # whole GPUs given that consume counters: by position
+            i for i, (d, cost) in enumerate(zip(devices, costs, strict=True))
+            if cost and _whole_gpu(d) and (d.id in self.owners or d.id in self.held)
+        )  # fmt: skip
+        memo = (self._layout_of[node], given)  # alike nodes count alike
+        if (found := self._class_counts.get(memo)) is not None:
+            return found
+        whole = {key for i in given for key, _, _ in costs[i]}  # sets they consume
         out: dict[str, int] = {}
         for name, cls in self.classes.items():
-            if self.kind_of(name) != "partition":
+            kind = self.kind_of(name)
+            if kind not in ("partition", "device"):
                 continue
-            out[PARTITIONS.format(name)] = sum(
+            count = sum(
                 1
                 for d, cost in zip(devices, costs, strict=True)
-                if cost and not _whole_gpu(d) and not any(k in whole for k, _, _ in cost)
+                if not _whole_gpu(d) and not any(k in whole for k, _, _ in cost)
                 and _meets(cls, d)
             )  # fmt: skip
+            if count:
+                out[DEVICES.format(name)] = count
+        if len(self._class_counts) >= MEMO_MAX:
+            self._class_counts.clear()
+        self._class_counts[memo] = out
         return out
 
     def kind_of(self, name: str) -> str:
         """What a DeviceClass's devices count as: "gpu" (whole GPUs), "partition" (devices
-        that consume shared counters, not whole GPUs) or "" (others: NICs). Read from the
-        devices it selects on every kind of node seen; before any, a class requiring
-        GPU_DRIVER counts as GPUs."""
+        that consume shared counters, not whole GPUs: MIG), "device" (others: NICs), ""
+        (no such class). Read from the devices it selects on every kind of node seen;
+        before any, a class requiring GPU_DRIVER counts as GPUs, another as devices."""
         found = self._kinds.get(name)
         if found is None:
             for node in list(self.nodes):
@@ -238,7 +254,7 @@ class Devices:
             cls = self.classes.get(name)
             kinds = {
                 "partition" if d.device.consumes and not _whole_gpu(d) else
-                "gpu" if _whole_gpu(d) else ""
+                "gpu" if _whole_gpu(d) else "device"
                 for devices in self._layout_devices.values()
                 for d in devices
                 if cls is not None and _meets(cls, d)
@@ -246,9 +262,9 @@ class Devices:
             if cls is None:
                 found = ""
             elif not kinds:
-                found = "gpu" if _requires_driver(cls, GPU_DRIVER) else ""
+                found = "gpu" if _requires_driver(cls, GPU_DRIVER) else "device"
             else:
-                found = "partition" if "partition" in kinds else "gpu" if "gpu" in kinds else ""
+                found = next(k for k in ("partition", "gpu", "device") if k in kinds)
             self._kinds[name] = found
         return found
 
@@ -295,8 +311,8 @@ class Devices:
         return self.claimed(pod).get("gpu", 0)
 
     def claimed(self, pod: Pod) -> dict[str, int]:
-        """What the pod's claims ask, counted: "gpu" the whole GPUs, and per DeviceClass
-        of partitions its ``PARTITIONS`` resource; {} while the claims are not all there."""
+        """What the pod's claims ask, counted: "gpu" the whole GPUs, and per other
+        DeviceClass its ``DEVICES`` resource; {} while the claims are not all there."""
         found = self.claims_of(pod)
         if isinstance(found, str):
             return {}
@@ -306,7 +322,7 @@ class Devices:
                 kind = self.kind_of(r.device_class)
                 if not kind:
                     continue
-                key = "gpu" if kind == "gpu" else PARTITIONS.format(r.device_class)
+                key = "gpu" if kind == "gpu" else DEVICES.format(r.device_class)
                 allocated = sum(1 for x in claim.allocated if x.request == r.name)
                 out[key] = out.get(key, 0) + (r.count or max(1, allocated))
         return out
@@ -454,6 +470,11 @@ def _ids(results: Iterable[DeviceResult]) -> list[DeviceId]:
 
 def _unique(claims: Iterable[ResourceClaim]) -> list[ResourceClaim]:
     return list({c.key: c for c in claims}.values())
+
+
+def class_of(resource: str) -> str:
+    """The DeviceClass a ``DEVICES`` resource counts ("" for another resource)."""
+    return resource.removesuffix(_DEVICES_SUFFIX) if resource.endswith(_DEVICES_SUFFIX) else ""
 
 
 def _whole_gpu(d: NodeDevice) -> bool:

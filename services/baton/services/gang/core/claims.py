@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 
 from baton.libs.view import Shape
 from baton.libs.view.claimed import Claimed, DeviceEvent
-from baton.libs.view.devices import PARTITIONS, Devices
+from baton.libs.view.devices import Devices, class_of
 from baton.proto.dra import ClaimAllocation
 from baton.proto.k8s import Node, Pod, ResourceSliceEvent
 from baton.proto.placement import GangUnschedulable, Need
 from baton.services.gang.core.gangs import Cluster
-
-PARTITIONS_SUFFIX = PARTITIONS.format("")[1:]  # ".deviceclass..." less the leading "."
 
 
 @dataclass(slots=True)
@@ -126,8 +124,12 @@ class Claims:
         """For a gang asking partitions (MIG devices), the nodes to leave out so that it
         is first tried where GPUs are partitioned already: whole GPUs stay whole for
         gangs. None when it asks none, or no GPU is partitioned."""
+        kind = self.devices.kind_of
         if not self.partitioned or not any(
-            res.endswith(PARTITIONS_SUFFIX) for shape in shapes for res, _ in shape.requests
+            kind(cls) == "partition"
+            for shape in shapes
+            for res, _ in shape.requests
+            if (cls := class_of(res))
         ):
             return None
         return excluded | (cl.nodes.keys() - self.partitioned)
