@@ -1,6 +1,7 @@
 """Quotas in device terms: GPUs a gang's members ask through DRA claims count against
 its team as ``nvidia.com/gpu`` requests do; a member whose claims are not made yet is
-not counted (nor admitted for fewer GPUs than it gets)."""
+not counted (nor admitted for fewer GPUs than it gets); other devices (MIG) count
+against a team's caps by DeviceClass."""
 
 from __future__ import annotations
 
@@ -11,8 +12,19 @@ import pytest
 
 from baton.proto.admission import GangAdmitted, GangQueued
 from baton.proto.dra import PodClaim
-from baton.proto.k8s import DeviceClassEvent, ResourceClaimEvent
-from tests.support.dra import GPU_DRIVER, NIC_DRIVER, device_class, paired
+from baton.proto.k8s import DeviceClassEvent, Pod, PodEvent, ResourceClaimEvent, ResourceSliceEvent
+from baton.proto.runner import Tick
+from baton.services.admission import core
+from tests.support.dra import (
+    GPU_DRIVER,
+    NIC_DRIVER,
+    device_class,
+    paired,
+    published_classes,
+    published_slices,
+    request,
+)
+from tests.support.dra import claim as claim_of
 from tests.unit.test_admission_members import QUOTA_8, feed, group, member, of, start
 
 pytestmark = pytest.mark.unit
@@ -64,3 +76,48 @@ def test_a_claim_seen_after_its_pod_names_it_counts_the_pod_again() -> None:
     assert not of(out, GangAdmitted)
     out = feed(state, claim_event)
     assert [(a.gang, a.gpus) for a in of(out, GangAdmitted)] == [("ml/one", 8)]
+
+
+MIG_CAP = {
+    "teams": [
+        {"name": "a", "namespaces": ["ml"], "pools": ["pa"], "quota": {"gpus": 8},
+         "devices": {"mig.nvidia.com": 7}},
+        {"name": "b", "namespaces": ["other"], "pools": ["pb"]},
+    ]
+}  # fmt: skip
+
+
+def mig_job(name: str, *, phase: str = "Pending") -> list[Any]:
+    """A lone pod (schedulerName baton, no PodGroup) claiming one 1g.10gb MIG device."""
+    claim = msgspec.structs.replace(claim_of(f"{name}-mig", request("mig", "mig.nvidia.com")),
+                                    namespace="ml")  # fmt: skip
+    pod = Pod(namespace="ml", name=name, uid=f"uid-{name}", phase=phase,  # type: ignore[arg-type]
+              scheduler_name="baton", claims=(PodClaim(name="mig", claim=claim.name),))  # fmt: skip
+    return [ResourceClaimEvent(op="upsert", at=1.0, resource_claim=claim),
+            PodEvent(op="upsert", at=1.0, pod=pod)]  # fmt: skip
+
+
+def mig_cluster() -> core.State:
+    """Team a's pool of one MIG-capable node, its slices and NVIDIA's classes seen."""
+    state = start(MIG_CAP, {"n1": "pa"})
+    feed(state, *(DeviceClassEvent(op="upsert", at=1.0, device_class=c)
+                  for c in published_classes()))  # fmt: skip
+    feed(state, *(ResourceSliceEvent(op="upsert", at=1.0, resource_slice=s)
+                  for s in published_slices("n1")))  # fmt: skip
+    return state
+
+
+def test_a_team_s_cap_on_mig_devices_holds_and_frees_as_jobs_end() -> None:
+    """Kubernetes' ResourceQuota counts ``mig.nvidia.com.deviceclass.resource.k8s.io/
+    devices``; team a may hold 7: the eighth 1g.10gb job waits, saying why, and is
+    admitted once one of the seven ends. MIG devices take nothing of the GPU quota."""
+    state = mig_cluster()
+    out = feed(state, *(e for i in range(8) for e in mig_job(f"eval-{i}")))
+    admitted = [a.gang for a in of(out, GangAdmitted)]
+    assert admitted == [f"ml/eval-{i}" for i in range(7)]
+    assert all(a.gpus == 0 for a in of(out, GangAdmitted))
+    (waits,) = [q for q in of(out, GangQueued) if q.gang == "ml/eval-7" and "devices" in q.reason]
+    assert "holds 7 of its 7 mig.nvidia.com devices" in waits.reason
+    assert state.devices_used["a"] == {"mig.nvidia.com.deviceclass.resource.k8s.io/devices": 7}
+    out = feed(state, *mig_job("eval-0", phase="Succeeded"), Tick(at=2.0), now=2.0)
+    assert [a.gang for a in of(out, GangAdmitted)] == ["ml/eval-7"]

@@ -165,6 +165,14 @@ def cluster(config: dict[str, Any] | None, nodes: list[NodeEvent]) -> World:
         ),
         ({"teams": [{"name": "A_", "namespaces": ["x"]}]}, "teams[0].name: expected str matching"),
         ({"teams": [{"namespaces": ["x"]}]}, "teams[0].name: required key missing"),
+        (
+            {"teams": [{"name": "a", "namespaces": ["x"], "devices": {"mig.nvidia.com": -1}}]},
+            "teams[0].devices[...]: expected int >= 0",
+        ),
+        (
+            {"teams": [{"name": "a", "namespaces": ["x"], "devices": {"MIG!": 7}}]},
+            "teams[0].devices (a key): expected str matching",
+        ),
     ],
 )
 def test_invalid_config_names_the_key(config: dict[str, Any], message: str) -> None:

@@ -16,6 +16,8 @@ _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _QUANTITY = r"^([0-9]+(\.[0-9]+)?(k|M|G|T|Ki|Mi|Gi|Ti)?)?$"  # empty: no limit
 
 Name = Annotated[str, msgspec.Meta(pattern=_DNS_LABEL, max_length=63)]
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DeviceClassName = Annotated[str, msgspec.Meta(pattern=_DNS_SUBDOMAIN, max_length=253)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -77,6 +79,11 @@ class Team(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     taint: bool = True  # label AND taint owned nodes (False: label only)
     egress: Egress = Egress()
     weight: Annotated[float, msgspec.Meta(gt=0)] = 1.0  # fair share: teams served by share
+    # Caps on the devices of DeviceClasses other than whole GPUs (MIG devices:
+    # ``mig.nvidia.com``; RDMA NICs) that the team's admitted gangs' claims ask, counted
+    # as Kubernetes' ResourceQuota counts ``<class>.deviceclass.resource.k8s.io/devices``.
+    # Whole GPUs count in ``quota.gpus``. No borrowing: a gang over a cap waits.
+    devices: dict[DeviceClassName, Count] = {}
 
 
 class TeamConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -122,7 +129,10 @@ def _explain(message: str) -> str:
     what, sep, where = message.rpartition(" - at ")
     if not sep:
         return message
+    key = where.startswith("`key` in ")  # a mapping's key, not its value, is wrong
+    where = where.removeprefix("`key` in ")
     path = where.strip("`").removeprefix("$").removeprefix(".") or "<root>"
+    path += " (a key)" if key else ""
     what = what.replace("`", "")
     if what.startswith("Expected "):
         what = "expected " + what.removeprefix("Expected ")

@@ -9,6 +9,7 @@ reclaim borrowed GPUs) and admission events saying what was decided and why.
 from __future__ import annotations
 
 from baton.libs.view import is_bare
+from baton.libs.view.devices import class_of
 from baton.proto import keys
 from baton.proto.actions import AnyAction
 from baton.proto.admission import AnyAdmissionEvent, GangQueued, GangReleased, TeamsLoaded
@@ -209,7 +210,8 @@ def _new_gang(state: State, gang: Gang, marks: dict[str, str], now: float) -> li
         return []
     if adopt:  # admitted before a restart: adopt
         gang.admitted = True
-        state.hold(gang, gang.gpus, borrowing=marks.get(keys.BORROWING) == "true")
+        borrowing = marks.get(keys.BORROWING) == "true"
+        state.hold(gang, gang.gpus, borrowing=borrowing, devices=gang.devices)
         return []
     state.enqueue(gang)
     return [queueing.queued(state, gang, now)]
@@ -316,6 +318,7 @@ def _member(pod: Pod) -> Member:
         uid=pod.uid,
         node=pod.node_name,
         bare=is_bare(pod),
+        devices=tuple((r, n) for r, n in sorted(pod.requests.items()) if class_of(r)),
     )
 
 
@@ -387,10 +390,10 @@ def _rehome_gangs(state: State) -> None:
         if team == gang.team:
             continue
         if gang.admitted:
-            held, borrowing = gang.held, gang.borrowed > 0
+            held, borrowing, devices = gang.held, gang.borrowed > 0, gang.held_devices
             state.hold(gang, 0)
             gang.team = team
-            state.hold(gang, held, borrowing=borrowing)
+            state.hold(gang, held, borrowing=borrowing, devices=devices)
         else:
             state.dequeue(gang)
             gang.team, gang.reason = team, ""

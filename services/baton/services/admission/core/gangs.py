@@ -17,6 +17,7 @@ class Member:
     uid: str
     node: str
     bare: bool = True  # no controller recreates it: taken off, Baton recreates it
+    devices: tuple[tuple[str, int], ...] = ()  # (<class> devices resource, count) its claims ask
 
 
 @dataclass(slots=True)
@@ -52,6 +53,7 @@ class Gang:
     paused: bool = False  # admitted, its marks taken back: new members beyond its quota
     releases: int = 0  # times given back unplaced since it last had a member bound
     retry_at: float = 0.0  # given back unplaced: not admitted again before then
+    held_devices: dict[str, int] = field(default_factory=dict)  # counted against caps
 
     @property
     def demand(self) -> int:
@@ -72,6 +74,17 @@ class Gang:
         GPUs when they ask more (every member counts, whatever order they came in)."""
         live = sum(m.gpus for m in self.members.values() if m.phase in ACTIVE)
         return max(self.demand, live)
+
+    @property
+    def devices(self) -> dict[str, int]:
+        """What its live members' claims ask of classes other than whole GPUs, by the
+        class's ``<class>.deviceclass.resource.k8s.io/devices`` resource."""
+        out: dict[str, int] = {}
+        for m in self.members.values():
+            if m.phase in ACTIVE:
+                for resource, count in m.devices:
+                    out[resource] = out.get(resource, 0) + count
+        return out
 
     @property
     def declared(self) -> bool:

@@ -74,8 +74,8 @@ def grow(state: State, gang: Gang, now: float) -> list[Grown]:
                 at=now, gang=gang.key, team=gang.team, reason=reason, position=0, gpus=gang.gpus
             ),
         ]
-    if extra > 0:
-        state.hold(gang, gang.gpus)
+    if extra > 0 or gang.devices != gang.held_devices:
+        state.hold(gang, gang.gpus, devices=gang.devices)
     if not gang.paused:
         return []
     resume(state, gang)

@@ -313,6 +313,8 @@ def _try(
 ) -> list[Output]:
     if not gang.known or gang.waiting_members:
         return _wait(state, gang, now, reason=members_reason(gang))
+    if over := state.over_devices(gang):
+        return _wait(state, gang, now, reason=over)
     need, team = gang.gpus, gang.team
     used, quota, limit = state.used.get(team, 0), state.quota(team), state.borrow_limit(team)
     kept = f" and {reserve} reserved for {behind.key}, which has waited longest" if behind else ""
@@ -372,7 +374,7 @@ def _in_quota(state: State, gang: Gang, now: float, *, reserve: int, kept: str) 
 def _commit(state: State, gang: Gang, now: float, *, borrowing: bool) -> list[Output]:
     state.dequeue(gang)
     gang.admitted, gang.reason, gang.admitted_at = True, "", now
-    state.hold(gang, gang.gpus, borrowing=borrowing)
+    state.hold(gang, gang.gpus, borrowing=borrowing, devices=gang.devices)
     if not gang.bound:
         state.unplaced.add(gang.key)
     borrowed = gang.borrowed

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from baton.libs.view import GangView, NodeView, View
 from baton.libs.view.claimed import Claimed
+from baton.libs.view.devices import class_of
 from baton.libs.view.pools import owns
 from baton.proto import keys
 from baton.proto.actions import TeamStatus
@@ -45,6 +46,8 @@ class State:
     capacity: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its ready nodes
     used: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its in-quota gangs
     lent: dict[str, int] = field(default_factory=dict)  # team -> GPUs of its borrowing gangs
+    # team -> <class> devices resource -> what its admitted gangs' claims ask (``devices``)
+    devices_used: dict[str, dict[str, int]] = field(default_factory=dict)
     gangs: dict[str, Gang] = field(default_factory=dict)
     arrivals: int = 0  # gangs seen so far: each new one's place among those of its second
     queues: dict[str, list[Entry]] = field(default_factory=dict)
@@ -324,9 +327,36 @@ class State:
         teams = [team] if team is not None else list(self.holders)
         return [self.gangs[k] for t in teams for k in self.holders.get(t, ()) if k in self.gangs]
 
-    def hold(self, gang: Gang, gpus: int, *, borrowing: bool | None = None) -> None:
+    def over_devices(self, gang: Gang) -> str:
+        """Why the gang would take its team past a cap of ``devices`` ("" if it would not)."""
+        spec = self.specs.get(gang.team)
+        caps = spec.devices if spec is not None else {}
+        if not caps:
+            return ""
+        used = self.devices_used.get(gang.team, {})
+        for resource, need in sorted(gang.devices.items()):
+            cls = class_of(resource)
+            if cls in caps and used.get(resource, 0) + need > caps[cls]:
+                return (
+                    f"team {gang.team!r} holds {used.get(resource, 0)} of its {caps[cls]} "
+                    f"{cls} devices; the gang's claims ask {need} more (teams[].devices "
+                    "caps are not borrowed past)"
+                )
+        return ""
+
+    def hold(
+        self, gang: Gang, gpus: int, *, borrowing: bool | None = None,
+        devices: dict[str, int] | None = None,
+    ) -> None:  # fmt: skip
         """Count ``gpus`` against the gang's team (replacing what it held): against its
-        quota, or as borrowed (``borrowing``; None: as before)."""
+        quota, or as borrowed (``borrowing``; None: as before); and ``devices`` (its
+        claims' other devices, by class resource; None: none) against its caps."""
+        used = self.devices_used.setdefault(gang.team, {})
+        for resource, count in gang.held_devices.items():
+            used[resource] = used.get(resource, 0) - count
+        gang.held_devices = dict(devices or {})
+        for resource, count in gang.held_devices.items():
+            used[resource] = used.get(resource, 0) + count
         if gang.held:
             was = self.lent if gang.borrowed else self.used
             was[gang.team] -= gang.held
