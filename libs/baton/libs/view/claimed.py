@@ -86,7 +86,7 @@ class Claimed:
     def apply(self, event: DeviceEvent) -> list[Pod]:
         """A driver's slice, a class or a claim changed: the pods whose count may have
         changed, counted again (a slice's node: pass it through ``node`` again)."""
-        seen = self.devices.layouts_seen
+        seen = self.devices.kinds_changed
         self.devices.apply(event)
         match event:
             case ResourceClaimEvent(resource_claim=claim):
@@ -95,8 +95,8 @@ class Claimed:
             case DeviceClassEvent():
                 keys = list(self.sent)
             case ResourceSliceEvent(resource_slice=piece) if piece.node:
-                self.devices.on_node(piece.node)  # a new kind of node: classes counted again
-                keys = list(self.sent) if self.devices.layouts_seen != seen else []
+                self.devices.on_node(piece.node)  # a new kind of node may change what classes are
+                keys = list(self.sent) if self.devices.kinds_changed != seen else []
             case _:
                 keys = []
         return [self.pod(self.sent[k]) for k in keys if k in self.sent]

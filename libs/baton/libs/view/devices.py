@@ -42,6 +42,7 @@ from baton.libs.view.allocating import DeviceId, NodeDevice, Search
 from baton.libs.view.counters import Budget, Cost, SetKey, cost_of
 from baton.libs.view.selectors import SelectorError, compiled
 from baton.proto.dra import (
+    AttributeValue,
     ClaimAllocation,
     DeviceClass,
     DeviceResult,
@@ -78,10 +79,11 @@ class Devices:
     held_by: dict[str, str] = field(default_factory=dict)  # claim key -> pod key holding
     _slice_node: dict[str, str] = field(default_factory=dict)
     _on_node: dict[str, tuple[NodeDevice, ...]] = field(default_factory=dict)
-    # Nodes alike (same drivers, devices, attributes, in order) share a layout number;
-    # an allocation found for claims asking the same on a layout with the same devices
-    # taken is the same, by position: a gang's members (one template) on a uniform
-    # cluster are searched once, not once each (``allocate``).
+    # Nodes alike (same drivers, devices, attributes but their UUIDs, in order) share a
+    # layout number; an allocation found for claims asking the same on a layout with the
+    # same devices taken is the same, by position: a gang's members (one template) on a
+    # uniform cluster are searched once, not once each (``allocate``). A selector that
+    # names a UUID is not shared (``_by_identity``).
     _layouts: dict[tuple[object, ...], int] = field(default_factory=dict)
     _layout_of: dict[str, int] = field(default_factory=dict)
     _picks: dict[tuple[object, ...], tuple[tuple[tuple[str, int], ...], ...]] = field(
@@ -89,14 +91,15 @@ class Devices:
     )
     _layout_devices: dict[int, tuple[NodeDevice, ...]] = field(default_factory=dict)
     _kinds: dict[str, str] = field(default_factory=dict)  # class -> its kind (``kind_of``)
-    _class_counts: dict[tuple[int, frozenset[int]], dict[str, int]] = field(default_factory=dict)
+    _kind_sets: dict[str, set[str]] = field(default_factory=dict)  # class -> kinds it selects
+    _class_counts: dict[tuple[object, frozenset[int]], dict[str, int]] = field(default_factory=dict)
     # shared counters: node -> its pools' counter sets; per node, each device's cost
     _sets: dict[str, dict[SetKey, dict[str, int]]] = field(default_factory=dict)
     _costs: dict[str, list[Cost]] = field(default_factory=dict)
     # nodes whose counts (whole GPUs, devices by class) may have changed since the last
     # ``drain_touched``: partitions given, held or freed; classes changed
     touched: set[str] = field(default_factory=set)
-    layouts_seen: int = 0  # kinds of node seen: a new one may change what a class counts as
+    kinds_changed: int = 0  # times what a class counts as changed: pods are counted again
 
     def apply(self, event: ResourceSliceEvent | DeviceClassEvent | ResourceClaimEvent) -> None:
         match event:
@@ -115,6 +118,7 @@ class Devices:
         """Classes (or what they select) changed: every node's counts by class may have."""
         self._picks.clear()
         self._kinds.clear()
+        self._kind_sets.clear()
         self._class_counts.clear()
         self.touched.update(self.nodes)
 
@@ -165,7 +169,7 @@ class Devices:
             )
             self._on_node[node] = found
             layout: tuple[object, ...] = tuple(
-                (d.id[0], d.device.name, tuple(sorted(d.device.attributes.items())),
+                (d.id[0], d.device.name, _alike(d.device.attributes),
                  tuple(sorted((k, tuple(sorted(v.items()))) for k, v in d.device.consumes.items())))
                 for d in found
             )  # fmt: skip
@@ -182,8 +186,7 @@ class Devices:
             number = self._layouts.setdefault(layout, len(self._layouts))
             if number not in self._layout_devices:
                 self._layout_devices[number] = found
-                self._classes_changed()  # a new kind of node: classes may select new devices
-                self.layouts_seen += 1
+                self._new_layout(found)
             self._layout_of[node] = number
             self._costs[node] = (
                 [cost_of(d.id[0], d.id[1], d.device) for d in found] if self._sets[node] else []
@@ -220,7 +223,12 @@ class Devices:
             i for i, (d, cost) in enumerate(zip(devices, costs, strict=True))
             if cost and _whole_gpu(d) and (d.id in self.owners or d.id in self.held)
         )  # fmt: skip
-        memo = (self._layout_of[node], given)  # alike nodes count alike
+        memo: tuple[object, frozenset[int]] = (
+            self._layout_of[node],
+            given,
+        )  # alike nodes count alike
+        if any(_identity(e) for c in self.classes.values() for e in c.selectors):
+            memo = (node, given)  # a class naming a UUID: this node's own
         if (found := self._class_counts.get(memo)) is not None:
             return found
         whole = {key for i in given for key, _, _ in costs[i]}  # sets they consume
@@ -252,21 +260,34 @@ class Devices:
             for node in list(self.nodes):
                 self.on_node(node)  # every kind of node known
             cls = self.classes.get(name)
-            kinds = {
-                "partition" if d.device.consumes and not _whole_gpu(d) else
-                "gpu" if _whole_gpu(d) else "device"
-                for devices in self._layout_devices.values()
-                for d in devices
-                if cls is not None and _meets(cls, d)
-            }  # fmt: skip
             if cls is None:
-                found = ""
-            elif not kinds:
-                found = "gpu" if _requires_driver(cls, GPU_DRIVER) else "device"
-            else:
-                found = next(k for k in ("partition", "gpu", "device") if k in kinds)
-            self._kinds[name] = found
+                return ""
+            self._kind_sets[name] = {
+                _kind(d) for devices in self._layout_devices.values() for d in devices
+                if _meets(cls, d)
+            }  # fmt: skip
+            found = self._kinds[name] = self._resolve(cls)
         return found
+
+    def _resolve(self, cls: DeviceClass) -> str:
+        kinds = self._kind_sets[cls.name]
+        if not kinds:
+            return "gpu" if _requires_driver(cls, GPU_DRIVER) else "device"
+        return next(k for k in ("partition", "gpu", "device") if k in kinds)
+
+    def _new_layout(self, devices: tuple[NodeDevice, ...]) -> None:
+        """A new kind of node: the classes already read may select devices of a new kind;
+        if what one counts as changes, every node and pod is counted again."""
+        changed = False
+        for name, kinds in self._kind_sets.items():
+            cls = self.classes[name]
+            kinds.update(_kind(d) for d in devices if _meets(cls, d))
+            if (now := self._resolve(cls)) != self._kinds[name]:
+                self._kinds[name], changed = now, True
+        if changed:
+            self.kinds_changed += 1
+            self._class_counts.clear()
+            self.touched.update(self.nodes)
 
     def drain_touched(self) -> set[str]:
         touched, self.touched = self.touched, set()
@@ -405,8 +426,13 @@ class Devices:
             return tuple(done[c.key] for c in claims)
         devices = self.on_node(node)
         taken, budget = self._state(node, pod.key)
+        own = any(  # a selector naming a UUID: what this node's devices are, not alike ones
+            _identity(e)
+            for c in todo for r in c.requests
+            for e in (*r.selectors, *getattr(self.classes.get(r.device_class), "selectors", ()))
+        )  # fmt: skip
         memo = (
-            self._layout_of[node],
+            node if own else self._layout_of[node],
             tuple((c.requests, c.constraints) for c in todo),
             frozenset(i for i, d in enumerate(devices) if d.id in taken),
             budget.snapshot() if budget is not None else (),
@@ -475,6 +501,24 @@ def _unique(claims: Iterable[ResourceClaim]) -> list[ResourceClaim]:
 def class_of(resource: str) -> str:
     """The DeviceClass a ``DEVICES`` resource counts ("" for another resource)."""
     return resource.removesuffix(_DEVICES_SUFFIX) if resource.endswith(_DEVICES_SUFFIX) else ""
+
+
+def _alike(attributes: dict[str, AttributeValue]) -> tuple[tuple[str, AttributeValue], ...]:
+    """A device's attributes as nodes alike share them: all but its UUIDs (``uuid``,
+    ``parentUUID``), which name the one device."""
+    return tuple(sorted((k, v) for k, v in attributes.items() if not _identity(k)))
+
+
+def _identity(text: str) -> bool:
+    return "uuid" in text.lower()
+
+
+def _kind(d: NodeDevice) -> str:
+    return (
+        "partition"
+        if d.device.consumes and not _whole_gpu(d)
+        else ("gpu" if _whole_gpu(d) else "device")
+    )
 
 
 def _whole_gpu(d: NodeDevice) -> bool:
