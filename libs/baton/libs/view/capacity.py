@@ -121,6 +121,22 @@ class Eligible:
         return [n[k] for k in self.tally.loose if k not in self.excluded]
 
 
+def _kept(view: View[Any], tally: Tally, excluded: frozenset[str]) -> Eligible:
+    """The tally's sums over the nodes not ``excluded``, added up from them."""
+    sums: list[dict[str, int]] = [{} for _ in tally.sums]
+    total = kept = 0
+    for name, count in tally.n.items():
+        if name in excluded:
+            continue
+        kept += 1
+        total += count
+        if count:
+            for i, path in enumerate(tally.paths[name]):
+                if path is not None:
+                    sums[i][path] = sums[i].get(path, 0) + count
+    return Eligible(view.nodes, tally, excluded, sums, total, kept)
+
+
 @dataclass(slots=True)
 class Index:
     tallies: dict[tuple[Shape, bool], Tally] = field(default_factory=dict)
@@ -135,6 +151,8 @@ class Index:
         hit = [k for k in excluded if k in tally.n] if excluded else []
         if not hit:
             return Eligible(view.nodes, tally, excluded, tally.sums, tally.total, len(tally.n))
+        if 2 * len(hit) > len(tally.n):  # most left out (only a few nodes tried): add up
+            return _kept(view, tally, excluded)
         sums = [dict(level) for level in tally.sums]
         total = tally.total
         for name in hit:
