@@ -136,6 +136,14 @@ async def test_a_64_pod_gang_claiming_8_aligned_gpu_nic_pairs_each_runs_whole() 
         check_allocated(s, "ml", names, pairs=8)
         nodes = {pod(s, "ml", n)["spec"]["nodeName"] for n in names}
         assert len(nodes) == 64, f"8 GPUs each: one member a node, got {len(nodes)} nodes"
+        # rails: on alike free nodes every member's pair i has the same NIC, so rank r of
+        # every node talks on the same rail (the search picks by position, alike here)
+        rails = {
+            tuple(sorted((r["request"], r["device"]) for r in claim["status"]["allocation"]
+                         ["devices"]["results"] if r["request"].startswith("nic")))
+            for claim in (claim_of(s, "ml", n) or {} for n in names)
+        }  # fmt: skip
+        assert len(rails) == 1, f"members' NICs on {len(rails)} different rail layouts"
 
 
 async def test_a_claim_that_cannot_be_written_rolls_the_whole_gang_back() -> None:

@@ -28,6 +28,7 @@ from baton.proto.dra import (
     ResourceSlice,
 )
 from baton.proto.k8s import DeviceClassEvent, Pod, ResourceClaimEvent, ResourceSliceEvent
+from baton.services.simcluster.world import hardware
 from tests.support.dra import (
     H100,
     NIC_DRIVER,
@@ -641,3 +642,18 @@ def test_allocations_meet_their_claims_and_refusals_are_right(
             assert (r.driver, r.device) not in taken and r.pool == "n1"
             picks[a.name, r.request].append(by_name[r.driver, r.device])
     assert check(claims, picks, every)
+
+
+def test_alike_nodes_share_allocations_but_a_uuid_names_one_device() -> None:
+    """Nodes alike but for their GPUs' UUIDs share a layout, so a gang's claims are
+    searched once; a selector naming a UUID is searched on each node for itself."""
+    cluster = devices(nodes=["n1", "n2"])
+    cluster.on_node("n1"), cluster.on_node("n2")
+    assert cluster._layout_of["n1"] == cluster._layout_of["n2"]
+    uuid = hardware.gpu_uuid("n2", 5)
+    pinned = f'device.attributes["gpu.nvidia.com"].uuid == "{uuid}"'
+    one = claim("pin", request("gpu", GPU_DRIVER, 1, pinned))
+    cluster.apply(ResourceClaimEvent(op="upsert", at=0.0, resource_claim=one))
+    assert results(cluster.allocate("n2", claiming("a", one))) == {"gpu": "gpu-5"}
+    refused = cluster.allocate("n1", claiming("b", one))
+    assert isinstance(refused, str) and "wants 1 devices" in refused, refused

@@ -92,6 +92,7 @@ class Devices:
     _layout_devices: dict[int, tuple[NodeDevice, ...]] = field(default_factory=dict)
     _kinds: dict[str, str] = field(default_factory=dict)  # class -> its kind (``kind_of``)
     _kind_sets: dict[str, set[str]] = field(default_factory=dict)  # class -> kinds it selects
+    _own: dict[tuple[object, ...], bool] = field(default_factory=dict)  # asks naming a UUID
     _class_counts: dict[tuple[object, frozenset[int]], dict[str, int]] = field(default_factory=dict)
     # shared counters: node -> its pools' counter sets; per node, each device's cost
     _sets: dict[str, dict[SetKey, dict[str, int]]] = field(default_factory=dict)
@@ -117,6 +118,7 @@ class Devices:
     def _classes_changed(self) -> None:
         """Classes (or what they select) changed: every node's counts by class may have."""
         self._picks.clear()
+        self._own.clear()
         self._kinds.clear()
         self._kind_sets.clear()
         self._class_counts.clear()
@@ -426,14 +428,18 @@ class Devices:
             return tuple(done[c.key] for c in claims)
         devices = self.on_node(node)
         taken, budget = self._state(node, pod.key)
-        own = any(  # a selector naming a UUID: what this node's devices are, not alike ones
-            _identity(e)
-            for c in todo for r in c.requests
-            for e in (*r.selectors, *getattr(self.classes.get(r.device_class), "selectors", ()))
-        )  # fmt: skip
+        asked = tuple((c.requests, c.constraints) for c in todo)
+        if (own := self._own.get(asked)) is None:  # a selector naming a UUID: this node's
+            if len(self._own) >= MEMO_MAX:
+                self._own.clear()
+            own = self._own[asked] = any(
+                _identity(e)
+                for c in todo for r in c.requests
+                for e in (*r.selectors, *getattr(self.classes.get(r.device_class), "selectors", ()))
+            )  # fmt: skip
         memo = (
             node if own else self._layout_of[node],
-            tuple((c.requests, c.constraints) for c in todo),
+            asked,
             frozenset(i for i, d in enumerate(devices) if d.id in taken),
             budget.snapshot() if budget is not None else (),
         )
@@ -461,6 +467,7 @@ class Devices:
             picks = _positions(devices, [picked.get(c.key, []) for c in todo])
             if len(self._picks) >= MEMO_MAX:
                 self._picks.clear()
+                self._own.clear()
             self._picks[memo] = picks
         made = {
             c.key: ClaimAllocation(name=c.name, uid=c.uid, results=_results(devices, chosen))
