@@ -24,7 +24,8 @@ messages per second per stream, likewise.
     BATON_WHOLE_NODES=1024 BATON_WHOLE_WORKLOAD=llm BATON_WHOLE_SPEED=600 \\
         BATON_WHOLE_RECORD=1 python -m tests.bench whole     # issue 20's LLM mix at 1,024
 
-``BATON_WHOLE_SPEED`` is ``baton up --speed`` (trace time compression), ``BATON_WHOLE_LOAD``
+``BATON_WHOLE_SPEED`` is ``baton up --speed`` (trace time compression), ``BATON_WHOLE_DEVICES``
+``baton up --devices`` (``dra``: GPUs through DRA claims), ``BATON_WHOLE_LOAD``
 ``baton up --load`` (above 1 the synthetic mix keeps a queue: the default 0.9 can never
 fill the cluster). With
 ``BATON_WHOLE_RECORD=1`` the bench also reads the API every sample for gangs partly bound
@@ -67,6 +68,7 @@ SECONDS = float(os.environ.get("BATON_WHOLE_SECONDS", "360"))
 EVERY = float(os.environ.get("BATON_WHOLE_EVERY", "10"))
 SPEED = os.environ.get("BATON_WHOLE_SPEED", "")
 LOAD = os.environ.get("BATON_WHOLE_LOAD", "")  # baton up --load: above 1 keeps a queue
+DEVICES = os.environ.get("BATON_WHOLE_DEVICES", "")  # baton up --devices: plugin or dra
 RECORD = os.environ.get("BATON_WHOLE_RECORD", "") == "1"
 KEEP = os.environ.get("BATON_WHOLE_KEEP", "")  # a folder: baton up's store (logs) kept there
 STEADY_S = 60.0  # the last minute: the steady state
@@ -274,6 +276,7 @@ def run() -> tuple[Progress, list[Sample]]:
             str(store),
             *(["--speed", SPEED] if SPEED else []),
             *(["--load", LOAD] if LOAD else []),
+            *(["--devices", DEVICES] if DEVICES else []),
         ]  # --store: baton up keeps its run directory (the logs) for the lease count
         started = time.monotonic()
         up = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -34,11 +34,17 @@ DRA driver and an RDMA NIC driver shows it.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from baton.services.simcluster.api.store import ApiError, Store
 from baton.services.simcluster.world import hardware
-from baton.services.simcluster.world.controlling import Controller, controller_of, owner_reference
+from baton.services.simcluster.world.controlling import (
+    Controller,
+    controller_of,
+    controller_uid,
+    owner_reference,
+)
 
 Obj = dict[str, Any]
 API = "resource.k8s.io/v1"
@@ -186,16 +192,42 @@ def waiting_on(pod: Obj, node: str, claim: Any) -> str:
 
 
 class Claims(Controller):
-    """The resourceclaim controller: ResourceClaims from pods' templates."""
+    """The resourceclaim controller: ResourceClaims from pods' templates. It remembers
+    the claims each pod owns (``made``) as they come and go, rather than listing a
+    namespace's claims for every pod: with tens of thousands of pods that list made
+    every reconcile cost as much as all the claims."""
 
     resource = "pods"
     kind = "Pod"
     collects = ("resourceclaims",)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.made: dict[str, dict[str, str]] = {}  # pod uid -> pod claim entry -> claim
+
     def on_change(self, event: str, res: str, obj: Obj) -> None:
-        if res != "pods" or not (obj.get("spec") or {}).get("resourceClaims"):
+        if res == "pods" and not (obj.get("spec") or {}).get("resourceClaims"):
             return  # most pods have no claims: nothing to reconcile
         super().on_change(event, res, obj)
+
+    def owned_changed(self, event: str, res: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        owner = controller_uid(obj)
+        entry = (meta.get("annotations") or {}).get(POD_CLAIM_NAME, "")
+        if event == "DELETED":
+            mine = self.made.get(owner, {})
+            if mine.get(entry) == meta["name"]:
+                del mine[entry]
+        else:
+            self.made.setdefault(owner, {})[entry] = meta["name"]
+
+    def forget(self, uid: str) -> None:
+        self.made.pop(uid, None)
+
+    def collect(self, namespace: str, uid: str) -> None:
+        for name in list(self.made.get(uid, {}).values()):
+            with contextlib.suppress(ApiError):
+                self.delete("resourceclaims", self.store.get("resourceclaims", namespace, name))
 
     async def reconcile(self, obj: Obj) -> None:
         meta = obj["metadata"]
@@ -203,17 +235,17 @@ class Claims(Controller):
         if meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
             self._unreserve(obj)
             return
-        namespace, uid = meta.get("namespace", ""), meta.get("uid", "")
-        have = {
-            (c["metadata"].get("annotations") or {}).get(POD_CLAIM_NAME): c["metadata"]["name"]
-            for c in self.owned("resourceclaims", namespace, uid)
-        }
+        have = self.made.get(meta.get("uid", ""), {})
+        namespace = meta.get("namespace", "")
         statuses: list[Obj] = []
         for entry in obj["spec"]["resourceClaims"]:
             template = entry.get("resourceClaimTemplateName")
             if not template:
                 continue  # a claim the user made: used as it is
-            name = have.get(entry["name"]) or await self._claim(obj, entry["name"], template)
+            name = have.get(entry["name"])
+            if not name:
+                name = await self._claim(obj, entry["name"], template)
+                self.made.setdefault(meta.get("uid", ""), {})[entry["name"]] = name
             statuses.append({"name": entry["name"], "resourceClaimName": name})
         if ((obj.get("status") or {}).get("resourceClaimStatuses") or []) != statuses:
 
