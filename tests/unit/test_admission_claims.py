@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from baton.proto import keys
 from baton.proto.admission import GangAdmitted, GangQueued
 from baton.proto.dra import PodClaim
 from baton.proto.k8s import DeviceClassEvent, Pod, PodEvent, ResourceClaimEvent, ResourceSliceEvent
@@ -87,12 +88,15 @@ MIG_CAP = {
 }  # fmt: skip
 
 
-def mig_job(name: str, *, phase: str = "Pending") -> list[Any]:
-    """A lone pod (schedulerName baton, no PodGroup) claiming one 1g.10gb MIG device."""
-    claim = msgspec.structs.replace(claim_of(f"{name}-mig", request("mig", "mig.nvidia.com")),
-                                    namespace="ml")  # fmt: skip
+def mig_job(name: str, *, phase: str = "Pending", count: int = 1, gang: str = "") -> list[Any]:
+    """A pod claiming ``count`` 1g.10gb MIG devices: alone (schedulerName baton, no
+    PodGroup), or a member of PodGroup ``gang``."""
+    mig = request("mig", "mig.nvidia.com", count)
+    claim = msgspec.structs.replace(claim_of(f"{name}-mig", mig), namespace="ml")
+    labels = {keys.POD_GROUP: gang} if gang else {}
     pod = Pod(namespace="ml", name=name, uid=f"uid-{name}", phase=phase,  # type: ignore[arg-type]
-              scheduler_name="baton", claims=(PodClaim(name="mig", claim=claim.name),))  # fmt: skip
+              scheduler_name="baton", labels=labels,
+              claims=(PodClaim(name="mig", claim=claim.name),))  # fmt: skip
     return [ResourceClaimEvent(op="upsert", at=1.0, resource_claim=claim),
             PodEvent(op="upsert", at=1.0, pod=pod)]  # fmt: skip
 
@@ -117,7 +121,20 @@ def test_a_team_s_cap_on_mig_devices_holds_and_frees_as_jobs_end() -> None:
     assert admitted == [f"ml/eval-{i}" for i in range(7)]
     assert all(a.gpus == 0 for a in of(out, GangAdmitted))
     (waits,) = [q for q in of(out, GangQueued) if q.gang == "ml/eval-7" and "devices" in q.reason]
-    assert "holds 7 of its 7 mig.nvidia.com devices" in waits.reason
+    assert "holds 7 of its 7 mig.nvidia.com devices for other gangs" in waits.reason
     assert state.devices_used["a"] == {"mig.nvidia.com.deviceclass.resource.k8s.io/devices": 7}
     out = feed(state, *mig_job("eval-0", phase="Succeeded"), Tick(at=2.0), now=2.0)
     assert [a.gang for a in of(out, GangAdmitted)] == ["ml/eval-7"]
+
+
+def test_a_member_joining_an_admitted_gang_past_the_cap_pauses_it() -> None:
+    """A gang admitted with 4 MIG devices under a cap of 7: a second member asking 4
+    more takes its marks back, told the cap, as a member past the GPU quota would."""
+    state = mig_cluster()
+    out = feed(state, group("evals", 1), *mig_job("evals-0", count=4, gang="evals"))
+    assert [a.gang for a in of(out, GangAdmitted)] == ["ml/evals"]
+    out = feed(state, *mig_job("evals-1", count=4, gang="evals"))
+    (told,) = [q for q in of(out, GangQueued) if "devices" in q.reason]
+    assert "holds 0 of its 7 mig.nvidia.com devices for other gangs" in told.reason
+    assert "ask 8" in told.reason
+    assert state.gangs["ml/evals"].paused

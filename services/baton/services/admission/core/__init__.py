@@ -336,7 +336,8 @@ def _changed(state: State, gang: Gang, now: float) -> list[Output]:
             gang.releases = 0
         if _ended(gang):
             return _release(state, gang, now, finished=True)
-        if gang.gpus > gang.held or gang.paused:  # members joined (or left a paused gang)
+        # members joined (or left a paused gang), or its devices by class changed
+        if gang.gpus > gang.held or gang.paused or gang.devices != gang.held_devices:
             return list(grow(state, gang, now))
         return []
     outputs: list[Output] = []

@@ -7,8 +7,8 @@
   that joins an admitted gang is counted if the team can hold it (within its quota, or
   what it may still borrow); if not, the gang's admission marks are taken back
   (``paused``) so the gang service places none of its new members, and put back once
-  the team can hold them (``grow``). What it held stays counted meanwhile: its running
-  members keep running.
+  the team can hold them (``grow``), GPUs and devices under a ``teams[].devices`` cap
+  alike. What it held stays counted meanwhile: its running members keep running.
 - A gang taken off by admission (reclaimed, preempted) has its bare pods recreated
   (``RecreatePod``) and the others evicted for their controller (``evictions``).
 """
@@ -61,12 +61,13 @@ def grow(state: State, gang: Gang, now: float) -> list[Grown]:
     """An admitted gang whose live members ask more than it holds: count them if its
     team can hold them, else take its marks back until it can."""
     extra = gang.gpus - gang.held
-    if extra > 0 and not _fits(state, gang, extra):
+    devices = state.over_devices(gang) if gang.devices != gang.held_devices else ""
+    if (extra > 0 and not _fits(state, gang, extra)) or devices:
         if gang.paused:
             return []
         gang.paused = True
         state.paused.add(gang.key)
-        reason = _over(state, gang, extra)
+        reason = devices or _over(state, gang, extra)
         gang.reason = reason
         return [
             _marks(gang, now, admitted=False, reason=reason),

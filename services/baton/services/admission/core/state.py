@@ -328,7 +328,8 @@ class State:
         return [self.gangs[k] for t in teams for k in self.holders.get(t, ()) if k in self.gangs]
 
     def over_devices(self, gang: Gang) -> str:
-        """Why the gang would take its team past a cap of ``devices`` ("" if it would not)."""
+        """Why the gang, with all it asks now, would take its team past a cap of
+        ``devices`` ("" if it would not); what it holds already is its own."""
         spec = self.specs.get(gang.team)
         caps = spec.devices if spec is not None else {}
         if not caps:
@@ -336,11 +337,12 @@ class State:
         used = self.devices_used.get(gang.team, {})
         for resource, need in sorted(gang.devices.items()):
             cls = class_of(resource)
-            if cls in caps and used.get(resource, 0) + need > caps[cls]:
+            others = used.get(resource, 0) - gang.held_devices.get(resource, 0)
+            if cls in caps and others + need > caps[cls]:
                 return (
-                    f"team {gang.team!r} holds {used.get(resource, 0)} of its {caps[cls]} "
-                    f"{cls} devices; the gang's claims ask {need} more (teams[].devices "
-                    "caps are not borrowed past)"
+                    f"team {gang.team!r} holds {others} of its {caps[cls]} {cls} devices "
+                    f"for other gangs; the gang's claims ask {need} (teams[].devices caps "
+                    "are not borrowed past)"
                 )
         return ""
 
