@@ -83,7 +83,7 @@ class Devices:
     # layout number; an allocation found for claims asking the same on a layout with the
     # same devices taken is the same, by position: a gang's members (one template) on a
     # uniform cluster are searched once, not once each (``allocate``). A selector that
-    # names a UUID is not shared (``_by_identity``).
+    # names a UUID is searched on its own node (``_identity``).
     _layouts: dict[tuple[object, ...], int] = field(default_factory=dict)
     _layout_of: dict[str, int] = field(default_factory=dict)
     _picks: dict[tuple[object, ...], tuple[tuple[tuple[str, int], ...], ...]] = field(
@@ -199,6 +199,10 @@ class Devices:
         """The node's devices of GPU_DRIVER that are whole GPUs (type "gpu", or none)."""
         return sum(1 for d in self.on_node(node) if _whole_gpu(d))
 
+    def _given(self, d: NodeDevice) -> bool:
+        """Allocated to a claim, or held for a placement in flight."""
+        return d.id in self.owners or d.id in self.held
+
     def gpus_broken(self, node: str) -> int:
         """The node's whole GPUs that are not whole now: a partition of theirs (a MIG
         device) is allocated or held."""
@@ -208,7 +212,7 @@ class Devices:
         devices, costs = self._on_node[node], self._costs[node]
         broken: set[SetKey] = set()
         for d, cost in zip(devices, costs, strict=True):
-            if cost and not _whole_gpu(d) and (d.id in self.owners or d.id in self.held):
+            if cost and not _whole_gpu(d) and self._given(d):
                 broken.update(key for key, _, _ in cost)
         return sum(
             1
@@ -223,7 +227,7 @@ class Devices:
         costs = self._costs[node] or [()] * len(devices)
         given = frozenset(  # whole GPUs given that consume counters: by position
             i for i, (d, cost) in enumerate(zip(devices, costs, strict=True))
-            if cost and _whole_gpu(d) and (d.id in self.owners or d.id in self.held)
+            if cost and _whole_gpu(d) and self._given(d)
         )  # fmt: skip
         memo: tuple[object, frozenset[int]] = (
             self._layout_of[node],
