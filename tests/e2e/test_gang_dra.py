@@ -47,12 +47,14 @@ def paired_template(name: str, pairs: int) -> dict[str, Any]:
     }
 
 
-def claiming(name: str, *, group: str, template: str) -> dict[str, Any]:
-    """A member that asks for its devices only through a claim (no ``nvidia.com/gpu``)."""
+def claiming(name: str, *, template: str, group: str = "", node: str = "") -> dict[str, Any]:
+    """A pod that asks for its devices only through a claim (no ``nvidia.com/gpu``): a
+    member of PodGroup ``group``, or alone; pinned to ``node`` if given."""
     return {
-        "metadata": {"name": name, "labels": {keys.POD_GROUP: group}},
+        "metadata": {"name": name, "labels": {keys.POD_GROUP: group} if group else {}},
         "spec": {
             "schedulerName": "baton",
+            **({"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}),
             "containers": [{"name": "train", "image": "ghcr.io/acme/train:1",
                             "resources": {"claims": [{"name": "devices"}]}}],
             "resourceClaims": [{"name": "devices", "resourceClaimTemplateName": template}],

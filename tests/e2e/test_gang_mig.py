@@ -20,7 +20,7 @@ import pytest
 from baton.services.simcluster.world import dra
 from baton.services.simcluster.world.spec import from_dict
 from tests.e2e.admitting import admitting
-from tests.e2e.test_gang_dra import DRA_API, claim_of, pod, running
+from tests.e2e.test_gang_dra import DRA_API, claim_of, claiming, pod, running
 from tests.e2e.test_gang_formats import PLUGINS
 from tests.pipeline import stack, until
 
@@ -39,20 +39,6 @@ def template(name: str, device_class: str, count: int) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"spec": {"devices": {"requests": [request]}}},
     }
-
-
-def claiming(name: str, template: str, *, group: str = "", node: str = "") -> dict[str, Any]:
-    labels = {"scheduling.x-k8s.io/pod-group": group} if group else {}
-    return {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "schedulerName": "baton",
-            **({"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}),
-            "containers": [{"name": "main", "image": "ghcr.io/acme/eval:1",
-                            "resources": {"claims": [{"name": "devices"}]}}],
-            "resourceClaims": [{"name": "devices", "resourceClaimTemplateName": template}],
-        },
-    }  # fmt: skip
 
 
 def given(s: Any, ns: str, names: list[str]) -> list[tuple[str, str]]:
@@ -76,10 +62,10 @@ async def test_mig_jobs_pack_onto_the_fewest_gpus_and_a_512_gpu_gang_finds_whole
         # the first small job pinned to a node far down the list: the others fill its GPU
         # and then its node, not the first node by name
         small = [f"eval-{i}" for i in range(SMALL)]
-        await s.api.create_namespaced_pod("ml", claiming(small[0], "mig-1g", node=FIRST))
+        await s.api.create_namespaced_pod("ml", claiming(small[0], template="mig-1g", node=FIRST))
         await until(lambda: running(s, "ml", small[:1]), within=60, what=f"{small[0]} Running")
         for name in small[1:]:  # a stream: one after another, each placed as it comes
-            await s.api.create_namespaced_pod("ml", claiming(name, "mig-1g"))
+            await s.api.create_namespaced_pod("ml", claiming(name, template="mig-1g"))
         await until(lambda: running(s, "ml", small), within=180,
                     what=f"all {SMALL} 1g.10gb jobs Running")  # fmt: skip
         devices = given(s, "ml", small)
@@ -94,7 +80,9 @@ async def test_mig_jobs_pack_onto_the_fewest_gpus_and_a_512_gpu_gang_finds_whole
         await custom.create_namespaced_custom_object(*PLUGINS, "ml", "podgroups", group)
         members = [f"train-{i}" for i in range(64)]
         for name in members:
-            await s.api.create_namespaced_pod("ml", claiming(name, "gpus-8", group="train"))
+            await s.api.create_namespaced_pod(
+                "ml", claiming(name, template="gpus-8", group="train")
+            )
         await until(lambda: running(s, "ml", members), within=180,
                     what="the 64-member, 512-GPU gang Running on whole nodes")  # fmt: skip
         whole = given(s, "ml", members)
@@ -125,7 +113,7 @@ async def test_a_team_s_cap_on_mig_devices_holds_until_one_is_given_back(tmp_pat
         await s.custom.create_namespaced_custom_object(*DRA_API, ns, "resourceclaimtemplates",
                                                        body)  # fmt: skip
         for name in jobs:
-            await s.api.create_namespaced_pod(ns, claiming(name, "mig-1g"))
+            await s.api.create_namespaced_pod(ns, claiming(name, template="mig-1g"))
 
         def reason(name: str) -> str:
             gang = admission.state.gangs.get(f"{ns}/{name}")
