@@ -622,6 +622,11 @@ TWO_CONSTRAINTS: ClaimSpec = [
 @example(spec=[(GPU_DRIVER, "a", 0, "free"), (GPU_DRIVER, "a", 1, "free"),
                (GPU_DRIVER, "b", 0, "free"), (GPU_DRIVER, "c", 0, "free")],
          claims_spec=TWO_CONSTRAINTS)  # fmt: skip
+# a bucket of the first constraint holds a device without the second's attribute
+@example(spec=[(GPU_DRIVER, "a", 0, "free"), (GPU_DRIVER, "a", 0, "free"),
+               (GPU_DRIVER, None, 1, "free"), (NIC_DRIVER, "a", 1, "free")],
+         claims_spec=[([("nic", 1, ""), ("gpu", 1, "")],
+                       [(f"{DOMAIN}/idx", set()), (f"{DOMAIN}/root", set())])])  # fmt: skip
 def test_allocations_meet_their_claims_and_refusals_are_right(
     spec: DeviceSpec, claims_spec: ClaimSpec
 ) -> None:

@@ -229,9 +229,12 @@ class Search:
                 if cost and budget is not None and not budget.fits(cost):
                     continue  # what it shares with an earlier pick is spent
                 attributes = self.devices[i].device.attributes
-                values = [key_of(attributes[self.attributes[c]]) for c in want.constraints]
+                # A bucket of an earlier constraint may hold a device that lacks a later
+                # constraint's attribute (candidates were narrowed after it): not eligible.
+                values = [key_of(attributes.get(self.attributes[c])) for c in want.constraints]
                 if any(
-                    fixed[c] not in (None, v) for c, v in zip(want.constraints, values, strict=True)
+                    v is None or fixed[c] not in (None, v)
+                    for c, v in zip(want.constraints, values, strict=True)
                 ):
                     continue
                 fixing = [c for c in want.constraints if fixed[c] is None]
