@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from baton.proto.telemetry import Disk, Nic
-from baton.services.agent.core import disks, nics
+from baton.services.agent.core import disks, nics, pci
 
 pytestmark = pytest.mark.unit
 
@@ -115,3 +116,49 @@ def test_physical_nics_by_default_and_globs_when_named(tmp_path: Path) -> None:
 
 def test_this_machines_loopback_reads_up() -> None:
     assert nics.read_nics(names=["lo"]) == (Nic(name="lo", up=True),)
+
+
+def pci_device(root: Path, path: str, *, numa: str | None) -> Path:
+    """A device directory under a fake ``/sys/devices`` (``pci0000:3a/0000:3a:00.0/...``)."""
+    folder = root / "devices" / path
+    folder.mkdir(parents=True)
+    if numa is not None:
+        (folder / "numa_node").write_text(numa + "\n")
+    return folder
+
+
+def test_an_rdma_nic_says_so_and_names_its_pcie_root(tmp_path: Path) -> None:
+    net = tmp_path / "class" / "net"
+    sysfs(net, "ib0", operstate="up", carrier="1", device=False)
+    sysfs(net, "eth0", operstate="up", carrier="1", device=False)
+    ib = pci_device(tmp_path, "pci0000:3a/0000:3a:00.0/0000:3b:00.0", numa="1")
+    (ib / "infiniband" / "mlx5_0").mkdir(parents=True)
+    eth = pci_device(tmp_path, "pci0000:c0/0000:c0:01.0/0000:c1:00.0", numa="-1")
+    (net / "ib0" / "device").symlink_to(ib)
+    (net / "eth0" / "device").symlink_to(eth)
+    assert nics.read_nics(sys_net=str(net)) == (
+        Nic(name="eth0", up=True, pcie_root="pci0000:c0"),
+        Nic(name="ib0", up=True, rdma=True, pcie_root="pci0000:3a"),
+    )
+    assert pci.locate(str(net / "ib0" / "device")) == ("pci0000:3a", 1)
+    assert pci.locate(str(net / "eth0" / "device")) == ("pci0000:c0", None)  # -1: not said
+
+
+def test_a_gpu_is_located_by_nvmls_bus_id(tmp_path: Path) -> None:
+    gpu = pci_device(tmp_path, "pci0000:10/0000:10:01.0/0000:18:00.0", numa="0")
+    bus = tmp_path / "bus"
+    bus.mkdir()
+    (bus / "0000:18:00.0").symlink_to(gpu)
+    assert pci.sysfs_address("00000000:18:00.0") == "0000:18:00.0"
+    assert pci.sysfs_address("00000001:3B:00.1") == "0001:3b:00.1"
+    assert pci.sysfs_address("not a bus") == ""
+    assert pci.locate_bus("00000000:18:00.0", sys_pci=str(bus)) == ("pci0000:10", 0)
+    assert pci.locate_bus("00000000:99:00.0", sys_pci=str(bus)) == ("", None)  # not there
+
+
+def test_this_machines_physical_nics_sit_under_a_pcie_root_and_loopback_under_none() -> None:
+    found = {n.name: n for n in nics.read_nics(names=["*"])}
+    assert found["lo"].pcie_root == "" and not found["lo"].rdma
+    physical = [n for n in nics.read_nics() if n.name in found]
+    for nic in physical:  # a VM's virtio NIC is PCI too; a container may show none
+        assert re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", nic.pcie_root), nic

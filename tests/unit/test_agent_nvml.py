@@ -181,6 +181,31 @@ def test_xid_event_names_the_gpu_by_its_handle() -> None:
     )  # fmt: skip
 
 
+def test_an_xid_on_a_mig_instance_is_its_gpus_and_names_the_instance() -> None:
+    data = N.c_nvmlEventData_t()
+    data.device = handle(0x5000)  # events are registered on the GPU, MIG or not
+    data.eventType = N.nvmlEventTypeXidCriticalError
+    data.eventData, data.gpuInstanceId = 48, 9
+    seen = nvml.decode_event(data, gpus={0x5000: (1, "0000:3b:00")}, seq=1, at=0.0)
+    assert seen is not None and (seen.gpu, seen.gpu_instance) == (1, 9)
+    data.gpuInstanceId = nvml.NO_INSTANCE  # nvml.h: no instance named
+    seen = nvml.decode_event(data, gpus={0x5000: (1, "0000:3b:00")}, seq=2, at=0.0)
+    assert seen is not None and (seen.gpu, seen.gpu_instance) == (1, -1)
+
+
+@pytest.mark.parametrize(
+    ("name", "profile"),
+    [
+        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "1g.10gb"),
+        ("NVIDIA A100-SXM4-40GB MIG 3g.20gb", "3g.20gb"),
+        ("NVIDIA H200 MIG 1g.18gb+me", "1g.18gb+me"),
+        ("NVIDIA H100 80GB HBM3", ""),
+    ],
+)
+def test_a_mig_instances_profile_is_read_from_its_name(name: str, profile: str) -> None:
+    assert nvml.mig_profile(name) == profile
+
+
 def test_other_event_types_are_not_xids() -> None:
     data = N.c_nvmlEventData_t()
     data.device = handle(0x4000)

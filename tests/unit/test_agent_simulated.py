@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from baton.proto.telemetry import Disk, GpuReport, GpuStatus, Nic
+from baton.proto.telemetry import Disk, GpuReport, GpuStatus, MigDevice, Nic
 from baton.services.agent import core, simulated
 from baton.services.agent.core.readings import (
     AnyReading,
@@ -76,6 +76,21 @@ def test_a_document_reads_like_a_real_nodes_backends() -> None:
         at=5.0, disks=(Disk(mount="/", used_ratio=0.42),), nics=(Nic(name="ib0", up=True),)
     )
     assert pods == Pods(at=5.0, running=frozenset({"team-a/job-w-0"}))
+
+
+def test_where_a_gpu_sits_and_its_mig_instances_read_as_nvml_and_sysfs_would() -> None:
+    doc = document()
+    doc["gpus"][1] |= {"pcie_root": "pci0000:10", "numa_node": 0, "mig_enabled": True,
+                       "mig": [{"uuid": "MIG-b-3", "profile": "1g.10gb", "gpu_instance": 3,
+                                "pod": "team-a/eval-1"}]}  # fmt: skip
+    doc["nics"] = [{"name": "ib1", "up": True, "rdma": True, "pcie_root": "pci0000:10"}]
+    gpus, host, _ = simulated.readings(decode(doc), at=5.0, since=11)
+    assert isinstance(gpus, Gpus) and isinstance(host, Host)
+    status = gpus.gpus[1].status
+    assert (status.pcie_root, status.numa_node, status.mig_enabled) == ("pci0000:10", 0, True)
+    assert status.mig == (MigDevice(uuid="MIG-b-3", profile="1g.10gb", gpu_instance=3),)
+    assert gpus.gpus[0].status.mig_enabled is None  # not said: no MIG
+    assert host.nics == (Nic(name="ib1", up=True, rdma=True, pcie_root="pci0000:10"),)
 
 
 def test_a_gpu_that_fell_off_the_bus_reads_nothing_but_its_identity() -> None:

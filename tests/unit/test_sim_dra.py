@@ -73,9 +73,10 @@ def test_a_mig_capable_node_publishes_partitionable_gpus_within_the_api_s_limits
     assert dra.slice_names("n1") == [s["metadata"]["name"] for s in (gpus, counters, nics)]
 
 
-def test_a_pod_on_mig_devices_is_given_no_whole_gpu() -> None:
-    results = [{"driver": dra.GPU_DRIVER, "device": "gpu-3-mig-1g10gb-0"},
-               {"driver": dra.GPU_DRIVER, "device": "gpu-4"}]  # fmt: skip
+def test_a_pod_is_given_the_whole_gpus_and_the_mig_devices_its_claims_name() -> None:
+    results = [{"driver": dra.GPU_DRIVER, "device": "gpu-3-mig-1g10gb-5"},
+               {"driver": dra.GPU_DRIVER, "device": "gpu-4"},
+               {"driver": dra.NIC_DRIVER, "device": "nic-4"}]  # fmt: skip
     allocated = {"status": {"allocation": {"devices": {"results": results}}}}
     made = pod({"name": "d", "resourceClaimName": "mine"})
-    assert dra.gpus_allocated(made, lambda ns, n: allocated) == 1
+    assert dra.devices_allocated(made, lambda ns, n: allocated) == ([4], [(3, 5)])

@@ -23,10 +23,10 @@ SHAPE = {
     "gpu": ["index", "uuid", "bus_id", "present", "temperature_c", "ecc_volatile_sbe",
             "ecc_volatile_dbe", "ecc_aggregate_sbe", "ecc_aggregate_dbe", "retired_pages_pending",
             "retired_pages", "row_remap_pending", "row_remap_failure", "nvlink_errors",
-            "recovery_action", "processes"],
+            "recovery_action", "processes", "pcie_root", "numa_node", "mig_enabled", "mig"],
     "process": ["pid", "used_mib", "pod"],
     "disk": ["mount", "used_ratio", "read_only"],
-    "nic": ["name", "up"],
+    "nic": ["name", "up", "rdma", "pcie_root"],
     "line": ["seq", "line"],
 }  # fmt: skip
 
@@ -119,8 +119,10 @@ def test_each_xid_logs_its_line_and_changes_the_gpu(
     assert doc.kernel_log[1].line.endswith(xids.XIDS[xid].text.format(gpu=2))
     assert hardware.unhealthy_gpus(doc) == int(unhealthy)
     assert all(
-        g == Gpu(index=g.index, uuid=g.uuid, bus_id=g.bus_id) for g in doc.gpus if g.index != 2
-    )
+        g == Gpu(index=g.index, uuid=g.uuid, bus_id=g.bus_id, pcie_root=g.pcie_root,
+                 numa_node=g.numa_node)
+        for g in doc.gpus if g.index != 2
+    )  # fmt: skip
 
 
 def test_application_xids_name_the_process_on_the_gpu() -> None:
@@ -260,6 +262,35 @@ def test_running_pods_hold_healthy_gpus_first() -> None:
     feed.pod_stopped("n", "ns/a")
     assert doc.pods == ["ns/b"] and not doc.gpus[1].processes and doc.gpus[3].processes
     feed.pod_stopped("n", "ns/unknown")  # never started: nothing to do
+
+
+def test_a_pod_runs_on_the_gpus_its_claims_were_given_and_its_mig_devices_exist_while_it_runs() -> None:
+    feed = HardwareFeed()
+    feed.add("n", gpus=4, nics=0, mig=True)
+    feed.pod_started("n", "ns/whole", gpus=1, on=[3])
+    feed.pod_started("n", "ns/small", gpus=0, mig=[(1, 5), (1, 6)])
+    doc = feed.machine("n")
+    assert feed.gpus_of("n", "ns/whole") == [3] and doc.gpus[3].processes[0].pod == "ns/whole"
+    assert all(g.mig_enabled for g in doc.gpus)
+    uuid = hardware.gpu_uuid("n", 1)
+    assert [(m.uuid, m.profile, m.pod) for m in doc.gpus[1].mig] == [
+        (f"MIG-{uuid[4:]}-5", "1g.10gb", "ns/small"), (f"MIG-{uuid[4:]}-6", "1g.10gb", "ns/small")
+    ]  # fmt: skip
+    feed.pod_stopped("n", "ns/small")
+    assert doc.gpus[1].mig == [] and doc.pods == ["ns/whole"]
+    feed.pod_started("n", "ns/late", gpus=0, mig=[(0, 0)])
+    feed._docs.clear()  # built again (a node's document is made on first use)
+    assert [m.pod for m in feed.machine("n").gpus[0].mig] == ["ns/late"]
+
+
+def test_a_gpu_and_its_rdma_nic_share_a_pcie_root() -> None:
+    doc = node()
+    roots = [g.pcie_root for g in doc.gpus]
+    assert roots[0] == roots[1] != roots[2]  # two GPUs per PCIe switch
+    assert [n.pcie_root for n in doc.nics[1:]] == roots and all(n.rdma for n in doc.nics[1:])
+    assert not doc.nics[0].rdma and doc.nics[0].pcie_root not in roots
+    assert [g.numa_node for g in doc.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert all(g.mig_enabled is None for g in doc.gpus)  # not a MIG pool
 
 
 def test_a_document_built_late_shows_the_pods_already_running() -> None:

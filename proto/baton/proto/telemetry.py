@@ -69,6 +69,14 @@ class Telemetry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, t
     at: float
 
 
+class MigDevice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A MIG instance that exists on a GPU (created by the DRA driver or mig-parted)."""
+
+    uuid: str  # "MIG-..."
+    profile: str = ""  # "1g.10gb", from the instance's name
+    gpu_instance: int = -1  # the GPU instance id; -1 not known
+
+
 class GpuStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One GPU as the driver reports it. Counters are totals since the driver loaded
     (volatile) or over the GPU's life (aggregate)."""
@@ -91,6 +99,12 @@ class GpuStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     recovery_action: RecoveryAction = ""
     zombie_mib: int | None = None  # memory held by processes of no running pod
     failed: tuple[str, ...] = ()  # fields whose read failed (not merely unsupported)
+    # Where the GPU sits, as DRA's standard attributes say it: ``pci<domain>:<bus>`` of
+    # its PCIe root complex (``resource.kubernetes.io/pcieRoot``) and its NUMA node.
+    pcie_root: str = ""
+    numa_node: int | None = None
+    mig_enabled: bool | None = None  # None: the GPU cannot do MIG, or it was not read
+    mig: tuple[MigDevice, ...] = ()  # the MIG instances on it now
 
 
 class GpuReport(Telemetry, frozen=True, tag="telemetry.gpu.v1"):
@@ -107,6 +121,8 @@ class Disk(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 class Nic(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     name: str
     up: bool
+    rdma: bool = False  # an RDMA device (InfiniBand or RoCE) sits on it
+    pcie_root: str = ""  # as GpuStatus.pcie_root; "" for a virtual interface
 
 
 class NodeReport(Telemetry, frozen=True, tag="telemetry.node.v1"):
@@ -128,6 +144,9 @@ class XidEvent(Telemetry, frozen=True, tag="telemetry.xid.v1"):
     pid: int | None = None  # None: the driver did not say ('<unknown>')
     process: str = ""
     seq: int = 0  # the source's sequence number (kernel log record, NVML event)
+    # The MIG instance the driver named (NVML's gpuInstanceId), -1 for none. A
+    # partition's fault is its GPU's: ``gpu`` is the GPU it sits on.
+    gpu_instance: int = -1
 
 
 class Heartbeat(Telemetry, frozen=True, tag="telemetry.heartbeat.v1"):

@@ -7,6 +7,11 @@ temperature, the row remapper histogram (``c_nvmlRowRemapperHistogramValues``) a
 the running processes are one call each. A GPU that answers ``GPU_IS_LOST`` is
 reported ``present=False``.
 
+Per GPU the report also says where it sits (its PCIe root and NUMA node, from sysfs by
+its bus id: ``core.pci``) and, on a MIG-capable GPU, whether MIG mode is on and which
+MIG instances exist (``nvmlDeviceGetMigDeviceHandleByIndex`` over the GPU's slots;
+their UUIDs and profiles, ``1g.10gb`` read from the instance's name).
+
 Xids: ``nvmlEventSetCreate`` + ``nvmlDeviceRegisterEvents(nvmlEventTypeXidCriticalError)``
 per GPU, then ``nvmlEventSetWait`` (blocking up to a timeout; the shell calls it in a
 thread). Without the NVML library (no driver, or a container without the NVIDIA
@@ -17,12 +22,14 @@ every poll: the GPU operator often installs the driver after the agent starts.
 from __future__ import annotations
 
 import ctypes
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
 import pynvml as N
 
-from baton.proto.telemetry import GpuStatus
+from baton.proto.telemetry import GpuStatus, MigDevice
+from baton.services.agent.core import pci
 from baton.services.agent.core.kmsg import bus_id
 from baton.services.agent.core.readings import (
     AnyReading,
@@ -40,6 +47,10 @@ MIB: Final = 1024 * 1024
 # nvml.h's field id, named by the bindings only from nvidia-ml-py 12.570; an older driver
 # answers INVALID_ARGUMENT for it (unsupported: the field is absent from the report).
 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: Final = 230
+
+# nvml.h: an event's gpuInstanceId when no GPU instance is named in it.
+NO_INSTANCE: Final = 0xFFFFFFFF
+_PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")
 
 # Report field -> the NVML field ids summed into it.
 FIELDS: Final[dict[str, tuple[int, ...]]] = {
@@ -160,7 +171,9 @@ def decode_event(
     if not data.eventType & N.nvmlEventTypeXidCriticalError:
         return None
     index, bus = gpus.get(_address(data.device) or 0, (-1, ""))
-    return XidSeen(at=at, source="nvml", seq=seq, xid=int(data.eventData), gpu=index, bus_id=bus)
+    instance = int(getattr(data, "gpuInstanceId", NO_INSTANCE))
+    return XidSeen(at=at, source="nvml", seq=seq, xid=int(data.eventData), gpu=index, bus_id=bus,
+                   gpu_instance=-1 if instance == NO_INSTANCE else instance)  # fmt: skip
 
 
 def _address(handle: Any) -> int | None:
@@ -194,6 +207,34 @@ def read_gpu(index: int, handle: Any) -> GpuSample:
         return GpuSample(status=GpuStatus(index=index, present=False))
 
 
+def mig_profile(name: str) -> str:
+    """The profile a MIG instance's name ends with: ``NVIDIA H100 80GB HBM3 MIG 1g.10gb``
+    -> ``1g.10gb``; '' for another name."""
+    m = _PROFILE.search(name)
+    return m.group(1) if m else ""
+
+
+def read_mig(handle: Any) -> tuple[bool | None, tuple[MigDevice, ...]]:
+    """(MIG mode on, the instances that exist); (None, ()) on a GPU without MIG."""
+    mode, _ = _read(N.nvmlDeviceGetMigMode, handle)
+    if mode is None:
+        return None, ()
+    if mode[0] != N.NVML_DEVICE_MIG_ENABLE:
+        return False, ()
+    slots, _ = _read(N.nvmlDeviceGetMaxMigDeviceCount, handle)
+    found = []
+    for slot in range(slots or 0):
+        mig, _ = _read(N.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+        if mig is None:  # NOT_FOUND: no instance in this slot
+            continue
+        uuid, _ = _read(N.nvmlDeviceGetUUID, mig)
+        name, _ = _read(N.nvmlDeviceGetName, mig)
+        instance, _ = _read(N.nvmlDeviceGetGpuInstanceId, mig)
+        found.append(MigDevice(uuid=_text(uuid or ""), profile=mig_profile(_text(name or "")),
+                               gpu_instance=-1 if instance is None else int(instance)))  # fmt: skip
+    return True, tuple(found)
+
+
 def _processes(handle: Any) -> list[Any]:
     """Compute processes; the _v2 call on drivers older than the bindings' default (_v3)."""
     try:
@@ -204,13 +245,16 @@ def _processes(handle: Any) -> list[Any]:
 
 def _read_gpu(index: int, handle: Any) -> GpuSample:
     uuid, _ = _read(N.nvmlDeviceGetUUID, handle)
-    pci, _ = _read(N.nvmlDeviceGetPciInfo, handle)
+    pci_info, _ = _read(N.nvmlDeviceGetPciInfo, handle)
     temperature, temperature_error = _read(
         N.nvmlDeviceGetTemperature, handle, N.NVML_TEMPERATURE_GPU
     )
     values, values_error = _read(N.nvmlDeviceGetFieldValues, handle, FIELD_IDS)
     histogram, histogram_error = _read(N.nvmlDeviceGetRowRemapperHistogram, handle)
     processes, _ = _read(_processes, handle)
+    mig_enabled, migs = read_mig(handle)
+    bus = _text(pci_info.busId) if pci_info is not None else ""
+    root, numa = pci.locate_bus(bus)
     fields, failed = decode_fields(values) if values is not None else ({}, [])
     if values_error:
         failed = list(FIELDS)
@@ -219,10 +263,14 @@ def _read_gpu(index: int, handle: Any) -> GpuSample:
     status = GpuStatus(
         index=index,
         uuid=_text(uuid or ""),
-        bus_id=bus_id(_text(pci.busId)) if pci is not None else "",
+        bus_id=bus_id(bus),
         temperature_c=int(temperature) if temperature is not None else None,
         row_remap_banks_full=decode_histogram(histogram) if histogram is not None else None,
         failed=tuple(failed),
+        pcie_root=root,
+        numa_node=numa,
+        mig_enabled=mig_enabled,
+        mig=migs,
         **fields,
     )
     return GpuSample(status=status, processes=decode_processes(processes or ()))

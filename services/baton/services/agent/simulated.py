@@ -25,7 +25,7 @@ import aiohttp
 import msgspec
 import structlog
 
-from baton.proto.telemetry import Disk, GpuStatus, Nic, RecoveryAction
+from baton.proto.telemetry import Disk, GpuStatus, MigDevice, Nic, RecoveryAction
 from baton.services.agent.core import kmsg
 from baton.services.agent.core.readings import (
     AnyReading,
@@ -68,6 +68,10 @@ class SimGpu(msgspec.Struct, frozen=True, kw_only=True):
     nvlink_errors: int = 0
     recovery_action: str = ""
     processes: tuple[SimProcess, ...] = ()
+    pcie_root: str = ""
+    numa_node: int | None = None
+    mig_enabled: bool | None = None
+    mig: tuple[MigDevice, ...] = ()  # its ``pod`` field is the simulation's: ignored
 
 
 class SimLine(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,8 +110,9 @@ def gpu_sample(gpu: SimGpu) -> GpuSample:
     bus = kmsg.bus_id(gpu.bus_id) or gpu.bus_id
     if not gpu.present:
         return GpuSample(
-            status=GpuStatus(index=gpu.index, uuid=gpu.uuid, bus_id=bus, present=False)
-        )
+            status=GpuStatus(index=gpu.index, uuid=gpu.uuid, bus_id=bus, present=False,
+                             pcie_root=gpu.pcie_root, numa_node=gpu.numa_node)
+        )  # fmt: skip
     action = gpu.recovery_action
     known = action in ACTIONS
     status = GpuStatus(
@@ -118,7 +123,8 @@ def gpu_sample(gpu: SimGpu) -> GpuSample:
         row_remap_pending=gpu.row_remap_pending, row_remap_failure=gpu.row_remap_failure,
         nvlink_errors=gpu.nvlink_errors,
         recovery_action=cast(RecoveryAction, action if known else ""),
-        failed=() if known else ("recovery_action",),
+        failed=() if known else ("recovery_action",), pcie_root=gpu.pcie_root,
+        numa_node=gpu.numa_node, mig_enabled=gpu.mig_enabled, mig=gpu.mig,
     )  # fmt: skip
     processes = tuple(GpuProcess(pid=p.pid, used_mib=p.used_mib, pod=p.pod) for p in gpu.processes)
     return GpuSample(status=status, processes=processes)

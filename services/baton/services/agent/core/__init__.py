@@ -157,7 +157,7 @@ def _on_xid(state: State, reading: XidSeen, now: float) -> tuple[State, Outputs]
     event = t.XidEvent(
         node=state.config.node, at=reading.at, xid=reading.xid, source=reading.source,
         gpu=gpu, bus_id=bus_id, text=reading.text, pid=reading.pid, process=reading.process,
-        seq=reading.seq,
+        seq=reading.seq, gpu_instance=reading.gpu_instance,
     )  # fmt: skip
     state = msgspec.structs.replace(state, recent=(*recent, seen))
     return state, [Publish(event=event, msg_id=t.msg_id(event, sent=now))]

@@ -63,6 +63,7 @@ class XidSeen(Reading, frozen=True, tag="xid"):
     text: str = ""
     pid: int | None = None
     process: str = ""
+    gpu_instance: int = -1  # NVML's gpuInstanceId on a MIG GPU
 
 
 class Backend(Reading, frozen=True, tag="backend"):

@@ -35,6 +35,7 @@ DRA driver and an RDMA NIC driver shows it.
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 from baton.services.simcluster.api.store import ApiError, Store
@@ -54,11 +55,9 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 MIG_CLASS = "mig.nvidia.com"
-MIG_PROFILE = "1g.10gb"  # one memory slice of eight, one compute slice of seven
+MIG_PROFILE = hardware.MIG_PROFILE
 MIG_SLOTS = 7  # 1g.10gb instances an H100 80GB holds
 MEMORY_SLICES = 8
-PER_SWITCH = 2  # GPUs (and NICs) under one PCIe switch
-PER_NUMA = 4
 _TYPE = f'device.attributes["{GPU_DRIVER}"].type'
 
 
@@ -124,7 +123,7 @@ def _mig_device(node: str, gpu: int, slot: int, product: str) -> Obj:
                      type={"string": "mig"}, profile={"string": MIG_PROFILE},
                      productName={"string": product}, parentIndex={"int": gpu},
                      parentUUID={"string": uuid},
-                     uuid={"string": f"MIG-{uuid[4:]}-{slot}"},
+                     uuid={"string": hardware.mig_uuid(uuid, slot)},
                      capacity={"memory": {"value": "10Gi"}})  # fmt: skip
     device["consumesCounters"] = [_consumes(gpu, [slot])]
     return device
@@ -138,8 +137,8 @@ def _consumes(gpu: int, memory_slices: Any) -> Obj:
 def _device(name: str, index: int, *, capacity: Obj | None = None, **attributes: Obj) -> Obj:
     attributes.update(
         index={"int": index},
-        numa={"int": index // PER_NUMA},
-        **{PCIE_ROOT: {"string": f"pci0000:{0x10 * (1 + index // PER_SWITCH):02x}"}},
+        numa={"int": hardware.numa_node(index)},
+        **{PCIE_ROOT: {"string": hardware.pcie_root(index)}},
     )
     device: Obj = {"name": name, "attributes": attributes}
     if capacity:
@@ -381,20 +380,27 @@ def _claiming(spec: Obj, used: set[tuple[int, bool]]) -> Obj:
     return {**spec, "containers": containers, "resourceClaims": [entry]}
 
 
-def gpus_allocated(pod: Obj, claim: Any) -> int:
-    """Whole GPUs (``gpu.nvidia.com`` devices, MIG devices aside) allocated to the pod's
-    claims: what its kubelet gives its processes. The simulated hardware does not model
-    a MIG device's utilization."""
-    total = 0
+_DEVICE = re.compile(r"^gpu-(\d+)(?:-mig-\w+-(\d+))?$")
+
+
+def devices_allocated(pod: Obj, claim: Any) -> tuple[list[int], list[tuple[int, int]]]:
+    """What the pod's claims were given of the GPU driver's devices: whole GPUs (their
+    indices) and MIG devices ((GPU index, memory slice)), for its kubelet to prepare."""
+    whole: list[int] = []
+    parts: list[tuple[int, int]] = []
     for name in _claim_names(pod):
         found = claim(pod["metadata"].get("namespace", ""), name) or {}
         results = ((found.get("status") or {}).get("allocation") or {}).get("devices") or {}
-        total += sum(
-            1
-            for r in results.get("results") or ()
-            if r.get("driver") == GPU_DRIVER and "-mig-" not in str(r.get("device"))
-        )
-    return total
+        for r in results.get("results") or ():
+            m = _DEVICE.match(str(r.get("device"))) if r.get("driver") == GPU_DRIVER else None
+            if m is None:
+                continue
+            gpu, slot = m.groups()
+            if slot is None:
+                whole.append(int(gpu))
+            else:
+                parts.append((int(gpu), int(slot)))
+    return sorted(set(whole)), sorted(set(parts))
 
 
 def _claim_names(pod: Obj) -> list[str]:

@@ -23,6 +23,9 @@ NODEFS = ("/", "/var/lib/containerd")  # the kubelet's nodefs and imagefs
 DISK_PRESSURE_RATIO = 0.9  # the kubelet's default hard eviction: nodefs.available < 10%
 FULL_RATIO = 0.99
 USED_MIB = 73_728  # GPU memory a training process holds (72 GiB of an 80 GB H100)
+PER_SWITCH = 2  # GPUs (and RDMA NICs) under one PCIe switch, as on an HGX H100
+PER_NUMA = 4  # GPUs per NUMA node
+MIG_PROFILE = "1g.10gb"  # one memory slice of eight, one compute slice of seven
 # PCI buses of the 8 GPUs of an HGX H100 baseboard, in NVML index order
 _BUSES = (0x18, 0x3B, 0x4C, 0x5D, 0x9A, 0xBB, 0xCB, 0xDB)
 _DISKS = (
@@ -39,6 +42,13 @@ class GpuProcess(msgspec.Struct, kw_only=True, gc=False):
     pid: int
     used_mib: int
     pod: str = ""  # "ns/name"; "" when no pod owns the process
+
+
+class MigDevice(msgspec.Struct, kw_only=True, gc=False):
+    uuid: str
+    profile: str = MIG_PROFILE
+    gpu_instance: int = -1
+    pod: str = ""  # "ns/name" of the pod it was created for
 
 
 class Gpu(msgspec.Struct, kw_only=True, gc=False):
@@ -58,6 +68,10 @@ class Gpu(msgspec.Struct, kw_only=True, gc=False):
     nvlink_errors: int = 0
     recovery_action: str = ""  # "" | "reset" | "reboot" | "drain" (nvmlDeviceGetRecoveryAction)
     processes: list[GpuProcess] = msgspec.field(default_factory=list)
+    pcie_root: str = ""  # "pci0000:10"
+    numa_node: int | None = None
+    mig_enabled: bool | None = None  # None: the GPU cannot do MIG
+    mig: list[MigDevice] = msgspec.field(default_factory=list)  # instances that exist now
 
 
 class Disk(msgspec.Struct, kw_only=True, gc=False):
@@ -69,6 +83,8 @@ class Disk(msgspec.Struct, kw_only=True, gc=False):
 class Nic(msgspec.Struct, kw_only=True, gc=False):
     name: str
     up: bool = True
+    rdma: bool = False
+    pcie_root: str = ""
 
 
 class LogLine(msgspec.Struct, kw_only=True, gc=False):
@@ -106,15 +122,33 @@ def gpu_uuid(node: str, index: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def healthy(node: str, *, gpus: int, nics: int) -> NodeHardware:
-    """A powered-on node with ``gpus`` healthy GPUs, ``eth0`` plus ``nics`` InfiniBand ports."""
+def pcie_root(index: int) -> str:
+    """The PCIe root complex of GPU ``index``, and of RDMA NIC ``index`` beside it."""
+    return f"pci0000:{0x10 * (1 + index // PER_SWITCH):02x}"
+
+
+def numa_node(index: int) -> int:
+    return index // PER_NUMA
+
+
+def mig_uuid(gpu_uuid: str, slot: int) -> str:
+    """The UUID of the MIG device in memory slice ``slot`` of the GPU ``gpu_uuid``."""
+    return f"MIG-{gpu_uuid[4:]}-{slot}"
+
+
+def healthy(node: str, *, gpus: int, nics: int, mig: bool = False) -> NodeHardware:
+    """A powered-on node with ``gpus`` healthy GPUs (MIG mode on with ``mig``), ``eth0``
+    plus ``nics`` InfiniBand ports: GPU i and port ``ib<i>`` under one PCIe root."""
     doc = NodeHardware(
         node=node,
         expected_gpus=gpus,
-        gpus=[Gpu(index=i, uuid=gpu_uuid(node, i), bus_id=bus_id(i)) for i in range(gpus)],
+        gpus=[Gpu(index=i, uuid=gpu_uuid(node, i), bus_id=bus_id(i), pcie_root=pcie_root(i),
+                  numa_node=numa_node(i), mig_enabled=True if mig else None)
+              for i in range(gpus)],
         disks=[Disk(mount=m, used_ratio=r) for m, r, _ in _DISKS],
-        nics=[Nic(name="eth0"), *(Nic(name=f"ib{i}") for i in range(nics))],
-    )
+        nics=[Nic(name="eth0", pcie_root="pci0000:c0"),
+              *(Nic(name=f"ib{i}", rdma=True, pcie_root=pcie_root(i)) for i in range(nics))],
+    )  # fmt: skip
     if gpus:
         log(doc, _BOOT)
     return doc

@@ -16,13 +16,14 @@ Pod binding never waits on this: ``touch`` is at most a dict insert.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
 
 from baton.services.simcluster.api.history import Change, Ring, Watcher
 from baton.services.simcluster.world import hardware
-from baton.services.simcluster.world.hardware import GpuProcess, NodeHardware
+from baton.services.simcluster.world.hardware import GpuProcess, MigDevice, NodeHardware
 
 _encode = msgspec.json.Encoder().encode
 RES = "hardware"
@@ -56,9 +57,10 @@ class HardwareFeed:
     def __init__(self, *, history: int = 10_000, flush_s: float = 0.05) -> None:
         self.rv = 0
         self.ring = Ring(history)
-        self._shape: dict[str, tuple[int, int]] = {}  # node -> (GPUs, IB NICs)
+        self._shape: dict[str, tuple[int, int, bool]] = {}  # node -> (GPUs, IB NICs, MIG)
         self._docs: dict[str, NodeHardware] = {}  # the nodes built so far
         self._holders: dict[str, dict[str, list[int]]] = {}  # node -> pod -> GPU indices
+        self._migs: dict[str, dict[str, list[tuple[int, int]]]] = {}  # -> (GPU, slice)
         self._raw: dict[str, bytes] = {}  # last published encoding of each node
         self._dirty: dict[str, str] = {}  # node -> event type waiting to be published
         self._live = False  # someone has listed or watched: publish changes
@@ -69,9 +71,10 @@ class HardwareFeed:
 
     # nodes
 
-    def add(self, node: str, *, gpus: int, nics: int) -> None:
-        """A node joined: healthy hardware with ``gpus`` GPUs and ``nics`` IB ports."""
-        self._shape[node] = (gpus, nics)
+    def add(self, node: str, *, gpus: int, nics: int, mig: bool = False) -> None:
+        """A node joined: healthy hardware with ``gpus`` GPUs (in MIG mode with ``mig``)
+        and ``nics`` IB ports."""
+        self._shape[node] = (gpus, nics, mig)
         self._docs.pop(node, None)
         self._mark(node, "ADDED")
 
@@ -89,10 +92,12 @@ class HardwareFeed:
         """The node's document to read or edit (call :meth:`touch` after editing)."""
         doc = self._docs.get(node)
         if doc is None:
-            gpus, nics = self._shape[node]  # KeyError: no such node
-            doc = self._docs[node] = hardware.healthy(node, gpus=gpus, nics=nics)
+            gpus, nics, mig = self._shape[node]  # KeyError: no such node
+            doc = self._docs[node] = hardware.healthy(node, gpus=gpus, nics=nics, mig=mig)
             for pod, indices in self._holders.get(node, {}).items():
                 self._run(doc, pod, indices)
+            for pod, parts in self._migs.get(node, {}).items():
+                self._partition(doc, pod, parts)
         return doc
 
     def __contains__(self, node: object) -> bool:
@@ -104,30 +109,50 @@ class HardwareFeed:
 
     # pods running on a node (the kubelet tells us)
 
-    def pod_started(self, node: str, pod: str, *, gpus: int) -> None:
-        """``pod`` runs on ``node``: listed, and one process on each GPU it holds (healthy
-        GPUs first, as the device plugin allocates only healthy ones)."""
+    def pod_started(
+        self,
+        node: str,
+        pod: str,
+        *,
+        gpus: int,
+        on: Sequence[int] = (),
+        mig: Sequence[tuple[int, int]] = (),
+    ) -> None:
+        """``pod`` runs on ``node``: listed, and one process on each GPU it holds: ``on``
+        (the GPUs its DRA claims were given), else ``gpus`` of them, healthy GPUs first,
+        as the device plugin allocates only healthy ones. ``mig``: the (GPU, memory
+        slice) of each MIG device its claims were given, an instance made for it (the
+        DRA driver creates it when it prepares the claim; a MIG device's processes are
+        not modelled)."""
         if node not in self._shape:
             return
         holders = self._holders.setdefault(node, {})
         held = {i for indices in holders.values() for i in indices}
         doc = self._docs.get(node)
-        if doc is None:  # not built: every GPU is healthy
+        if on:
+            free = list(on)
+        elif doc is None:  # not built: every GPU is healthy
             free = [i for i in range(self._shape[node][0]) if i not in held]
         else:
             gpus_free = [g for g in doc.gpus if g.index not in held]
             free = [g.index for g in sorted(gpus_free, key=lambda g: bool(hardware.gpu_problem(g)))]
         holders[pod] = free[:gpus]
+        if mig:
+            self._migs.setdefault(node, {})[pod] = list(mig)
         if doc is not None:
             self._run(doc, pod, holders[pod])
+            self._partition(doc, pod, mig)
             self.touch(node)
 
     def pod_stopped(self, node: str, pod: str) -> None:
         indices = self._holders.get(node, {}).pop(pod, None)
+        parts = self._migs.get(node, {}).pop(pod, None)
         doc = self._docs.get(node)
         if indices is None or doc is None:
             return
         for gpu in doc.gpus:
+            if parts:
+                gpu.mig = [m for m in gpu.mig if m.pod != pod]
             if gpu.index in indices:
                 gpu.processes = [p for p in gpu.processes if p.pod != pod]
                 gpu.temperature_c = BUSY_C if gpu.processes else IDLE_C
@@ -145,6 +170,14 @@ class HardwareFeed:
                 pid = hardware.next_pid(doc)
                 gpu.processes.append(GpuProcess(pid=pid, used_mib=hardware.USED_MIB, pod=pod))
                 gpu.temperature_c = BUSY_C
+
+    @staticmethod
+    def _partition(doc: NodeHardware, pod: str, parts: Sequence[tuple[int, int]]) -> None:
+        for index, slot in parts:
+            gpu = next((g for g in doc.gpus if g.index == index), None)
+            if gpu is not None:
+                uuid = hardware.mig_uuid(gpu.uuid, slot)
+                gpu.mig.append(MigDevice(uuid=uuid, gpu_instance=slot, pod=pod))
 
     # publishing
 
@@ -200,6 +233,7 @@ class HardwareFeed:
         self._docs.pop(node, None)
         self._raw.pop(node, None)
         self._holders.pop(node, None)
+        self._migs.pop(node, None)
 
     # reading
 

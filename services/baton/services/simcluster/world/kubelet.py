@@ -179,9 +179,11 @@ class Kubelets:
         except ApiError:
             return
         gpus = track.requests.get(GPU, 0)
-        if not gpus and track.claims:  # its GPUs came through DRA claims
-            gpus = dra.gpus_allocated(pod, self._claim)
-        self._hardware.pod_started(track.node, key, gpus=gpus)
+        if not gpus and track.claims:  # its GPUs came through DRA claims: those given
+            on, mig = dra.devices_allocated(pod, self._claim)
+            self._hardware.pod_started(track.node, key, gpus=len(on), on=on, mig=mig)
+        else:
+            self._hardware.pod_started(track.node, key, gpus=gpus)
         preflight = (pod["metadata"].get("labels") or {}).get(PREFLIGHT_LABEL) == "true"
         duration = (pod["metadata"].get("annotations") or {}).get(DURATION_ANNOTATION)
         if duration is None and not preflight:

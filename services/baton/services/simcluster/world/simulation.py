@@ -143,7 +143,8 @@ class Simulation:
             return
         capacity = quantities.parse_all((node.get("status") or {}).get("capacity"))
         gpus, nics = capacity.get("nvidia.com/gpu", 0), capacity.get("rdma/ib", 0)
-        self.hardware.add(name, gpus=gpus, nics=nics)
+        mig = (node["metadata"].get("labels") or {}).get(dra.MIG_CAPABLE_LABEL) == "true"
+        self.hardware.add(name, gpus=gpus, nics=nics, mig=mig and self.spec.devices == "dra")
         if self.spec.devices == "dra":
             self._publish(node, gpus=gpus, nics=nics)
 
