@@ -23,7 +23,7 @@ from baton.proto.health import Control, Note, Silence, StateChanged, Withheld
 from baton.services.cli import recording, replay
 from baton.services.health import main as health
 from baton.services.health.main import publish_control
-from baton.services.simcluster.world.spec import Delays
+from baton.services.simcluster.world.spec import Delays, from_dict
 from tests.connected.test_replay import history_settled
 from tests.pipeline import Services, running_fleet, running_services, until
 from tests.support.nats import running_nats
@@ -144,6 +144,37 @@ async def test_a_gpu_that_falls_off_the_bus_taints_its_node() -> None:
                     what="all the evidence")  # fmt: skip
         others = [n for n in s.sim.cluster.node_names() if n != victim]
         assert not any(s.taints(n) for n in others)
+
+
+async def test_dra_slices_and_agents_agree_until_a_driver_publishes_a_gpu_its_node_lacks() -> None:
+    """simcluster's DRA drivers (a MIG pool) and the simulated agents describe the same
+    devices, so health finds no disagreement; a GPU slice republished with a GPU the
+    node does not have (a driver that has not noticed) quarantines that node alone."""
+    spec = from_dict({"pools": [{"name": "gpu", "count": 3, "mig": True}], "devices": "dra"})
+    fast = msgspec.structs.replace(FAST, after_s={"devices-disagree": 0.5})
+    async with system(3, fast, spec=spec) as s:
+        assert s.services.health is not None
+        records = s.services.health.state.nodes
+        victim, *others = s.sim.cluster.node_names()
+        piece = next(p for p in s.sim.store.list("resourceslices")[0]
+                     if p["spec"]["nodeName"] == victim and p["spec"].get("devices"))  # fmt: skip
+        stale = {"name": "gpu-8", "attributes": {"type": {"string": "gpu"},
+                                                 "uuid": {"string": "GPU-stale"}}}  # fmt: skip
+
+        def republished(obj: dict[str, Any]) -> dict[str, Any]:
+            obj["spec"]["devices"] = [*obj["spec"]["devices"], stale]
+            return obj
+
+        s.sim.store.mutate("resourceslices", None, piece["metadata"]["name"], republished)
+        await until(lambda: keys.UNHEALTHY in s.taints(victim), within=20, what="the taint")
+        note = s.note(victim)
+        assert note is not None and [e.rule for e in note.evidence] == ["devices-disagree"]
+        assert "gpu.nvidia.com publishes GPU gpu-8 (GPU-stale)" in note.evidence[0].detail
+        for name in others:  # compared (slices and a report seen), and agreeing
+            devices = records[name].devices
+            assert len(devices.published) == 2 and devices.gpus is not None, name
+            assert not [k for k in records[name].signals if k.startswith("devices")], name
+            assert not s.taints(name), name
 
 
 async def test_a_healed_node_returns_after_a_passing_preflight() -> None:

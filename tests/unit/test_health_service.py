@@ -49,6 +49,7 @@ def test_the_spec_reads_what_the_issue_names() -> None:
     assert patterns[:5] == ["k8s.node.>", "k8s.pod.>", "telemetry.gpu.>", "telemetry.node.>",
                             "telemetry.xid.>"]  # fmt: skip
     assert "health.control" in patterns and "telemetry.heartbeat.>" not in patterns
+    assert "k8s.resourceslice.>" in patterns  # DRA drivers' devices, against the reports
 
 
 def test_a_node_goes_silent_once_and_is_heard_when_it_beats_again() -> None:

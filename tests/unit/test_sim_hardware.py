@@ -264,7 +264,7 @@ def test_running_pods_hold_healthy_gpus_first() -> None:
     feed.pod_stopped("n", "ns/unknown")  # never started: nothing to do
 
 
-def test_a_pod_runs_on_the_gpus_its_claims_were_given_and_its_mig_devices_exist_while_it_runs() -> None:
+def test_a_pod_runs_on_the_gpus_its_claims_gave_and_its_mig_devices_exist_while_it_runs() -> None:
     feed = HardwareFeed()
     feed.add("n", gpus=4, nics=0, mig=True)
     feed.pod_started("n", "ns/whole", gpus=1, on=[3])

@@ -30,7 +30,7 @@ from baton.libs.runtime.settings import Base, policy_from, require
 from baton.proto import health
 from baton.proto.actions import ActionResult
 from baton.proto.health import Control, HealthPolicy, Heard, Silence
-from baton.proto.k8s import NodeEvent, PodEvent
+from baton.proto.k8s import NodeEvent, PodEvent, ResourceSliceEvent
 from baton.proto.telemetry import GpuReport, NodeReport, XidEvent
 from baton.services.health import core, heartbeats, shell
 
@@ -121,6 +121,7 @@ SPEC = Spec(
         Input("telemetry.gpu.>", GpuReport, bootstrap=True),  # the last report of each node
         Input("telemetry.node.>", NodeReport, bootstrap=True),
         Input("telemetry.xid.>", XidEvent),
+        Input("k8s.resourceslice.>", ResourceSliceEvent),  # DRA: what drivers publish
         Input(f"health.{health.SILENCE}.>", Silence),
         Input(f"health.{health.HEARD}.>", Heard),
         Input(f"health.{health.CONTROL}", Control),

@@ -14,10 +14,10 @@ from __future__ import annotations
 from baton.proto import keys
 from baton.proto.actions import ActionResult
 from baton.proto.health import Control, Evidence, HealthPolicy, Heard, Note, Silence
-from baton.proto.k8s import Node, NodeEvent, PodEvent
+from baton.proto.k8s import Node, NodeEvent, PodEvent, ResourceSliceEvent
 from baton.proto.runner import Tick
 from baton.proto.telemetry import GpuReport, NodeReport, XidEvent
-from baton.services.health.core import checks, moving, rules
+from baton.services.health.core import checks, devices, moving, rules
 from baton.services.health.core.model import State, initial
 from baton.services.health.core.moving import Output, decide
 from baton.services.health.core.nodes import OUT, Check, NodeRecord, read_note
@@ -27,7 +27,7 @@ __all__ = ["Input", "Output", "State", "initial", "step", "wants_tick"]
 
 Input = (
     NodeEvent | PodEvent | GpuReport | NodeReport | XidEvent | Silence | Heard | Control
-    | ActionResult | Tick
+    | ActionResult | ResourceSliceEvent | Tick
 )  # fmt: skip
 Policy = HealthPolicy
 
@@ -52,11 +52,17 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
         case GpuReport(node=name):
             rec = s.record(name)
             rec.sync("telemetry.gpu", rules.gpu_signals(event, policy), now, policy)
+            devices.on_gpus(rec.devices, event)
+            rec.sync("dra", devices.signals(rec.devices), now, policy)
             out = decide(s, rec, now)
         case NodeReport(node=name):
             rec = s.record(name)
             rec.sync("telemetry.node", rules.node_signals(event, policy), now, policy)
+            devices.on_node(rec.devices, event)
+            rec.sync("dra", devices.signals(rec.devices), now, policy)
             out = decide(s, rec, now)
+        case ResourceSliceEvent():
+            out = on_slice(s, event, now)
         case XidEvent(node=name):
             out = on_xid(s, event, now)
         case Silence(node=name):
@@ -161,6 +167,17 @@ def forget(s: State, name: str) -> None:
     if rec is not None and rec.check is not None:
         s.asks.pop(rec.check.action, None)
     s.freed = True
+
+
+def on_slice(s: State, event: ResourceSliceEvent, now: float) -> list[Output]:
+    """A DRA driver's slice: its devices are compared with the agent's reports."""
+    piece, deleted = event.resource_slice, event.op == "delete"
+    if not piece.node or (deleted and piece.node not in s.nodes):  # its node is gone
+        return []
+    rec = s.record(piece.node)
+    devices.on_slice(rec.devices, piece, deleted=deleted)
+    rec.sync("dra", devices.signals(rec.devices), now, s.policy)
+    return decide(s, rec, now)
 
 
 def on_pod(s: State, event: PodEvent, now: float) -> list[Output]:

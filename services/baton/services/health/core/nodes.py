@@ -18,6 +18,7 @@ import msgspec
 
 from baton.proto.health import Evidence, HealthPolicy, NodeState, Note
 from baton.services.health.core import rules
+from baton.services.health.core.devices import Devices
 from baton.services.health.core.rules import Found, Rule
 
 INF = math.inf
@@ -80,6 +81,7 @@ class NodeRecord:
     deadline: float = INF  # when time alone may change something
     opt_out: bool = False
     cordoned: bool = False
+    devices: Devices = field(default_factory=Devices)  # DRA's slices against the agent's
 
     # -- evidence ---------------------------------------------------------------
 

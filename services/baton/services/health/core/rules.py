@@ -213,7 +213,9 @@ PREFLIGHT = Rule("preflight", "a preflight check failed on the node", latched=Tr
 FLAPPING = Rule("flapping", "a signal went bad flap_count times within flap_window_s",
                 latched=True)  # fmt: skip
 RESTORED = Rule("restored", "evidence recorded on the node before a restart", latched=True)
-OTHER: tuple[Rule, ...] = (HEARTBEAT, PREFLIGHT, FLAPPING, RESTORED)
+DEVICES = Rule("devices-disagree", "a DRA driver publishes a device the agent does not see, "
+               "or under another PCIe root", after_s=60.0)  # fmt: skip
+OTHER: tuple[Rule, ...] = (HEARTBEAT, PREFLIGHT, FLAPPING, RESTORED, DEVICES)
 
 RULES: dict[str, Rule] = {
     r.name: r
