@@ -5,7 +5,9 @@
 What it reads and times, per GPU: which report fields the driver has (a field it does
 not have is absent, not an error), which failed, one NVML poll of every GPU (the agent
 polls every ``interval_s``), and a process using the GPU (PyTorch, where installed) as
-the agent sees it. Xid events: whether the driver lets the agent wait for them. Then
+the agent sees it; where the GPU sits (PCIe root, NUMA node) and its MIG mode and
+instances, checked against ``nvidia-smi`` and sysfs read apart from the agent. Xid
+events: whether the driver lets the agent wait for them. Then
 the agent itself, ``baton agent --node <this host>``, against a nats-server started
 here: the first ``GpuReport`` it publishes, taken off the bus and decoded. On a machine
 without a driver it says why (the agent's own words) and measures nothing: the suite's
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -74,6 +77,48 @@ def _load() -> subprocess.Popen[str] | None:
         child.wait(timeout=30)
         return None
     return child
+
+
+def _smi(*args: str) -> list[str]:
+    """``nvidia-smi ARGS`` lines; [] where it is missing or fails."""
+    try:
+        done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return done.stdout.splitlines() if done.returncode == 0 else []
+
+
+def devices(nvml: Nvml) -> None:
+    """The agent's device report against what nvidia-smi and ``readlink -f`` say, read
+    without the agent's code: UUIDs, PCIe roots, MIG mode and instances."""
+    gpus = _gpus(nvml)
+    smi = {}
+    for line in _smi("--query-gpu=uuid,pci.bus_id,mig.mode.current", "--format=csv,noheader"):
+        uuid, bus, mode = (part.strip() for part in line.split(","))
+        smi[uuid] = (bus, mode)
+    listed = _smi("-L")  # GPUs and, indented under each, its MIG instances
+    mig_uuids = {m.group(1) for line in listed if (m := re.search(r"UUID: (MIG-[^)\s]+)", line))}
+    print("\n| GPU | agent: PCIe root / NUMA | readlink -f | agent: MIG mode | nvidia-smi | "
+          "agent: MIG instances | agree |\n|---|---|---|---|---|---|---|")  # fmt: skip
+    for sample in gpus.gpus:
+        st = sample.status
+        bus, mode = smi.get(st.uuid, ("?", "?"))
+        address = bus.lower()[4:] if len(bus) > 12 else bus.lower()  # 00000000:18:00.0
+        path = os.path.realpath(f"/sys/bus/pci/devices/{address}")
+        root = next(
+            (p for p in path.split("/") if re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", p)), ""
+        )
+        mine = {m.uuid for m in st.mig}
+        agree = (st.uuid in smi and st.pcie_root == root
+                 and (st.mig_enabled is True) == (mode == "Enabled")
+                 and mine <= mig_uuids)  # fmt: skip
+        print(f"| {st.index} | {st.pcie_root} / {st.numa_node} | {root} | {st.mig_enabled} | "
+              f"{mode} | {', '.join(f'{m.profile} {m.uuid[:12]}…' for m in st.mig) or '-'} | "
+              f"{'yes' if agree else '**no**'} |")  # fmt: skip
+    print(
+        f"\nnvidia-smi -L lists {len(mig_uuids)} MIG instance(s); the agent reports "
+        f"{sum(len(s.status.mig) for s in gpus.gpus)}."
+    )
 
 
 def readings(nvml: Nvml) -> None:
@@ -167,6 +212,7 @@ def main() -> None:
         return
     try:
         readings(nvml)
+        devices(nvml)
     finally:
         nvml.close()
     asyncio.run(end_to_end(platform.node().lower().replace("_", "-") or "gpu-node"))
