@@ -158,6 +158,35 @@ async def test_claims_are_allocated_and_reserved_then_the_pods_bound_and_started
     await running(env, PODS)  # simcluster's kubelet found the claims allocated and reserved
 
 
+def claim_reads(env: Env) -> float:
+    labels = {"verb": "GET", "resource": "resourceclaims", "subresource": "", "code": "200"}
+    return float(env.sim.metric("apiserver_request_total", **labels))
+
+
+async def test_claims_found_unallocated_are_written_unread_and_one_changed_since_is_read(
+    env: Env,
+) -> None:
+    found = await claiming_pods(env)
+    action = bind_gang("g-seen", found)
+    seen = {b.pod: (await claim(env, b.claims[0].name))["metadata"]["resourceVersion"]
+            for b in action.bindings}  # fmt: skip
+    action = msgspec.structs.replace(action, bindings=tuple(
+        msgspec.structs.replace(b, claims=(msgspec.structs.replace(
+            b.claims[0], resource_version=seen[b.pod]),)) for b in action.bindings))  # fmt: skip
+    await CustomObjectsApi(env.client).patch_namespaced_custom_object(
+        *DRA, NS, "resourceclaims", found["rank-1"][1],
+        {"metadata": {"labels": {"touched": "yes"}}}, _content_type=MERGE,
+    )  # fmt: skip  # rank-1's claim changed after the decision saw it
+    before = claim_reads(env)
+    result = await act(env, action)
+    assert result.outcome == "applied", result.error
+    assert claim_reads(env) - before == 1  # rank-1's, after its write was refused (409)
+    for name, (uid, claim_name, _, _) in found.items():
+        status = (await claim(env, claim_name))["status"]
+        assert status["reservedFor"] == [{"resource": "pods", "name": name, "uid": uid}]
+    await running(env, PODS)
+
+
 @pytest.mark.parametrize(
     ("wrong", "why"),
     [

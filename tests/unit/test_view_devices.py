@@ -172,7 +172,8 @@ def test_a_claim_allocated_elsewhere_is_refused_and_one_here_kept() -> None:
     )
     assert cluster.allocate("n2", claiming("a", c)) == (
         ClaimAllocation(name="a-gpu", uid="uid-a-gpu", results=there),
-    )
+    )  # allocated before: no resourceVersion, the actuator reads it
+
     # a second claim of the pod gets other devices than the first holds
     more = claim("a-more", request("gpu", count=8))
     cluster.apply(ResourceClaimEvent(op="upsert", at=0.0, resource_claim=more))
@@ -181,6 +182,14 @@ def test_a_claim_allocated_elsewhere_is_refused_and_one_here_kept() -> None:
         "request 'gpu' of ResourceClaim default/a-more wants 8 devices of DeviceClass "
         "gpu.nvidia.com: n2 has 8, 7 free (1 taken: ResourceClaim default/a-gpu)"
     )
+
+
+def test_an_unallocated_claims_allocation_carries_the_version_it_was_found_at() -> None:
+    c = msgspec.structs.replace(claim("fresh", request("gpu")), resource_version="41")
+    cluster = devices(claims=[c])
+    found = cluster.allocate("n1", claiming("a", c))
+    assert not isinstance(found, str), found
+    assert [(a.name, a.resource_version) for a in found] == [("fresh", "41")]
 
 
 def test_claims_of_one_pod_never_share_a_device() -> None:

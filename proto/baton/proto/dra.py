@@ -130,3 +130,6 @@ class ClaimAllocation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     name: str
     uid: str = ""  # when set, refused if the claim was replaced
     results: tuple[DeviceResult, ...]
+    # The claim's resourceVersion when the decision found it unallocated: the actuator
+    # writes from it without reading the claim first (a 409 if it changed since).
+    resource_version: str = ""

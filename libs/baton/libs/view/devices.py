@@ -474,7 +474,12 @@ class Devices:
                 self._own.clear()
             self._picks[memo] = picks
         made = {
-            c.key: ClaimAllocation(name=c.name, uid=c.uid, results=_results(devices, chosen))
+            c.key: ClaimAllocation(
+                name=c.name,
+                uid=c.uid,
+                results=_results(devices, chosen),
+                resource_version=c.resource_version,
+            )
             for c, chosen in zip(todo, picks, strict=True)
         }
         return tuple(done.get(c.key) or made[c.key] for c in claims)

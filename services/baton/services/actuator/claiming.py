@@ -1,10 +1,14 @@
 """A gang's DRA ResourceClaims: written before any member is bound, undone with them.
 
 ``claim_all``: every member's claims (``Binding.claims``, in the pod's namespace) are
-read, judged (``core.claims.judge``) and written through the ``status`` subresource, a
-merge patch carrying the resourceVersion read (a 409: someone changed the claim
-meanwhile, so it is read and judged again, up to ``REREADS`` times; it never
-overwrites another's write). ``concurrency`` at once; after the first failure no new
+judged (``core.claims.judge``) and written through the ``status`` subresource, a merge
+patch carrying the resourceVersion judged (a 409: someone changed the claim meanwhile,
+so it is read and judged again, up to ``REREADS`` times; it never overwrites another's
+write). A claim the decision found unallocated carries the resourceVersion it was
+found at, and is judged as that and written at once: one request instead of a read and
+a write, the common case of a gang's freshly made claims. Any change since (another
+allocation, a deletion, a claim made again under the name) is a 409, and the claim
+is then read as any other. ``concurrency`` at once; after the first failure no new
 claim is started. The pod each is reserved for is ``Binding.uid``, or the pod as read.
 
 ``release``: undo what ``claim_all`` wrote (``core.claims.plan_release``): each claim
@@ -92,6 +96,11 @@ async def _claim_safely(s: Session, b: Binding, want: ClaimAllocation, pod: Cons
 
 
 async def _claim_one(s: Session, b: Binding, want: ClaimAllocation, pod: Consumer) -> Claimed:
+    if want.resource_version and want.uid:  # as the decision found it: unallocated
+        seen = Held(uid=want.uid, resource_version=want.resource_version)
+        state, write, error = judge(seen, want, pod=pod, node=b.node)
+        if write is not None and await _write_seen(s, b.namespace, want.name, write, seen):
+            return Claimed(binding=b, claim=want, state=state, error=error, pod=pod, uid=want.uid)
     for _ in range(REREADS):
         held = await _read(s, b.namespace, want.name)
         state, write, error = judge(held, want, pod=pod, node=b.node)
@@ -110,6 +119,17 @@ async def _release_one(s: Session, step: Release) -> None:
         if write is None or await _write(s, step.namespace, step.name, write, rv=_rv(held)):
             return
     raise ApiError(409, f"still conflicting after {REREADS} re-reads", reason="Conflict")
+
+
+async def _write_seen(s: Session, namespace: str, name: str, write: Write, seen: Held) -> bool:
+    """``_write`` from what the decision saw; False when that is not what is there now
+    (409: changed; 404: gone), for the caller to read it."""
+    try:
+        return await _write(s, namespace, name, write, rv=seen.resource_version)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
 
 
 def _rv(held: Held | None) -> str:
