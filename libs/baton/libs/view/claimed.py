@@ -12,6 +12,12 @@ DeviceClasses change. Devices of other classes (MIG devices, NICs) count by clas
 (``Devices.class_devices``: a MIG device only while its GPU is not given whole), and a
 GPU partitioned is out of the node's ``nvidia.com/gpu`` (``Devices.gpus_broken``).
 ``Devices.touched`` names the nodes whose counts so changed.
+
+A claim several pods name (``resourceClaimName``: time-slicing one GPU among small
+jobs, as Kubernetes shares a claim) is counted once, on one of them (``charged``):
+the first pod it is reserved for, else the first pod seen naming it. The others ask
+nothing for it; they follow the claim to its node once it is allocated
+(``pinned``), and wait until then (``waits``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from baton.libs.view.devices import Devices
+from baton.proto.dra import ResourceClaim
 from baton.proto.k8s import (
     GPU,
     DeviceClassEvent,
@@ -39,7 +46,8 @@ class Claimed:
 
     devices: Devices = field(default_factory=Devices)
     sent: dict[str, Pod] = field(default_factory=dict)  # pod key -> as sent (pods with claims)
-    users: dict[str, str] = field(default_factory=dict)  # "<ns>/<claim>" -> pod key
+    # "<ns>/<claim>" -> the pods naming it, in the order first seen
+    users: dict[str, dict[str, None]] = field(default_factory=dict)
 
     def node(self, node: Node) -> Node:
         """``node`` with at least as many GPUs allocatable as the GPU driver publishes,
@@ -63,8 +71,8 @@ class Claimed:
         self.sent[pod.key] = pod
         for entry in pod.claims:
             if entry.claim:
-                self.users[f"{pod.namespace}/{entry.claim}"] = pod.key
-        claimed = self.devices.claimed(pod)
+                self.users.setdefault(f"{pod.namespace}/{entry.claim}", {})[pod.key] = None
+        claimed = self.devices.claimed(pod, shared=self._shared(pod))
         if not claimed:
             return pod
         requests = dict(pod.requests)
@@ -77,11 +85,56 @@ class Claimed:
         """Every claim the pod names is made and seen (a pod without claims: True)."""
         return not pod.claims or not isinstance(self.devices.claims_of(pod), str)
 
+    def charged(self, claim: ResourceClaim) -> str:
+        """The pod a claim's devices are counted on ("" when no pod names it): of the
+        pods naming it, the first it is reserved for, else the first seen."""
+        users = self.users.get(claim.key)
+        if not users:
+            return ""
+        first = next(iter(users))
+        if len(users) == 1 or not claim.reserved_for:
+            return first
+        uids = {self.sent[k].uid: k for k in users if k in self.sent}
+        return next((uids[u] for u in claim.reserved_for if u in uids), first)
+
+    def _shared(self, pod: Pod) -> list[str]:
+        """Keys of the pod's claims counted on another pod."""
+        out = []
+        for entry in pod.claims:
+            key = f"{pod.namespace}/{entry.claim}"
+            users = self.users.get(key)
+            if users is not None and len(users) > 1:
+                claim = self.devices.claims.get(key)
+                if claim is not None and self.charged(claim) != pod.key:
+                    out.append(key)
+        return out
+
+    def pinned(self, pod: Pod) -> set[str]:
+        """Nodes the pod's claims are allocated on: where it can run."""
+        found = self.devices.claims_of(pod) if pod.claims else ()
+        return set() if isinstance(found, str) else {c.node for c in found if c.node}
+
+    def waits(self, pod: Pod) -> str:
+        """Why the pod waits for a claim it shares ("" when it does not): the pod the
+        claim is counted on is placed first, and allocates it."""
+        for key in self._shared(pod):
+            claim = self.devices.claims[key]
+            if not claim.allocated:
+                leader = self.charged(claim).partition("/")[2]
+                return (f"shares ResourceClaim {key} with pod {leader}, placed first: it "
+                        "follows the claim to its node once allocated")  # fmt: skip
+        return ""
+
     def forget(self, pod: Pod) -> None:
         self.sent.pop(pod.key, None)
         self.devices.release(pod.key)
         for entry in pod.claims:
-            self.users.pop(f"{pod.namespace}/{entry.claim}", None)
+            key = f"{pod.namespace}/{entry.claim}"
+            users = self.users.get(key)
+            if users is not None:
+                users.pop(pod.key, None)
+                if not users:
+                    del self.users[key]
 
     def apply(self, event: DeviceEvent) -> list[Pod]:
         """A driver's slice, a class or a claim changed: the pods whose count may have
@@ -89,9 +142,8 @@ class Claimed:
         seen = self.devices.kinds_changed
         self.devices.apply(event)
         match event:
-            case ResourceClaimEvent(resource_claim=claim):
-                key = self.users.get(claim.key)
-                keys = [key] if key is not None else []
+            case ResourceClaimEvent(resource_claim=claim):  # every pod sharing it
+                keys = list(self.users.get(claim.key, ()))
             case DeviceClassEvent():
                 keys = list(self.sent)
             case ResourceSliceEvent(resource_slice=piece) if piece.node:

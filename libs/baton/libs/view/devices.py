@@ -337,14 +337,18 @@ class Devices:
         are not all there."""
         return self.claimed(pod).get("gpu", 0)
 
-    def claimed(self, pod: Pod) -> dict[str, int]:
+    def claimed(self, pod: Pod, *, shared: Iterable[str] = ()) -> dict[str, int]:
         """What the pod's claims ask, counted: "gpu" the whole GPUs, and per other
-        DeviceClass its ``DEVICES`` resource; {} while the claims are not all there."""
+        DeviceClass its ``DEVICES`` resource; {} while the claims are not all there.
+        ``shared``: claims (by key) counted on another pod that shares them."""
         found = self.claims_of(pod)
         if isinstance(found, str):
             return {}
         out: dict[str, int] = {}
+        skip = frozenset(shared)
         for claim in _unique(found):
+            if claim.key in skip:
+                continue
             for r in claim.requests:
                 kind = self.kind_of(r.device_class)
                 if not kind:

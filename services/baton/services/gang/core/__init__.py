@@ -351,8 +351,14 @@ def _partitioned(state: State, asked: Ask, held: frozenset[str]) -> Search | Non
 
 def _held(state: State, gang: Gang, reserved: frozenset[str], now: float) -> frozenset[str]:
     """Nodes ``gang`` may not use: the head's reservation, nodes nominated for others,
-    nodes its members' claims could not be allocated on lately."""
+    nodes its members' claims could not be allocated on lately, and, when its members'
+    claims are allocated already (shared with pods placed before), every other node."""
     misfits = state.claims.kept_from(gang.key, now) if state.claims.misfits else frozenset()
+    if state.claims.devices.claims:
+        if gang.pins is None:
+            gang.pins = state.claims.pinned(state.cluster, gang.pending)
+        if gang.pins:
+            misfits = misfits | (state.cluster.nodes.keys() - gang.pins)
     if not state.nominated:
         return reserved | misfits
     others = [nodes for key, (nodes, _) in state.nominated.items() if key != gang.key]

@@ -11,6 +11,12 @@ writes claims first, then binds, all or nothing. A member whose claims cannot be
 allocated on its node undoes the placement; that node is kept from the gang for
 ``verdict_refresh_s`` and the gang is told why.
 
+A member that shares a claim with a pod placed before it (several pods naming one
+ResourceClaim: time-slicing a GPU) asks nothing more for it and goes where the claim
+is allocated: a gang whose members' claims are allocated already uses only those
+nodes (``pinned``); one whose shared claim is not allocated yet waits for the pod it
+is counted on (``libs.view.claimed``).
+
 A gang asking partitions (MIG devices) is tried first on the nodes whose GPUs are
 partitioned already (``partitioned_only``), then anywhere: small jobs fill GPUs that
 are broken up before they break whole ones, and whole nodes stay whole for gangs.
@@ -77,9 +83,19 @@ class Claims:
             found = self.devices.claims_of(pod)
             if isinstance(found, str):
                 return f"{pod.name}: {found}"
-            if why := self.devices.unreadable(pod):
+            if why := self.devices.unreadable(pod) or self.claimed.waits(pod):
                 return f"{pod.name}: {why}"
         return ""
+
+    def pinned(self, cl: Cluster, keys: Iterable[str]) -> frozenset[str]:
+        """Nodes the members' claims are allocated on (a claim shared with a pod placed
+        before): the only nodes the gang can use when there are any."""
+        nodes: set[str] = set()
+        for key in keys:
+            pod = cl.pods.get(key)
+            if pod is not None and pod.claims:
+                nodes |= self.claimed.pinned(pod)
+        return frozenset(nodes)
 
     def allocate(
         self, cl: Cluster, nodes: dict[str, str]

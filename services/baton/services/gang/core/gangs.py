@@ -93,6 +93,7 @@ class Gang(GangView):
     admitted: bool | None = None  # marked admitted (``ordering.is_admitted``)
     asks_gpus: bool | None = None  # a pending member asks for GPUs
     claims_waiting: str | None = None  # why members' ResourceClaims are not ready ("": they are)
+    pins: frozenset[str] | None = None  # nodes its members' claims are allocated on
     ask: Ask | None = None  # what it asks of the cluster (``asks.ask``)
     estimate: float | None = None  # expected run time when this core placed it (None: none)
     ran_gpus: int = -1  # GPUs of its members when this core placed it (-1: not placed)
@@ -102,7 +103,7 @@ class Gang(GangView):
     def changed(self) -> None:
         """One of its pods or its PodGroup changed: what is kept is computed again."""
         self.rank = self.order = self.quorate = self.admitted = self.asks_gpus = None
-        self.ask = self.claims_waiting = None
+        self.ask = self.claims_waiting = self.pins = None
 
     def holds(self, pod: str) -> bool:
         """An assumed member stays accounted on its node until it is bound or forgotten."""
