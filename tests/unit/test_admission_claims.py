@@ -138,3 +138,32 @@ def test_a_member_joining_an_admitted_gang_past_the_cap_pauses_it() -> None:
     assert "holds 0 of its 7 mig.nvidia.com devices for other gangs" in told.reason
     assert "ask 8" in told.reason
     assert state.gangs["ml/evals"].paused
+
+
+def notebook(name: str) -> PodEvent:
+    """A lone pod naming the shared claim ``single-gpu`` (time-slicing one GPU)."""
+    pod = Pod(namespace="ml", name=name, uid=f"uid-{name}", scheduler_name="baton",
+              claims=(PodClaim(name="gpu", claim="single-gpu"),))  # fmt: skip
+    return PodEvent(op="upsert", at=1.0, pod=pod)
+
+
+def test_pods_sharing_one_claim_take_its_gpu_of_the_quota_once() -> None:
+    """Team a's quota is 8 and a gang holds 7 of it: four pods time-slicing one GPU
+    through one claim are all admitted, for 1 GPU in all; a second 1-GPU claim waits."""
+    state = start(QUOTA_8, {"n1": "pa", "n2": "pa"})
+    shared = msgspec.structs.replace(claim_of("single-gpu", request("gpu")), namespace="ml")
+    seven = msgspec.structs.replace(claim_of("seven", request("gpu", count=7)), namespace="ml")
+    big = msgspec.structs.replace(member("big", "big-0", 0).pod,
+                                  claims=(PodClaim(name="gpus", claim="seven"),))  # fmt: skip
+    out = feed(state, *classes(), ResourceClaimEvent(op="upsert", at=1.0, resource_claim=seven),
+               group("big", 1), PodEvent(op="upsert", at=1.0, pod=big),
+               ResourceClaimEvent(op="upsert", at=1.0, resource_claim=shared),
+               *(notebook(f"nb-{i}") for i in range(4)))  # fmt: skip
+    admitted = {a.gang: a.gpus for a in of(out, GangAdmitted)}
+    assert admitted == {"ml/big": 7, "ml/nb-0": 1, "ml/nb-1": 0, "ml/nb-2": 0, "ml/nb-3": 0}
+    other = msgspec.structs.replace(claim_of("other-gpu", request("gpu")), namespace="ml")
+    lone = Pod(namespace="ml", name="solo", uid="uid-solo", scheduler_name="baton",
+               claims=(PodClaim(name="gpu", claim="other-gpu"),))  # fmt: skip
+    out = feed(state, ResourceClaimEvent(op="upsert", at=1.0, resource_claim=other),
+               PodEvent(op="upsert", at=1.0, pod=lone))  # fmt: skip
+    assert not of(out, GangAdmitted)  # 8 of 8 used: 7 + the shared 1
