@@ -79,6 +79,17 @@ def test_xid_79_on_an_idle_node_goes_straight_to_remediation() -> None:
     assert not of(out, SetTaint)
 
 
+def test_an_xid_on_a_mig_instance_quarantines_its_node_as_its_gpus_would() -> None:
+    state = make(rack(2))
+    event = msgspec.structs.replace(xid("n0", 48, at=10.0, gpu=3), gpu_instance=9)
+    out = feed(state, [event])
+    assert moves(out)[0] == ("n0", "quarantined")
+    (signal,) = state.nodes["n0"].signals.values()
+    assert signal.detail == "GPU 3 (0000:3b:00), MIG instance 9: Xid 48"
+    again = msgspec.structs.replace(event, gpu_instance=10, at=11.0)  # another part, same GPU
+    assert feed(state, [again]) == [] and len(state.nodes["n0"].signals) == 1
+
+
 def test_an_application_xid_moves_nothing() -> None:
     state = make(rack(2))
     assert feed(state, [xid("n0", 13, at=1.0), xid("n0", 43, at=2.0)]) == []

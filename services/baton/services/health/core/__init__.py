@@ -205,6 +205,8 @@ def on_xid(s: State, event: XidEvent, now: float) -> list[Output]:
     if not rule.acts or key in rec.signals:
         return []
     where = f"GPU {event.gpu}" + (f" ({event.bus_id})" if event.bus_id else "")
+    if event.gpu_instance >= 0:  # a MIG instance's fault is its GPU's: keyed by the GPU
+        where += f", MIG instance {event.gpu_instance}"
     detail = f"{where}: Xid {event.xid}" + (f", {event.text}" if event.text else "")
     rec.start(key, rule, detail, now=now, source="telemetry.xid", policy=s.policy)
     return decide(s, rec, now)
