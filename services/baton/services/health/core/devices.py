@@ -20,6 +20,7 @@ agent's first report.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from baton.proto.dra import ResourceSlice
@@ -56,10 +57,11 @@ def published(piece: ResourceSlice) -> tuple[Published, ...]:
         root = attrs.get(PCIE_ROOT)
         root = root if isinstance(root, str) else ""
         uuid, interface = attrs.get(f"{driver}/uuid"), attrs.get(f"{driver}/ifName")
+        where, name = sys.intern(root), sys.intern(device.name)  # alike on every node
         if isinstance(uuid, str) and uuid:
-            found.append(Published("GPU", uuid, root, device.name, driver))
+            found.append(Published("GPU", uuid, where, name, sys.intern(driver)))
         elif isinstance(interface, str) and interface:
-            found.append(Published("NIC", interface, root, device.name, driver))
+            found.append(Published("NIC", sys.intern(interface), where, name, sys.intern(driver)))
     return tuple(found)
 
 
@@ -72,12 +74,13 @@ def on_slice(devices: Devices, piece: ResourceSlice, *, deleted: bool) -> None:
 
 
 def on_gpus(devices: Devices, report: GpuReport) -> None:
-    devices.gpus = {g.uuid: g.pcie_root for g in report.gpus if g.uuid}
+    devices.gpus = {g.uuid: sys.intern(g.pcie_root) for g in report.gpus if g.uuid}
 
 
 def on_node(devices: Devices, report: NodeReport) -> None:
     watched = any(n.rdma for n in report.nics)
-    devices.nics = {n.name: n.pcie_root for n in report.nics} if watched else None
+    nics = {sys.intern(n.name): sys.intern(n.pcie_root) for n in report.nics}
+    devices.nics = nics if watched else None
 
 
 def signals(devices: Devices) -> Found:
