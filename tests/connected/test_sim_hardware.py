@@ -34,6 +34,13 @@ class Process(msgspec.Struct, forbid_unknown_fields=True):
     pod: str
 
 
+class Mig(msgspec.Struct, forbid_unknown_fields=True):
+    uuid: str
+    profile: str
+    gpu_instance: int
+    pod: str
+
+
 class Gpu(msgspec.Struct, forbid_unknown_fields=True):
     index: int
     uuid: str
@@ -51,6 +58,10 @@ class Gpu(msgspec.Struct, forbid_unknown_fields=True):
     nvlink_errors: int
     recovery_action: str
     processes: list[Process]
+    pcie_root: str
+    numa_node: int | None
+    mig_enabled: bool | None
+    mig: list[Mig]
 
 
 class Disk(msgspec.Struct, forbid_unknown_fields=True):
@@ -62,6 +73,8 @@ class Disk(msgspec.Struct, forbid_unknown_fields=True):
 class Nic(msgspec.Struct, forbid_unknown_fields=True):
     name: str
     up: bool
+    rdma: bool
+    pcie_root: str
 
 
 class Line(msgspec.Struct, forbid_unknown_fields=True):

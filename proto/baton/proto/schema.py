@@ -11,6 +11,7 @@ and check them (CI, and a unit test) with ``python -m baton.proto.schema --check
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import pkgutil
 import re
@@ -58,7 +59,18 @@ def _tag_of(obj: Any) -> str | None:
 
 def render(type_: type[msgspec.Struct], tag: str) -> str:
     schema = {"$schema": _DRAFT, "title": tag, **msgspec.json.schema(type_)}
-    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+    return json.dumps(_cleaned(schema), indent=2, sort_keys=True) + "\n"
+
+
+def _cleaned(node: Any) -> Any:
+    """Every ``description`` as ``inspect.cleandoc`` gives it: msgspec 0.23 dedents
+    docstrings and 0.22 did not, and the files must not depend on which is installed."""
+    if isinstance(node, dict):
+        return {k: inspect.cleandoc(v) if k == "description" and isinstance(v, str)
+                else _cleaned(v) for k, v in node.items()}  # fmt: skip
+    if isinstance(node, list):
+        return [_cleaned(v) for v in node]
+    return node
 
 
 def generate() -> dict[str, str]:
