@@ -13,7 +13,7 @@ import pytest
 from baton.proto.dra import ResourceSlice
 from baton.proto.health import StateChanged
 from baton.proto.k8s import ResourceSliceEvent
-from baton.proto.telemetry import GpuReport, NodeReport
+from baton.proto.telemetry import GpuReport, GpuStatus, NodeReport
 from baton.services.agent import simulated
 from baton.services.simcluster.world import hardware
 from tests.support.dra import published_slices
@@ -116,3 +116,16 @@ def test_a_slice_deleted_after_its_node_leaves_no_record() -> None:
     piece: ResourceSlice = msgspec.structs.replace(published_slices("gone")[0], node="gone")
     feed(state, [ResourceSliceEvent(op="delete", at=1.0, resource_slice=piece)])
     assert "gone" not in state.nodes
+
+
+def test_a_gpu_nvml_lost_without_its_uuid_is_gpu_losts_not_unseen() -> None:
+    """NVML names a GPU that fell off the bus by index only: the report has it lost,
+    with no UUID, and that is gpu-lost's evidence, not a device the driver made up."""
+    state = make(rack(1, prefix="gpu-0000"))
+    gpu_report, node_report = reports("gpu-00000", 2.0)
+    lost = GpuStatus(index=5, present=False)  # what nvml.read_gpu gives a lost GPU
+    gpus = tuple(lost if g.index == 5 else g for g in gpu_report.gpus)
+    feed(state, [*slices("gpu-00000", 1.0), msgspec.structs.replace(gpu_report, gpus=gpus),
+                 node_report])  # fmt: skip
+    signals = state.nodes["gpu-00000"].signals
+    assert evidence(state, "gpu-00000") == {} and "gpu-lost:5" in signals

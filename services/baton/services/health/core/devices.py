@@ -14,7 +14,8 @@ not share. Compared per device:
 
 MIG devices (``parentUUID``) are partitions a driver may create when it prepares a
 claim, not instances that exist: their GPU is what is compared. A GPU the agent
-reports as lost is ``gpu-lost``'s, not this rule's. Nothing is compared before the
+reports as lost is ``gpu-lost``'s, not this rule's (NVML gives a GPU it lost no UUID,
+so while one is lost no GPU is called unseen). Nothing is compared before the
 agent's first report.
 """
 
@@ -45,6 +46,7 @@ class Devices:
 
     published: dict[str, tuple[Published, ...]] = field(default_factory=dict)
     gpus: dict[str, str] | None = None  # UUID -> PCIe root; None before a report
+    lost: int = 0  # GPUs reported lost with no UUID (NVML gave no handle): gpu-lost's
     nics: dict[str, str] | None = None  # name -> PCIe root; None: no RDMA NIC reported
 
 
@@ -75,6 +77,7 @@ def on_slice(devices: Devices, piece: ResourceSlice, *, deleted: bool) -> None:
 
 def on_gpus(devices: Devices, report: GpuReport) -> None:
     devices.gpus = {g.uuid: sys.intern(g.pcie_root) for g in report.gpus if g.uuid}
+    devices.lost = sum(1 for g in report.gpus if not g.present and not g.uuid)
 
 
 def on_node(devices: Devices, report: NodeReport) -> None:
@@ -92,6 +95,8 @@ def signals(devices: Devices) -> Found:
             if seen is None:
                 continue
             where = seen.get(p.ident)
+            if where is None and p.kind == "GPU" and devices.lost:
+                continue  # a GPU NVML lost has no UUID to name: gpu-lost says it
             said = f"{p.driver} publishes {p.kind} {p.name} ({p.ident})"
             if where is None:
                 detail = f"{said}; the agent does not see it"
