@@ -13,9 +13,11 @@ import os
 import re
 from typing import Final
 
+from baton.services.agent.core.kmsg import bus_id
+
 SYS_PCI: Final = "/sys/bus/pci/devices"
 _ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
-_NVML_BUS = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+_FUNCTION = re.compile(r"\.([0-7])$")
 
 
 def root_of(path: str) -> str:
@@ -24,13 +26,12 @@ def root_of(path: str) -> str:
     return next((part for part in path.split("/") if _ROOT.match(part)), "")
 
 
-def sysfs_address(bus_id: str) -> str:
-    """NVML's ``00000000:3B:00.0`` as sysfs names it, ``0000:3b:00.0``; '' if malformed."""
-    m = _NVML_BUS.match(bus_id.strip())
-    if m is None:
-        return ""
-    domain, bus, device, function = m.groups()
-    return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}.{function}"
+def sysfs_address(bus: str) -> str:
+    """NVML's ``00000000:3B:00.0`` as sysfs names it, ``0000:3b:00.0``; '' if malformed:
+    the address as Xid lines write it (``kmsg.bus_id``) and the PCI function."""
+    short = bus_id(bus)
+    function = _FUNCTION.search(bus.strip())
+    return f"{short}.{function.group(1) if function else '0'}" if short else ""
 
 
 def locate(device_dir: str) -> tuple[str, int | None]:
