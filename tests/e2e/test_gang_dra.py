@@ -47,9 +47,13 @@ def paired_template(name: str, pairs: int) -> dict[str, Any]:
     }
 
 
-def claiming(name: str, *, template: str, group: str = "", node: str = "") -> dict[str, Any]:
-    """A pod that asks for its devices only through a claim (no ``nvidia.com/gpu``): a
+def claiming(
+    name: str, *, template: str = "", claim: str = "", group: str = "", node: str = ""
+) -> dict[str, Any]:
+    """A pod that asks for its devices only through a claim (no ``nvidia.com/gpu``): one
+    made from ``template``, or the ResourceClaim ``claim`` other pods may name too; a
     member of PodGroup ``group``, or alone; pinned to ``node`` if given."""
+    source = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": template}
     return {
         "metadata": {"name": name, "labels": {keys.POD_GROUP: group} if group else {}},
         "spec": {
@@ -57,7 +61,7 @@ def claiming(name: str, *, template: str, group: str = "", node: str = "") -> di
             **({"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}),
             "containers": [{"name": "train", "image": "ghcr.io/acme/train:1",
                             "resources": {"claims": [{"name": "devices"}]}}],
-            "resourceClaims": [{"name": "devices", "resourceClaimTemplateName": template}],
+            "resourceClaims": [{"name": "devices", **source}],
         },
     }  # fmt: skip
 

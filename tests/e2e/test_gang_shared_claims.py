@@ -42,18 +42,6 @@ def shared_claim() -> dict[str, Any]:
             "spec": {"devices": {"requests": [request], "config": [config]}}}  # fmt: skip
 
 
-def naming(name: str, claim: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "schedulerName": "baton",
-            "containers": [{"name": "nb", "image": "jupyter/base:1",
-                            "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-        },
-    }  # fmt: skip
-
-
 async def make_template(s: Any, name: str, gpus: int) -> None:
     body = template(name, dra.GPU_DRIVER, gpus)
     await s.custom.create_namespaced_custom_object(*DRA_API, "ml", "resourceclaimtemplates", body)
@@ -72,7 +60,7 @@ async def test_pods_sharing_a_claim_share_its_gpu_and_the_node_keeps_its_other_s
         await custom.create_namespaced_custom_object(*DRA_API, "ml", "resourceclaims",
                                                      shared_claim())  # fmt: skip
         for name in NOTEBOOKS:
-            await s.api.create_namespaced_pod("ml", naming(name, "single-gpu"))
+            await s.api.create_namespaced_pod("ml", claiming(name, claim="single-gpu"))
         await until(lambda: running(s, "ml", NOTEBOOKS), within=90,
                     what="the 4 pods sharing single-gpu Running")  # fmt: skip
         nodes = {pod(s, "ml", n)["spec"]["nodeName"] for n in NOTEBOOKS}
@@ -120,7 +108,7 @@ async def test_a_pod_sharing_a_claim_waits_for_the_first_and_says_so() -> None:
         await custom.create_namespaced_custom_object(*DRA_API, "ml", "resourceclaims",
                                                      shared_claim())  # fmt: skip
         for name in NOTEBOOKS[:2]:
-            await s.api.create_namespaced_pod("ml", naming(name, "single-gpu"))
+            await s.api.create_namespaced_pod("ml", claiming(name, claim="single-gpu"))
 
         def told(name: str) -> str:
             for c in pod(s, "ml", name).get("status", {}).get("conditions") or ():
