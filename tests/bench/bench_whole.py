@@ -31,9 +31,12 @@ fill the cluster). With
 ``BATON_WHOLE_RECORD=1`` the bench also reads the API every sample for gangs partly bound
 (some members bound, fewer than all, none ended) in two samples running - the e2e LLM
 test's rule - and before stopping records the bus (``baton replay --record``) and replays
-it (``baton replay --compare``), printing the verdict. It prints GPUs allocated and gangs
-waiting at every sample. ``BATON_WHOLE_KEEP=DIR`` keeps ``baton up``'s store there (its
-``logs/`` show what each service did), and the recording as ``DIR/run.jsonl``.
+it (``baton replay --compare``), printing the verdict and the GPUs allocated over the
+whole run, every change counted for as long as it held (``tests/bench/allocation.py``:
+the 10 s samples of a share that swings by a thousand GPUs in a second vary by a point or
+more from run to run). It prints GPUs allocated and gangs waiting at every sample.
+``BATON_WHOLE_KEEP=DIR`` keeps ``baton up``'s store there (its ``logs/`` show what each
+service did), and the recording as ``DIR/run.jsonl``.
 
 Never part of the suite (timing belongs here); ``tests/e2e`` holds the functional
 1,000-node check.
@@ -59,6 +62,7 @@ from pathlib import Path
 import nats
 
 from baton.libs.bus.connection import auth_options
+from tests.bench import allocation
 from tests.e2e.test_up_mix import partial, read
 from tests.e2e.upping import endpoints_of
 
@@ -113,6 +117,7 @@ class Progress:
     ninety_at: float = 0.0
     logs: str = ""
     replay: str = ""  # RECORD: the verdict of baton replay --compare
+    allocation: str = ""  # RECORD: the share allocated over time, from the recording
     lines: list[str] = field(default_factory=list)
 
     def read(self, line: str, at: float) -> None:
@@ -298,6 +303,9 @@ def run() -> tuple[Progress, list[Sample]]:
                     if RECORD and at >= SECONDS:
                         into = Path(KEEP or tmp) / "run.jsonl"  # kept with the store
                         progress.replay = _record(endpoints_of(endpoints), into)
+                        with contextlib.suppress(Exception):  # the verdict says what failed
+                            found = allocation.from_recording(str(into), progress.gpus)
+                            progress.allocation = allocation.describe(found)
                     if at >= SECONDS:
                         break
         finally:
@@ -346,6 +354,7 @@ def report(progress: Progress, samples: list[Sample]) -> None:
         print(f"| gangs partly bound in two samples running | {len(broken)} "
               f"{sorted(broken)[:5] if broken else ''} |")  # fmt: skip
         print(f"| baton replay --compare | {progress.replay or 'not run'} |")
+        print(f"| GPUs allocated over time (the recording) | {progress.allocation or '-'} |")
     print()
     _timeline(progress, samples)
     if len(samples) < 2:
