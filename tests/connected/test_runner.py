@@ -234,6 +234,31 @@ async def test_the_core_sees_history_order_across_inputs_and_ticks(bus: Bus) -> 
     assert seen == expected[: len(seen)]
 
 
+async def test_a_core_that_says_work_waits_gets_a_tick_before_the_interval(bus: Bus) -> None:
+    """``Timer.soon``: the interval is a minute, yet the tick the core asks for comes
+    within seconds; without ``soon`` none would come before the minute is out."""
+
+    def ticks(state: Toy) -> list[str]:
+        return [s for s in state.seen if s.startswith("tick@")]
+
+    def soon(state: Toy) -> bool:
+        return "w-soon" in state.nodes and len(ticks(state)) < 2
+
+    spec = Spec(
+        name="ticker", settings=Base, initial=lambda policy: Toy(wants_ticks=True), step=step,
+        inputs=SPEC.inputs, routes=SPEC.routes,
+        timer=Timer(every=lambda s: 60.0, wants=lambda state, now: state.wants_ticks, soon=soon),
+    )  # fmt: skip
+    async with running(bus, spec) as runner:
+        await until(lambda: len(ticks(runner.state)) == 1, what="the first tick, at start")
+        await asyncio.sleep(0.3)  # a poll or more of the timer's: soon() says no
+        assert len(ticks(runner.state)) == 1
+        await bus.publish(*pod_event("w-soon"))
+        await until(lambda: len(ticks(runner.state)) == 2, what="a tick soon after w-soon",
+                    within=20)  # fmt: skip
+        assert [seen.split("@")[0] for seen in runner.state.seen] == ["tick", "w-soon", "tick"]
+
+
 async def _history(bus: Bus) -> list[Any]:
     spec = Spec(name="ticker", settings=Base, initial=lambda p: None, step=step,
                 inputs=SPEC.inputs, timer=Timer(every=lambda s: 1.0))  # fmt: skip

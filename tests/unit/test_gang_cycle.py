@@ -330,6 +330,21 @@ def test_a_pod_group_admitted_after_it_waited_is_placed_at_the_next_cycle() -> N
     assert gangs_bound(tick(state, 2.0)) == ["default/job"]
 
 
+def test_new_work_asks_for_a_cycle_now_and_a_gang_already_judged_does_not() -> None:
+    """``fresh_work`` (the runner's ``Timer.soon``): a gang that becomes ready, here by its
+    admission, asks for a cycle before the interval; members of it, a gang still gated and
+    a gang already judged unschedulable do not, and a cycle answers the request."""
+    group, members = gang("job", 2)
+    state = make(flat(1, gpus=4), group, members, policy=core.Policy(require_admission=True))
+    assert not core.fresh_work(state)  # not admitted: no cycle would place it
+    notes = {**group.annotations, "baton.io/admitted": "true"}
+    feed(state, [msgspec.structs.replace(group, annotations=notes)], at=2.0)
+    assert core.fresh_work(state)
+    assert verdicts(tick(state, 2.0)) and not core.fresh_work(state)  # judged: 4 GPUs only
+    feed(state, members, at=3.0)  # a change to a judged gang: the interval's next cycle
+    assert not core.fresh_work(state)
+
+
 def test_a_pod_group_whose_creation_time_changes_takes_its_new_place_in_the_queue() -> None:
     blocker = pod("blocker", gpus=8, node_name="n000", scheduler="other")
     ga, ma = gang("a", 1, created_at=5)

@@ -22,6 +22,7 @@ what was stuck; a cancel is never swallowed (``libs.runtime.stopping``).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -36,7 +37,7 @@ from baton.libs.bus.deadletter import publish_dead_letter
 from baton.libs.runner import metrics
 from baton.libs.runner.feeding import BusFeed, Cut, Feed, Item
 from baton.libs.runner.leasing import Lease
-from baton.libs.runner.spec import Spec
+from baton.libs.runner.spec import SOON_S, Spec
 from baton.libs.runtime.process import instance
 from baton.libs.runtime.stopping import checkpoint, finish_within, retry
 from baton.proto import subjects
@@ -300,20 +301,26 @@ class Runner(Generic[S]):
         )
 
     async def _tick(self) -> None:
-        """Publish a tick every interval while the core wants one and none is in flight."""
+        """Publish a tick every interval while the core wants one and none is in flight;
+        within ``SOON_S`` when the core says new work waits (``Timer.soon``)."""
         assert self.spec.timer is not None
-        interval = float(self.spec.timer.every(self.settings))
+        timer = self.spec.timer
+        interval = float(timer.every(self.settings))
+        poll = min(interval, SOON_S) if timer.soon is not None else interval
         subject = subjects.runner(self.bus.cluster, "tick", self.spec.name)
+        last = -math.inf
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(poll)
             checkpoint()
             now = self.clock()
+            soon = timer.soon is not None and timer.soon(self.state)
+            due = soon or now - last >= interval - poll / 2
             in_flight = self._tick_sent is not None and now - self._tick_sent < 10 * interval
-            if in_flight or not self.leader or not self.feed.caught_up:
+            if not due or in_flight or not self.leader or not self.feed.caught_up:
                 continue
-            if not self.spec.timer.wants(self.state, now):
+            if not timer.wants(self.state, now):
                 continue
-            self._tick_sent = now
+            self._tick_sent = last = now
             await self._publish_tick(subject, Tick(service=self.spec.name, at=now))
 
     async def _publish_tick(self, subject: str, tick: Tick) -> None:

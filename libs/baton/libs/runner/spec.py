@@ -86,12 +86,19 @@ def action_route(cluster: str, action: Any) -> tuple[str, str]:
     return action_subject(cluster, action), f"{action.id}:{action.epoch}"
 
 
+SOON_S = 0.05  # how often a runner asks its core's ``Timer.soon``
+
+
 @dataclass(frozen=True, slots=True)
 class Timer:
-    """Ticks every ``every(settings)`` seconds while ``wants(state, now)`` holds."""
+    """Ticks every ``every(settings)`` seconds while ``wants(state, now)`` holds, and
+    sooner (within ``SOON_S``) once ``soon(state)`` says new work waits for a tick: a
+    gang admitted a moment ago need not wait out the interval. ``soon`` is asked every
+    ``SOON_S``, so it must be a flag the core keeps, not a walk over its state."""
 
     every: Callable[[Any], float]
     wants: Callable[[Any, float], bool] = lambda state, now: True
+    soon: Callable[[Any], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,7 +100,9 @@ SPEC = Spec(
     ),
     routes=shell.ROUTES,
     publishes=("placement.>",),
-    timer=Timer(every=lambda settings: settings.cycle_interval, wants=core.wants_tick),
+    timer=Timer(
+        every=lambda settings: settings.cycle_interval, wants=core.wants_tick, soon=core.fresh_work
+    ),
     observe=shell.observe,
     gauges=shell.gauges,
 )

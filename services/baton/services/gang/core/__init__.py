@@ -76,6 +76,7 @@ class State:
     runs: estimates.Runs = field(default_factory=estimates.Runs)  # learned run times
     kinds: dict[Kind, Kind] = field(default_factory=dict)  # one object per kind (``asks.ask``)
     claims: Claims = field(default_factory=Claims)  # DRA: devices, claims, what they add
+    fresh: bool = False  # a gang no cycle has judged became ready since the last cycle
 
 
 def initial(policy: Policy | None = None) -> State:
@@ -91,6 +92,12 @@ def wants_tick(state: State, now: float) -> bool:
         (g.pending and not g.restarting) or ordering.short(state.cluster, g)
         for g in state.cluster.gangs.values()
     )
+
+
+def fresh_work(state: State) -> bool:
+    """The runner's ``Timer.soon``: tick now, not at the next interval (a gang admitted
+    a moment ago is placed within ~0.05 s, not ~0.25 s later on average)."""
+    return state.fresh
 
 
 def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, ...]]:
@@ -118,6 +125,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             cl.upsert_pod(pod)
             _changed(cl, pod)
             _ended(state, ending, now)
+            _judge_soon(state, cl.gangs.get(gang_key(pod)), now)
             if pod.node_name and pod.node_name in cl.nodes:
                 outputs += restarting.check_node(cl, pod.node_name, recreate=recreate, now=now)
         case PodGroupEvent(op="delete", pod_group=group):
@@ -127,6 +135,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
         case PodGroupEvent(pod_group=group):
             cl.upsert_group(group)
             cl.gangs[group.key].changed()
+            _judge_soon(state, cl.gangs[group.key], now)
         case ActionResult():
             on_result(state, event, now)
         case ResourceSliceEvent() | DeviceClassEvent() | ResourceClaimEvent():
@@ -159,9 +168,19 @@ def _changed(cl: Cluster, pod: Pod) -> None:
         gang.changed()
 
 
+def _judge_soon(state: State, gang: Gang | None, now: float) -> None:
+    """A gang no cycle has judged yet (no verdict) that the event left ready: new work."""
+    if gang is None or state.fresh or gang.verdict is not None or gang.bound:
+        return
+    policy = state.policy
+    state.fresh = ordering.is_ready(state.cluster, gang, now=now,
+                                    require_admission=policy.require_admission)  # fmt: skip
+
+
 def cycle(state: State, now: float) -> list[Output]:
     """One placement cycle; step 5 (forget) runs when a failed result arrives."""
     cl, policy = state.cluster, state.policy
+    state.fresh = False
     expire(state, now)
     # 1. snapshot: the gangs ready to place, highest priority then oldest first
     # (one-pod gangs shortest expected work first with ``shortest_first_s``: ``ordering.key``).
