@@ -8,6 +8,12 @@ over time instead: a pod's GPUs count from the event that first shows it bound a
 until the event that shows it ended, terminating or gone, the rule of ``baton up``'s
 status line (``cli.view.gpu_usage``); each level counts for as long as it held.
 
+``idle`` says where the rest went, over the same span: for each gang admission counts,
+the GPUs it holds in admission's count and has not allocated, by where the gang is
+(waiting for its placement, placed with members not all bound, a member ended and
+admission has not released it yet), and the GPUs free that no admitted gang holds
+(every gang waiting is larger than what is free, or nothing waits).
+
     python -m tests.bench.allocation run.jsonl 8192    # a kept recording, 8,192 GPUs
 """
 
@@ -17,7 +23,9 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from baton.proto.admission import GangAdmitted, GangReleased
 from baton.proto.k8s import GPU, PodEvent
+from baton.proto.placement import GangPlaced
 from baton.services.cli.recording import read
 from baton.services.cli.view import live
 
@@ -35,9 +43,7 @@ def steps(events: Iterable[PodEvent]) -> list[tuple[float, int]]:
     held: dict[str, int] = {}
     total, out = 0, []
     for event in events:
-        pod = event.pod
-        gpus = pod.requests.get(GPU, 0)
-        now = gpus if event.op != "delete" and pod.node_name and live(pod) else 0
+        pod, now = event.pod, _holds(event)
         before = held.pop(pod.key, 0)
         if now:
             held[pod.key] = now
@@ -45,6 +51,12 @@ def steps(events: Iterable[PodEvent]) -> list[tuple[float, int]]:
             total += now - before
             out.append((event.at, total))
     return out
+
+
+def _holds(event: PodEvent) -> int:
+    """GPUs the pod has allocated after the event: bound and live, as ``baton up`` counts."""
+    pod = event.pod
+    return pod.requests.get(GPU, 0) if event.op != "delete" and pod.node_name and live(pod) else 0
 
 
 def share(levels: list[tuple[float, int]], gpus: int, *, first: float = 0.9) -> Share | None:
@@ -63,9 +75,89 @@ def share(levels: list[tuple[float, int]], gpus: int, *, first: float = 0.9) -> 
     return Share(levels[start][0] - levels[0][0], mean, lowest / gpus, span)
 
 
+WAITING, BINDING, ENDING, UNHELD = (
+    "an admitted gang waits for its placement",
+    "a placed gang's members are not all bound yet",
+    "a gang's member ended, admission has not released it yet",
+    "free, and no admitted gang holds them",
+)
+Event = PodEvent | GangAdmitted | GangPlaced | GangReleased
+TAGS = frozenset({"k8s.pod.v1", "admission.admitted.v1", "placement.placed.v1",
+                  "admission.released.v1"})  # fmt: skip
+
+
+@dataclass(slots=True)
+class _Gang:
+    gpus: int  # what admission counts for it
+    placed: bool = False
+    ended: bool = False  # one of its bound members ended or went
+    allocated: int = 0
+
+    @property
+    def phase(self) -> str:
+        return ENDING if self.ended else BINDING if self.placed else WAITING
+
+
+def idle(events: Iterable[Event], gpus: int, *, first: float = 0.9) -> dict[str, float] | None:
+    """Shares of ``gpus`` not allocated, by why (the module doc), time-weighted from the
+    first moment ``first`` of them were allocated; None when that never happens."""
+    gangs: dict[str, _Gang] = {}
+    member: dict[str, str] = {}  # pod key -> its gang's key, from the placements
+    held: dict[str, int] = {}  # pod key -> GPUs it has allocated now
+    gaps = dict.fromkeys((WAITING, BINDING, ENDING), 0)  # admitted GPUs not allocated
+    area = dict.fromkeys((WAITING, BINDING, ENDING, UNHELD), 0.0)
+    allocated, start, last = 0, None, 0.0
+
+    def account(gang: _Gang | None, sign: int) -> None:
+        if gang is not None:
+            gaps[gang.phase] += sign * max(gang.gpus - gang.allocated, 0)
+
+    for event in events:
+        if start is not None:
+            dt = event.at - last
+            for phase, gap in gaps.items():
+                area[phase] += gap * dt
+            area[UNHELD] += max(gpus - allocated - sum(gaps.values()), 0) * dt
+        last = event.at
+        match event:
+            case GangAdmitted(gang=key, gpus=count):
+                account(gangs.get(key), -1)
+                gangs[key] = _Gang(count)
+                account(gangs[key], +1)
+            case GangReleased(gang=key):
+                account(gangs.pop(key, None), -1)
+            case GangPlaced(gang=key, bindings=bindings):
+                member.update({f"{b.namespace}/{b.pod}": key for b in bindings})
+                if (gang := gangs.get(key)) is not None:
+                    account(gang, -1)
+                    gang.placed = True
+                    account(gang, +1)
+            case PodEvent(pod=pod):
+                now = _holds(event)
+                before = held.pop(pod.key, 0)
+                if now:
+                    held[pod.key] = now
+                allocated += now - before
+                gang = gangs.get(member.get(pod.key, ""))
+                account(gang, -1)
+                if gang is not None:
+                    gang.allocated += now - before
+                    gang.ended = gang.ended or (before > 0 and not now)
+                account(gang, +1)
+        if start is None and allocated >= first * gpus:
+            start = event.at
+    span = last - start if start is not None else 0.0
+    return {why: total / span / gpus for why, total in area.items()} if span > 0 else None
+
+
+def _events(path: str, types: object, tags: frozenset[str]) -> list[object]:
+    records = read(path, types=types, tags=tags)
+    return [r.event for r in sorted(records, key=lambda r: r.position)]
+
+
 def from_recording(path: str, gpus: int) -> Share | None:
-    records = read(path, types=PodEvent, tags=frozenset({"k8s.pod.v1"}))
-    return share(steps(r.event for r in sorted(records, key=lambda r: r.position)), gpus)
+    pods = _events(path, PodEvent, frozenset({"k8s.pod.v1"}))
+    return share(steps(pods), gpus)  # type: ignore[arg-type]
 
 
 def describe(found: Share | None) -> str:
@@ -75,11 +167,18 @@ def describe(found: Share | None) -> str:
             f"time-weighted mean {found.mean:.1%}, lowest {found.lowest:.1%}")  # fmt: skip
 
 
+def summary(path: str, gpus: int) -> str:
+    """The share over time, then where the rest went: one line each."""
+    shares = idle(_events(path, Event, TAGS), gpus)  # type: ignore[arg-type]
+    parts = [f"idle: {why}: {part:.2%}" for why, part in (shares or {}).items()]
+    return "\n".join([describe(from_recording(path, gpus)), *parts])
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or not argv[1].isdigit():
         print("usage: python -m tests.bench.allocation RECORDING.jsonl GPUS", file=sys.stderr)
         return 2
-    print(describe(from_recording(argv[0], int(argv[1]))))
+    print(summary(argv[0], int(argv[1])))
     return 0
 
 

@@ -31,8 +31,9 @@ fill the cluster). With
 ``BATON_WHOLE_RECORD=1`` the bench also reads the API every sample for gangs partly bound
 (some members bound, fewer than all, none ended) in two samples running - the e2e LLM
 test's rule - and before stopping records the bus (``baton replay --record``) and replays
-it (``baton replay --compare``), printing the verdict and the GPUs allocated over the
-whole run, every change counted for as long as it held (``tests/bench/allocation.py``:
+it (``baton replay --compare``), printing the verdict, the GPUs allocated over the
+whole run (every change counted for as long as it held) and where the rest went
+(``tests/bench/allocation.py``:
 the 10 s samples of a share that swings by a thousand GPUs in a second vary by a point or
 more from run to run). It prints GPUs allocated and gangs waiting at every sample.
 ``BATON_WHOLE_KEEP=DIR`` keeps ``baton up``'s store there (its ``logs/`` show what each
@@ -304,8 +305,8 @@ def run() -> tuple[Progress, list[Sample]]:
                         into = Path(KEEP or tmp) / "run.jsonl"  # kept with the store
                         progress.replay = _record(endpoints_of(endpoints), into)
                         with contextlib.suppress(Exception):  # the verdict says what failed
-                            found = allocation.from_recording(str(into), progress.gpus)
-                            progress.allocation = allocation.describe(found)
+                            said = allocation.summary(str(into), progress.gpus)
+                            progress.allocation = said.replace("\n", "; ")
                     if at >= SECONDS:
                         break
         finally:
