@@ -119,6 +119,10 @@ async def test_the_lag_behind_the_bus_is_measured_once_caught_up(bus: Bus) -> No
     def lag() -> float | None:
         return REGISTRY.get_sample_value("baton_runner_lag_seconds", {"service": "lagging"})
 
+    def batches(le: str = "+Inf") -> float | None:
+        labels = {"service": "lagging", "le": le}
+        return REGISTRY.get_sample_value("baton_runner_batch_lag_seconds_bucket", labels)
+
     spec = dataclasses.replace(SPEC, name="lagging")
     started = time.monotonic()
     async with running(bus, spec) as runner:
@@ -128,6 +132,8 @@ async def test_the_lag_behind_the_bus_is_measured_once_caught_up(bus: Bus) -> No
         await until(lambda: lag() is not None, what="a lag measured")
     measured = lag()
     assert measured is not None and 0.0 <= measured <= time.monotonic() - started
+    # every batch's lag is kept in the histogram too: this one, within 5 s
+    assert batches() == 1 and batches("5.0") == 1
 
 
 async def test_dry_run_publishes_no_action(bus: Bus) -> None:

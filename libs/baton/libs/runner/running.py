@@ -218,7 +218,9 @@ class Runner(Generic[S]):
             stored = newest.metadata.timestamp.timestamp()
         except (AttributeError, ValueError, TypeError, nats.errors.Error):
             return  # not a JetStream message (a test's feed)
-        metrics.LAG.labels(service=self.spec.name).set(max(0.0, time.time() - stored))
+        lag = max(0.0, time.time() - stored)
+        metrics.LAG.labels(service=self.spec.name).set(lag)
+        metrics.BEHIND.labels(service=self.spec.name).observe(lag)
 
     async def _decide(self, item: Item) -> Sequence[Any]:
         event = item.event
