@@ -84,8 +84,8 @@ _WAITING = re.compile(r"gangs waiting (\d+)")
 _VALIDATING = re.compile(r"validating (\d+)")
 _LOGS = re.compile(r"logs in (\S+)")
 _LAG = re.compile(r'baton_runner_lag_seconds\{service="([^"]*)"\} (\S+)')
-_BEHIND = re.compile(r'baton_runner_batch_lag_seconds_bucket\{service="([^"]*)",'
-                     r'le="([^"]*)"\} (\S+)')  # fmt: skip
+_BEHIND = re.compile(r"baton_runner_batch_lag_seconds_bucket\{([^}]*)\} (\S+)")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 OVER_S = 5.0  # the goal: no service behind its input by more than this, at any time
 _API = re.compile(r'apiserver_request_total\{code="[^"]*",resource="([^"]*)",'
                   r'subresource="([^"]*)",verb="([^"]*)"\} (\S+)')  # fmt: skip
@@ -241,8 +241,8 @@ def _sample(root: int, env: dict[str, str], at: float, progress: Progress) -> Sa
         with contextlib.suppress(Exception):  # a service not up (yet): no figure
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
             lag |= {service: float(v) for service, v in _LAG.findall(text.decode())}
-            for service, le, count in _BEHIND.findall(text.decode()):
-                behind[service][float(le)] = float(count)
+            for service, buckets in lag_buckets(text.decode()).items():
+                behind[service] |= buckets
     found: frozenset[str] = frozenset()
     if RECORD:
         with contextlib.suppress(Exception):
@@ -405,6 +405,15 @@ def _lags(samples: list[Sample]) -> None:
         print(f"| {name} | {worst:.1f} | {at:.0f} | {seen[-1][0]:.1f} | {over:.0f} / {total:.0f} "
               f"| {within} |")  # fmt: skip
     print()
+
+
+def lag_buckets(metrics: str) -> dict[str, dict[float, float]]:
+    """``{service: {le: batches}}`` from a /metrics page (labels in any order)."""
+    found: dict[str, dict[float, float]] = defaultdict(dict)
+    for labels, count in _BEHIND.findall(metrics):
+        named = dict(_LABEL.findall(labels))
+        found[named.get("service", "")][float(named.get("le", "nan"))] = float(count)
+    return dict(found)
 
 
 def behind(buckets: dict[float, float]) -> tuple[float, float, str]:

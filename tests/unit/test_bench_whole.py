@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from tests.bench.bench_whole import behind
+from baton.libs.runner import metrics
+from tests.bench.bench_whole import behind, lag_buckets
 
 pytestmark = pytest.mark.unit
 
@@ -24,3 +26,17 @@ def test_batches_over_five_seconds_and_the_worst_bucket(
     buckets: dict[float, float], expected: tuple[float, float, str]
 ) -> None:
     assert behind(buckets) == expected
+
+
+def test_the_buckets_are_read_from_a_metrics_page_as_the_runner_writes_it() -> None:
+    """The page is prometheus_client's own (it writes ``le`` before ``service``)."""
+    registry = CollectorRegistry()
+    histogram = Histogram(
+        "baton_runner_batch_lag_seconds", "", ["service"], registry=registry,
+        buckets=metrics.LAG_BUCKETS,
+    )  # fmt: skip
+    for lag in (0.01, 0.3, 7.0):
+        histogram.labels(service="gang").observe(lag)
+    found = lag_buckets(generate_latest(registry).decode())
+    assert set(found) == {"gang"} and found["gang"][5.0] == 2 and found["gang"][math.inf] == 3
+    assert behind(found["gang"]) == (1, 3, "5-10")

@@ -29,10 +29,11 @@ LAG = Gauge(
     " caught up; a service behind its input shows it here)",
     ["service"],
 )
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 BEHIND = Histogram(
     "baton_runner_batch_lag_seconds",
     "The lag of each batch, as baton_runner_lag_seconds shows the last one: the peaks a"
     " scrape of the gauge misses (a batch more than 5 s behind counts above le=5)",
     ["service"],
-    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0),
+    buckets=LAG_BUCKETS,
 )
