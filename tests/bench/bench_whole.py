@@ -33,9 +33,9 @@ fill the cluster). With
 test's rule - and before stopping records the bus (``baton replay --record``) and replays
 it (``baton replay --compare``), printing the verdict, the GPUs allocated over the
 whole run (every change counted for as long as it held) and where the rest went
-(``tests/bench/allocation.py``:
-the 10 s samples of a share that swings by a thousand GPUs in a second vary by a point or
-more from run to run). It prints GPUs allocated and gangs waiting at every sample.
+(``tests/bench/allocation.py``: the 10 s samples of a share that swings by a thousand
+GPUs in a second vary by a point or more from run to run). It prints GPUs allocated and
+gangs waiting at every sample.
 ``BATON_WHOLE_KEEP=DIR`` keeps ``baton up``'s store there (its ``logs/`` show what each
 service did), and the recording as ``DIR/run.jsonl``.
 
@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nats
+from prometheus_client.parser import text_string_to_metric_families
 
 from baton.libs.bus.connection import auth_options
 from tests.bench import allocation
@@ -84,8 +85,6 @@ _WAITING = re.compile(r"gangs waiting (\d+)")
 _VALIDATING = re.compile(r"validating (\d+)")
 _LOGS = re.compile(r"logs in (\S+)")
 _LAG = re.compile(r'baton_runner_lag_seconds\{service="([^"]*)"\} (\S+)')
-_BEHIND = re.compile(r"baton_runner_batch_lag_seconds_bucket\{([^}]*)\} (\S+)")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
 OVER_S = 5.0  # the goal: no service behind its input by more than this, at any time
 _API = re.compile(r'apiserver_request_total\{code="[^"]*",resource="([^"]*)",'
                   r'subresource="([^"]*)",verb="([^"]*)"\} (\S+)')  # fmt: skip
@@ -408,11 +407,12 @@ def _lags(samples: list[Sample]) -> None:
 
 
 def lag_buckets(metrics: str) -> dict[str, dict[float, float]]:
-    """``{service: {le: batches}}`` from a /metrics page (labels in any order)."""
+    """``{service: {le: batches}}`` from a /metrics page (prometheus_client's parser)."""
     found: dict[str, dict[float, float]] = defaultdict(dict)
-    for labels, count in _BEHIND.findall(metrics):
-        named = dict(_LABEL.findall(labels))
-        found[named.get("service", "")][float(named.get("le", "nan"))] = float(count)
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == "baton_runner_batch_lag_seconds_bucket":
+                found[sample.labels["service"]][float(sample.labels["le"])] = sample.value
     return dict(found)
 
 
