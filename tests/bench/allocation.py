@@ -43,20 +43,21 @@ def steps(events: Iterable[PodEvent]) -> list[tuple[float, int]]:
     held: dict[str, int] = {}
     total, out = 0, []
     for event in events:
-        pod, now = event.pod, _holds(event)
-        before = held.pop(pod.key, 0)
-        if now:
-            held[pod.key] = now
-        if now != before:
-            total += now - before
+        if change := _change(held, event):
+            total += change
             out.append((event.at, total))
     return out
 
 
-def _holds(event: PodEvent) -> int:
-    """GPUs the pod has allocated after the event: bound and live, as ``baton up`` counts."""
+def _change(held: dict[str, int], event: PodEvent) -> int:
+    """Keep in ``held`` the GPUs the pod has allocated after the event (bound and live,
+    as ``baton up`` counts) and return how that changed."""
     pod = event.pod
-    return pod.requests.get(GPU, 0) if event.op != "delete" and pod.node_name and live(pod) else 0
+    now = pod.requests.get(GPU, 0) if event.op != "delete" and pod.node_name and live(pod) else 0
+    before = held.pop(pod.key, 0)
+    if now:
+        held[pod.key] = now
+    return now - before
 
 
 def share(levels: list[tuple[float, int]], gpus: int, *, first: float = 0.9) -> Share | None:
@@ -133,16 +134,13 @@ def idle(events: Iterable[Event], gpus: int, *, first: float = 0.9) -> dict[str,
                     gang.placed = True
                     account(gang, +1)
             case PodEvent(pod=pod):
-                now = _holds(event)
-                before = held.pop(pod.key, 0)
-                if now:
-                    held[pod.key] = now
-                allocated += now - before
+                change = _change(held, event)
+                allocated += change
                 gang = gangs.get(member.get(pod.key, ""))
                 account(gang, -1)
                 if gang is not None:
-                    gang.allocated += now - before
-                    gang.ended = gang.ended or (before > 0 and not now)
+                    gang.allocated += change
+                    gang.ended = gang.ended or (change < 0 and pod.key not in held)
                 account(gang, +1)
         if start is None and allocated >= first * gpus:
             start = event.at
@@ -150,14 +148,14 @@ def idle(events: Iterable[Event], gpus: int, *, first: float = 0.9) -> dict[str,
     return {why: total / span / gpus for why, total in area.items()} if span > 0 else None
 
 
-def _events(path: str, types: object, tags: frozenset[str]) -> list[object]:
-    records = read(path, types=types, tags=tags)
+def events_of(path: str) -> list[Event]:
+    """The recording's pod, admission and placement events, in HISTORY's order."""
+    records = read(path, types=Event, tags=TAGS)
     return [r.event for r in sorted(records, key=lambda r: r.position)]
 
 
 def from_recording(path: str, gpus: int) -> Share | None:
-    pods = _events(path, PodEvent, frozenset({"k8s.pod.v1"}))
-    return share(steps(pods), gpus)  # type: ignore[arg-type]
+    return share(steps(e for e in events_of(path) if isinstance(e, PodEvent)), gpus)
 
 
 def describe(found: Share | None) -> str:
@@ -169,9 +167,10 @@ def describe(found: Share | None) -> str:
 
 def summary(path: str, gpus: int) -> str:
     """The share over time, then where the rest went: one line each."""
-    shares = idle(_events(path, Event, TAGS), gpus)  # type: ignore[arg-type]
-    parts = [f"idle: {why}: {part:.2%}" for why, part in (shares or {}).items()]
-    return "\n".join([describe(from_recording(path, gpus)), *parts])
+    events = events_of(path)
+    over_time = share(steps(e for e in events if isinstance(e, PodEvent)), gpus)
+    parts = [f"idle: {why}: {part:.2%}" for why, part in (idle(events, gpus) or {}).items()]
+    return "\n".join([describe(over_time), *parts])
 
 
 def main(argv: list[str]) -> int:
