@@ -16,12 +16,15 @@ from kubernetes_asyncio import client
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner, serve
 from baton.libs.runner.leasing import Lease
+from baton.libs.runtime.stopping import stuck_tasks, where
 from baton.services.actuator import main as actuator_main
 from baton.services.admission import main as admission_main
 from baton.services.bridge import main as bridge_main
 from baton.services.gang import main as gang_main
 from tests.connected.test_webhook import make_cert
 from tests.support.sim import Sim
+
+STOP_WITHIN_S = 30.0  # a service's stop grace is 10 s; three times that, under load
 
 
 def common(url: str) -> dict[str, Any]:
@@ -31,13 +34,21 @@ def common(url: str) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def tasks(*coros: Coroutine[Any, Any, Any]) -> AsyncIterator[list[asyncio.Task[Any]]]:
+    """Run ``coros`` as tasks; on exit cancel them and fail, naming where each waits, if
+    any is still running after ``STOP_WITHIN_S`` (a service that ignores its stop)."""
     running = [asyncio.create_task(c) for c in coros]
     try:
         yield running
     finally:
         for task in running:
             task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        _, stuck = await asyncio.wait(running, timeout=STOP_WITHIN_S)
+        if stuck:
+            everything = "\n  ".join(stuck_tasks(besides=asyncio.current_task()))
+            raise AssertionError(
+                f"{len(stuck)} task(s) still running {STOP_WITHIN_S} s after their cancel: "
+                f"{', '.join(where(t) for t in stuck)}\nevery task left:\n  {everything}"
+            )
 
 
 @contextlib.asynccontextmanager
