@@ -30,6 +30,7 @@ from nats.js.api import StreamConfig
 from baton.libs.bus import publishing, snapshotting, storage, streams
 from baton.libs.bus.consuming import Delivery, Subscription, consumer_config
 from baton.libs.runtime.nkey import SEED_SETTING, seed_file_public_key
+from baton.libs.runtime.stopping import checkpoint
 from baton.proto import subjects
 
 log = structlog.get_logger("baton.bus")
@@ -226,6 +227,7 @@ class Bus:
         missing = list(names)
         while True:
             missing = [name for name in missing if not await self._exists(name)]
+            checkpoint()
             if not missing:
                 if said > float("-inf"):
                     log.info("streams ready", owner=owner)

@@ -18,7 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from baton.libs.bus.deadletter import dead_letter
 from baton.libs.bus.pulling import ConsumerGone, Puller
-from baton.libs.runtime.stopping import retry
+from baton.libs.runtime.stopping import checkpoint, retry
 from baton.proto.codec import Undecodable, decode
 from baton.proto.deadletter import ErrorClass
 
@@ -156,6 +156,7 @@ class Subscription(Generic[T]):
             raise StopAsyncIteration
         await self.start()
         while True:
+            checkpoint()  # a cancel swallowed while dead-lettering the last message
             assert self._puller is not None
             try:
                 raw = await self._puller.next()

@@ -19,6 +19,8 @@ import nats.errors
 import nats.js.errors
 import structlog
 
+from baton.libs.runtime.stopping import checkpoint
+
 if TYPE_CHECKING:
     from baton.libs.bus.connection import Bus
 
@@ -80,6 +82,7 @@ class Watch:
     async def run(self) -> None:
         while True:
             found = await problem(self.bus)
+            checkpoint()  # nats-py may have swallowed a cancel: without this, it runs on
             if found and found != self.problem:
                 log.warning("jetstream stores nothing: not ready", why=found)
             elif self.problem and not found:

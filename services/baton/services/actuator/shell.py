@@ -144,6 +144,7 @@ class Desk:
         self, looking: asyncio.Queue[tuple[Message[Any], int, asyncio.Future[str]]]
     ) -> None:
         while True:
+            checkpoint()  # a cancel nats-py swallowed in the last turn's lookups ends it here
             msg, ticket, lookup = await looking.get()
             action = msg.event
             verdict, why = await self._judge(msg.subject, action)

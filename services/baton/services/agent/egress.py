@@ -37,6 +37,7 @@ from nats.js.api import DeliverPolicy
 
 from baton.libs.bus import Bus, Outgoing, PublishError
 from baton.libs.bus.streams import LIMITS
+from baton.libs.runtime.stopping import checkpoint
 from baton.proto import subjects
 from baton.proto.bandwidth import (
     NodeEgress,
@@ -86,6 +87,7 @@ class Follower:
                 due = seen != reconnects or now - fetched >= self.refresh_s
                 if due and await self.fetch():
                     reconnects, fetched = seen, now
+                checkpoint()  # nats-py may have swallowed a cancel in fetch
                 await asyncio.sleep(1.0)
         finally:
             with contextlib.suppress(nats.errors.Error):
@@ -205,6 +207,7 @@ class Egress:
     async def _count(self) -> None:
         previous: counting.Sample | None = None
         while True:
+            checkpoint()  # nats-py may have swallowed a cancel in the last publish
             await asyncio.sleep(self.egress_s)
             limits = self.applied
             if limits is None:
@@ -253,6 +256,7 @@ class FleetEgress:
 
         delay = 0.2
         while True:  # the agent declares no stream: wait for a service to
+            checkpoint()
             try:
                 sub = await self.bus.js.subscribe(
                     pattern, stream=stream, cb=on_msg, ordered_consumer=True,
@@ -266,6 +270,7 @@ class FleetEgress:
         self.following = True
         try:
             while True:
+                checkpoint()  # nats-py may have swallowed a cancel in the last publish
                 await asyncio.sleep(self.egress_s)
                 reports = self.changed.due(self.reports(self.clock()))
                 if reports:

@@ -21,6 +21,7 @@ import nats.errors
 import structlog
 
 from baton.libs.bus import Bus, Outgoing, PublishError
+from baton.libs.runtime.stopping import checkpoint
 from baton.proto import subjects, telemetry
 from baton.proto.telemetry import GpuReport, Heartbeat, NodeReport
 from baton.services.agent import core, metrics
@@ -109,6 +110,7 @@ class Agent:
                     batch.append(queue.get_nowait())
                 outputs = [o for node, reading in batch for o in self._step(node, reading)]
                 await self.publish(bus, latest_reports(outputs))
+                checkpoint()  # nats-py may have swallowed a cancel in the publish
                 for task in tasks:
                     if task.done():
                         task.result()  # a source that stopped: raise its error

@@ -49,6 +49,7 @@ from baton.libs.runtime import (
 )
 from baton.libs.runtime.nkey import account_pair, seed_file_public_key
 from baton.libs.runtime.settings import Base, policy_from, require
+from baton.libs.runtime.stopping import checkpoint
 from baton.proto import subjects
 from baton.services.callout import core, shell
 
@@ -124,6 +125,7 @@ async def resyncing(callout: shell.Callout, every: float) -> None:
             await callout.resync()
         except Exception as exc:  # NATS or the API away: the deletions still close agents
             log.warning("callout: resync failed", error=f"{type(exc).__name__}: {exc}")
+        checkpoint()  # nats-py may have swallowed a cancel in the resync
         await asyncio.sleep(every)
 
 
