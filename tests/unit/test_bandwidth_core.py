@@ -414,6 +414,32 @@ def test_ticks_are_wanted_only_while_something_moved() -> None:
     assert core.wants_tick(state, 12.6)  # the measurement went stale: its want moves
 
 
+def test_a_round_that_republished_many_nodes_waits_them_out_before_the_next() -> None:
+    """``limits_per_s``: 40 nodes republished at 20 a second hold the next round 2 s."""
+    pods = [running(f"a-{i}", team="a", node=f"n{i}") for i in range(40)]
+    state = started(policy(A3, limits_per_s=20.0), *pods)
+    limits, _ = tick(state, 1.0)
+    assert len(limits) == 40
+    core.step(state, PodEvent(op="upsert", at=1.2, pod=running("a-40", team="a", node="n0")), 1.2)
+    assert not core.wants_tick(state, 1.5)  # something moved, but 40 nodes went out at 1.0
+    assert not core.wants_tick(state, 2.9)
+    assert core.wants_tick(state, 3.0)
+    limits, _ = tick(state, 3.0)  # every pod's share moved: 40 nodes again, 41 pods
+    assert len(limits) == 40
+    core.step(state, PodEvent(op="upsert", at=3.1, pod=running("a-41", team="a", node="n1")), 3.1)
+    assert not core.wants_tick(state, 4.9)
+    assert core.wants_tick(state, 5.0)
+    assert core.wants_tick(state, 0.5)  # time that went back is not held by the pace
+
+
+def test_an_unpaced_policy_rounds_whenever_something_moved() -> None:
+    pods = [running(f"a-{i}", team="a", node=f"n{i}") for i in range(40)]
+    state = started(policy(A3, limits_per_s=0.0), *pods)
+    tick(state, 1.0)
+    core.step(state, PodEvent(op="upsert", at=1.2, pod=running("a-40", team="a", node="n0")), 1.2)
+    assert core.wants_tick(state, 1.5)
+
+
 def test_a_team_config_without_egress_values_crosses_the_bus() -> None:
     """TeamsLoaded carries defaults (an empty limit, an empty minimum): they must decode."""
     from baton.proto import codec

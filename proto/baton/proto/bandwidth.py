@@ -193,6 +193,10 @@ class BandwidthPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     annotate: bool = False
     annotate_per_round: NonNegative = 100
     annotate_every_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    # Node limits published a second, on average: a round that republished N nodes waits
+    # N / limits_per_s before the next, so a churning 7,500-node cluster is not sent every
+    # node's limits twice a second (0: no pacing).
+    limits_per_s: Annotated[float, msgspec.Meta(ge=0)] = 1000.0
 
 
 class Capacity(

@@ -47,6 +47,7 @@ class Settings(Base, frozen=True, kw_only=True):
     annotate: bool = False  # keep kubernetes.io/egress-bandwidth at each pod's limit
     annotate_per_round: int = 100
     annotate_every_s: float = 60.0
+    limits_per_s: float = 1000.0  # node limits published a second, on average (0: unpaced)
     config: str = ""  # BATON_BANDWIDTH_CONFIG: a settings file (read before the others)
 
     def __post_init__(self) -> None:

@@ -55,7 +55,10 @@ def initial(policy: BandwidthPolicy | None = None) -> State:
 
 
 def wants_tick(state: State, now: float) -> bool:
-    """A round is due when an input moved, a measurement went stale or annotations lag."""
+    """A round is due when an input moved, a measurement went stale or annotations lag,
+    and the last round's node limits have been paced out (``limits_per_s``)."""
+    if state.last_round <= now < state.paced_until:  # (time that went back is not paced)
+        return False
     if state.moved or state.due:
         return True
     return bool(state.expiry) and state.expiry[0][0] < now - state.policy.stale_s
@@ -243,6 +246,8 @@ def finish(state: State, now: float, changes: dict[str, int]) -> tuple[Output, .
         state.due.update(dict.fromkeys(changes))
         outputs += annotating.due(state, now)
     state.last_round, state.moved = now, False
+    if state.policy.limits_per_s > 0:
+        state.paced_until = now + len(changed) / state.policy.limits_per_s
     return tuple(outputs)
 
 

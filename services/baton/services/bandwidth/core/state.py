@@ -42,6 +42,7 @@ class State:
     extra: tuple[str, ...] = ()  # internal networks from EndpointSlices, as published
     extra_moved: bool = False
     last_round: float = -INF
+    paced_until: float = -INF  # no round before: the last one's node limits, paced
     regime: str = ""  # "levels" (wants exceed capacity) or "spread"; "" before any round
     last_capacity: int = -1
     moved: bool = True  # an input since the last round could change an output
