@@ -204,11 +204,15 @@ def test_invalid_expected_durations_name_the_key(text: str) -> None:
      ("estimate_history", 2, "ESTIMATE_HISTORY")],
 )  # fmt: skip
 def test_estimate_settings_out_of_range_name_the_key(setting: str, value: float, key: str) -> None:
-    from baton.services.gang.main import Settings
+    from baton.proto.placement import GangPolicy
+
+    from baton.services.gang.main import SPEC, Settings
 
     with pytest.raises(ValueError, match=f"BATON_GANG_{key} is out of range"):
         Settings(**{setting: value})  # type: ignore[arg-type]
-    assert Settings().policy().backfill_estimates and Settings().policy().backfill_loans
+    policy = SPEC.policy_of(Settings())
+    assert isinstance(policy, GangPolicy)
+    assert policy.backfill_estimates and policy.backfill_loans
 
 
 def test_an_expected_duration_on_the_pods_counts_too() -> None:

@@ -24,7 +24,7 @@ def test_every_policy_field_is_a_setting_with_the_same_default() -> None:
     for f in msgspec.structs.fields(HealthPolicy):
         assert f.name in settings, f"Settings lacks {f.name}"
         assert settings[f.name] == f.default, f.name
-    assert Settings().policy() == HealthPolicy()
+    assert SPEC.policy_of(Settings()) == HealthPolicy()
 
 
 @pytest.mark.parametrize(
@@ -40,8 +40,10 @@ def test_a_bad_setting_names_its_key(key: str, value: str) -> None:
 def test_settings_from_the_environment() -> None:
     env = {f"{PREFIX}AFTER_S": '{"Ready": 30}', f"{PREFIX}PREFLIGHT_COMMAND": "dcgmi,diag,-r,3"}
     settings = load_settings(Settings, PREFIX, env=env)
-    assert settings.policy().after_s == {"Ready": 30.0}
-    assert settings.policy().preflight_command == ("dcgmi", "diag", "-r", "3")
+    policy = SPEC.policy_of(settings)
+    assert isinstance(policy, HealthPolicy)
+    assert policy.after_s == {"Ready": 30.0}
+    assert policy.preflight_command == ("dcgmi", "diag", "-r", "3")
 
 
 def test_the_spec_reads_what_the_issue_names() -> None:

@@ -18,7 +18,7 @@ def test_the_recorded_policy_reads_back_as_the_same_policy(name: str) -> None:
     does not survive that trip cannot be replayed (admission's team config once did not)."""
     service = SERVICES[name]
     spec = service.spec
-    policy = spec.policy(load_settings(spec.settings, service.settings_prefix, env={}))
+    policy = spec.policy_of(load_settings(spec.settings, service.settings_prefix, env={}))
     if policy is None:
         return
     assert spec.policy_type is not None, f"{name}: a policy needs its policy_type"

@@ -70,7 +70,7 @@ class Runner(Generic[S]):
         self.effects = dict(effects or {})
         self.dry_run, self.stop_grace, self.batch, self.clock = dry_run, stop_grace, batch, clock
         self._children: dict[tuple[Any, str, str], Any] = {}  # labelled metric children
-        self.policy = spec.policy(settings)
+        self.policy = spec.policy_of(settings)
         self.state: S = spec.initial(self.policy)
         self.handled = 0
         self.started: Cut | None = None

@@ -6,7 +6,7 @@ recording into a fresh core. Neither knows anything else about the service.
     SPEC = Spec(
         name="gang",
         settings=Settings,                       # frozen msgspec Struct, BATON_GANG_*
-        policy=lambda s: s.policy(),             # what of the settings decisions depend on
+        policy_type=GangPolicy,                  # what of the settings decisions depend on
         initial=core.initial,                    # policy -> fresh state
         step=core.step,                          # (state, event, now) -> (state, outputs)
         inputs=(Input("k8s.node.>", NodeEvent), Input("result.bind-gang.>", ActionResult)),
@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from baton.libs.bus.publishing import Outgoing
+from baton.libs.runtime.settings import policy_from
 from baton.proto import subjects
 from baton.proto.actions import action_subject
 from baton.proto.runner import Tick
@@ -110,8 +111,12 @@ class Spec(Generic[S]):
     inputs: tuple[Input, ...] = ()
     routes: tuple[Route, ...] = ()
     timer: Timer | None = None
-    policy: Callable[[Any], msgspec.Struct | None] = lambda settings: None
-    policy_type: type[msgspec.Struct] | None = None  # to read a recorded policy back
+    # What of the settings decisions depend on, and its type (to read a recorded one
+    # back). Without ``policy``, each field of ``policy_type`` takes the setting of the
+    # same name (``policy_from``); a policy built otherwise (parsed quantities, a team
+    # file) gives ``policy``.
+    policy: Callable[[Any], msgspec.Struct | None] | None = None
+    policy_type: type[msgspec.Struct] | None = None
     description: str = ""
     # Logs and metrics of a batch's outputs, once they are stored (never decisions).
     observe: Callable[[Any, Sequence[Any]], None] | None = None
@@ -127,6 +132,14 @@ class Spec(Generic[S]):
     # with its inputs, which streams its NATS user may read (``libs.runner.access``).
     reads: tuple[str, ...] = ()
     _by_type: dict[type[Any], Route] = field(default_factory=dict, compare=False, repr=False)
+
+    def policy_of(self, settings: Any) -> msgspec.Struct | None:
+        """The policy ``settings`` give (None: the service has none)."""
+        if self.policy is not None:
+            return self.policy(settings)
+        if self.policy_type is not None:
+            return policy_from(settings, self.policy_type)
+        return None
 
     def __post_init__(self) -> None:
         patterns = [i.pattern for i in self.inputs]

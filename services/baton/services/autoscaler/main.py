@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from baton.libs.runner import Input, Spec, Timer, run_spec
 from baton.libs.runtime import OPS_PORTS
-from baton.libs.runtime.settings import Base, policy_from, require
+from baton.libs.runtime.settings import Base, require
 from baton.proto import keys
 from baton.proto.actions import ActionResult
 from baton.proto.admission import GangAdmitted, GangQueued, GangReleased
@@ -52,16 +52,12 @@ class Settings(Base, frozen=True, kw_only=True):
         }
         require(PREFIX, checks)
 
-    def policy(self) -> AutoscalerPolicy:
-        return policy_from(self, AutoscalerPolicy)
-
 
 SPEC = Spec(
     name="autoscaler",
     description="Gang-aware autoscaling of Cluster API MachineDeployments: a pool grows by a "
     "whole gang's need or not at all; idle nodes go one machine at a time.",
     settings=Settings,
-    policy=lambda settings: settings.policy(),
     policy_type=AutoscalerPolicy,
     initial=core.initial,
     step=core.step,

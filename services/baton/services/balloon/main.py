@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from baton.libs.runner import Input, Spec, Timer, run_spec
 from baton.libs.runtime import OPS_PORTS
-from baton.libs.runtime.settings import Base, policy_from, require
+from baton.libs.runtime.settings import Base, require
 from baton.proto.actions import ActionResult
 from baton.proto.balloon import BalloonPolicy
 from baton.proto.k8s import CapacityBufferEvent, MachineDeploymentEvent, NodeEvent, PodEvent
@@ -49,16 +49,12 @@ class Settings(Base, frozen=True, kw_only=True):
         }
         require(PREFIX, checks)
 
-    def policy(self) -> BalloonPolicy:
-        return policy_from(self, BalloonPolicy)
-
 
 SPEC = Spec(
     name="balloon",
     description="Warm GPU capacity: placeholder pods (priority -10, safe to evict) hold "
     "whole nodes per pool, static or sized by recent gangs; deficits go to the autoscaler.",
     settings=Settings,
-    policy=lambda settings: settings.policy(),
     policy_type=BalloonPolicy,
     initial=core.initial,
     step=core.step,

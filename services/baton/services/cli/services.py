@@ -87,7 +87,7 @@ class Service:
     def policy_from(self, settings: str | None) -> Any:
         """The policy the service's settings (a file, the environment) give."""
         loaded = load_settings(self.spec.settings, self.settings_prefix, file=settings or None)
-        return self.spec.policy(loaded)
+        return self.spec.policy_of(loaded)
 
     def stream_of(self, output: Any) -> str:
         """The stream an output of this service is stored in (its route's subject)."""

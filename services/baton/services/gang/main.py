@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from baton.libs.runner import Input, Spec, Timer, run_spec
 from baton.libs.runtime import OPS_PORTS
-from baton.libs.runtime.settings import Base, policy_from, require
+from baton.libs.runtime.settings import Base, require
 from baton.proto import keys
 from baton.proto.actions import ActionResult
 from baton.proto.k8s import (
@@ -74,16 +74,12 @@ class Settings(Base, frozen=True, kw_only=True):
         }
         require(PREFIX, checks)
 
-    def policy(self) -> GangPolicy:
-        return policy_from(self, GangPolicy)
-
 
 SPEC = Spec(
     name="gang",
     description="All-or-nothing, topology-aware gang placement: publishes placement "
     "decisions and bind/evict actions.",
     settings=Settings,
-    policy=lambda settings: settings.policy(),
     policy_type=GangPolicy,
     initial=core.initial,
     step=core.step,

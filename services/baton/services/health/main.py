@@ -26,7 +26,7 @@ from baton.libs.bus.operator import NoBus
 from baton.libs.runner import Input, Runner, Spec, Timer, serve
 from baton.libs.runtime import SettingsError, load_settings, run_service
 from baton.libs.runtime.ops import OPS_PORTS
-from baton.libs.runtime.settings import Base, policy_from, require
+from baton.libs.runtime.settings import Base, require
 from baton.proto import health
 from baton.proto.actions import ActionResult
 from baton.proto.health import Control, HealthPolicy, Heard, Silence
@@ -102,16 +102,12 @@ class Settings(Base, frozen=True, kw_only=True):
         }
         require(PREFIX, checks)
 
-    def policy(self) -> HealthPolicy:
-        return policy_from(self, HealthPolicy)
-
 
 SPEC = Spec(
     name="health",
     description="GPU node health: verdicts from telemetry, conditions and preflight checks; "
     "quarantine, gang-aware drain, remediation and return, within safety rails.",
     settings=Settings,
-    policy=lambda settings: settings.policy(),
     policy_type=HealthPolicy,
     initial=core.initial,
     step=core.step,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from baton.libs.runner import Input, Spec, Timer, run_spec
 from baton.libs.runtime import OPS_PORTS
-from baton.libs.runtime.settings import Base, policy_from, require
+from baton.libs.runtime.settings import Base, require
 from baton.proto.admission import GangAdmitted, GangPreempted, GangQueued
 from baton.proto.k8s import NodeEvent, PodEvent, PodGroupEvent
 from baton.proto.placement import AnyPlacement
@@ -33,16 +33,12 @@ class Settings(Base, frozen=True, kw_only=True):
                   "TICK_EVERY": self.tick_every > 0}  # fmt: skip
         require(PREFIX, checks)
 
-    def policy(self) -> core.ReportPolicy:
-        return policy_from(self, core.ReportPolicy)
-
 
 SPEC = Spec(
     name="reporter",
     description="Tell Kubernetes users what Baton decided: PodGroup status, pods' "
     "PodScheduled condition and Events, as actions for the actuator.",
     settings=Settings,
-    policy=lambda settings: settings.policy(),
     policy_type=core.ReportPolicy,
     initial=core.initial,
     step=core.step,
