@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from baton.libs.runtime.errors import SettingsError
 from baton.libs.runtime.logging import configure_logging
-from baton.libs.runtime.settings import SettingsError
 from baton.libs.runtime.signals import run_until_signalled
 
 S = TypeVar("S", bound=msgspec.Struct)

@@ -13,7 +13,7 @@ from typing import Any
 
 import nkeys
 
-from baton.libs.runtime.settings import SettingsError
+from baton.libs.runtime.errors import SettingsError
 
 SEED_SETTING = "BATON_NATS_NKEY_SEED_FILE"
 

@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
+from baton.libs.runtime.errors import SettingsError
+from baton.libs.runtime.nkey import seed_file_public_key
 from baton.proto.codec import field_error
 
 S = TypeVar("S", bound=msgspec.Struct)
@@ -55,8 +57,6 @@ class Base(msgspec.Struct, frozen=True, kw_only=True):
         if self.stream_replicas not in (1, 3, 5):
             raise ValueError(f"stream_replicas {self.stream_replicas}: expected 1, 3 or 5")
         if self.nats_nkey_seed_file:  # a bad seed stops start-up, not the first connect
-            from baton.libs.runtime.nkey import seed_file_public_key
-
             seed_file_public_key(self.nats_nkey_seed_file)
 
 
@@ -84,10 +84,6 @@ def policy_from(
         return msgspec.convert(data, type_, from_attributes=True)
     except msgspec.ValidationError as exc:
         raise error(field_error(exc)) from None
-
-
-class SettingsError(ValueError):
-    """A setting that is missing, unknown or of the wrong type; the message names the key."""
 
 
 def load_settings(

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from baton.libs.runtime.settings import SettingsError
+from baton.libs.runtime.errors import SettingsError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": (
