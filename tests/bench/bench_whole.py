@@ -21,6 +21,8 @@ messages per second per stream, likewise.
     BATON_WHOLE_NODES=7500 BATON_WHOLE_SECONDS=420 BATON_WHOLE_LOAD=1.3 \
         BATON_WHOLE_SPEED=10 python -m tests.bench whole                      # just scale
     BATON_WHOLE_WORKLOAD=llm python -m tests.bench whole
+    BATON_WHOLE_NODES=7500 BATON_WHOLE_WORKLOAD=steady BATON_WHOLE_SECONDS=420 \
+        python -m tests.bench whole             # full, then nothing changes: the steady state
     BATON_WHOLE_NODES=1024 BATON_WHOLE_WORKLOAD=llm BATON_WHOLE_SPEED=600 \\
         BATON_WHOLE_RECORD=1 python -m tests.bench whole     # issue 20's LLM mix at 1,024
 
@@ -49,6 +51,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import random
 import re
 import subprocess
 import sys
@@ -64,6 +67,7 @@ import nats
 from prometheus_client.parser import text_string_to_metric_families
 
 from baton.libs.bus.connection import auth_options
+from baton.services.simcluster.world.workload import SYNTHETIC_SHAPES
 from tests.bench import allocation
 from tests.e2e.test_up_mix import partial, read
 from tests.e2e.upping import endpoints_of
@@ -264,6 +268,32 @@ def _record(env: dict[str, str], into: Path) -> str:
     return f"exit {compared.returncode}: " + " / ".join(lines[:1] + lines[-2:])
 
 
+STEADY_SHARE = 0.97  # of the GPUs the steady workload asks for (whole gangs leave gaps)
+STEADY_SEED = 7
+GPUS_PER_NODE = 8  # simcluster's default pool (baton up --nodes)
+
+
+def steady_trace(folder: Path, nodes: int) -> str:
+    """``BATON_WHOLE_WORKLOAD=steady``: a Philly-format trace whose jobs (the synthetic
+    mix's shapes and teams) are all submitted at once, ask for ``STEADY_SHARE`` of the
+    GPUs, and never end. Once they run nothing changes: the last minute is the steady
+    state of a full cluster (issue 21's "when nothing changes")."""
+    rng = random.Random(STEADY_SEED)
+    weights = [w for w, _, _ in SYNTHETIC_SHAPES]
+    left = int(STEADY_SHARE * nodes * GPUS_PER_NODE)
+    rows = ["job_id,submit_s,num_gpus,duration_s,vc"]
+    while left > 0:
+        _, pods, per_pod = rng.choices(SYNTHETIC_SHAPES, weights)[0]
+        gpus = pods * per_pod
+        if gpus > left:
+            continue  # a smaller one comes (a 1-GPU job is the likeliest)
+        rows.append(f"steady{len(rows)},0,{gpus},1000000000,{rng.choice('abc')}")
+        left -= gpus
+    path = folder / "steady.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
 def run() -> tuple[Progress, list[Sample]]:
     progress = Progress()
     samples: list[Sample] = []
@@ -278,7 +308,7 @@ def run() -> tuple[Progress, list[Sample]]:
             "--nodes",
             str(NODES),
             "--workload",
-            WORKLOAD,
+            steady_trace(Path(tmp), NODES) if WORKLOAD == "steady" else WORKLOAD,
             "--duration",
             # stopped by the bench after its last sample (RECORD: after recording): a
             # sample taken while `baton up` stopped its services found none of them

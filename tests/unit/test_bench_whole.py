@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from baton.libs.runner import metrics
-from tests.bench.bench_whole import behind, lag_buckets
+from baton.services.simcluster.world import trace
+from tests.bench.bench_whole import behind, lag_buckets, steady_trace
 
 pytestmark = pytest.mark.unit
 
@@ -40,3 +42,15 @@ def test_the_buckets_are_read_from_a_metrics_page_as_the_runner_writes_it() -> N
     found = lag_buckets(generate_latest(registry).decode())
     assert set(found) == {"gang"} and found["gang"][5.0] == 2 and found["gang"][math.inf] == 3
     assert behind(found["gang"]) == (1, 3, "5-10")
+
+
+def test_the_steady_workload_asks_for_97_percent_of_the_gpus_in_jobs_that_never_end(
+    tmp_path: Path,
+) -> None:
+    path = Path(steady_trace(tmp_path, 100))
+    jobs = trace.from_busy_start(trace.read(path))  # as simcluster reads a trace file
+    asked = sum(j.gpus for j in jobs)
+    assert asked == int(0.97 * 800)
+    assert {j.submit_s for j in jobs} == {0.0}
+    assert min(j.duration_s for j in jobs) >= 10**8  # years at any --speed the bench uses
+    assert {j.team for j in jobs} == {"a", "b", "c"}
