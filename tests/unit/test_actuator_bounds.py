@@ -3,9 +3,18 @@ charged), and the rate bucket charged for the API writes an action really made."
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from baton.proto.actions import BindGang, Binding, Cordon, EvictGang
+from baton.proto.actions import (
+    BindGang,
+    Binding,
+    Cordon,
+    EvictGang,
+    PodRef,
+    SetPodCondition,
+    StatusCondition,
+)
 from baton.proto.k8s import MAX_GANG_MEMBERS
 from baton.services.actuator import core
 from baton.services.actuator.core import Apply, Arrived, Finished, Limits, Report, Settle
@@ -50,6 +59,26 @@ def test_the_bucket_is_charged_for_the_writes_an_action_made_beyond_its_estimate
     assert state.bucket.tokens == 9  # estimated: one write
     state, _ = core.step(state, Finished(action_id="c", outcome="applied", calls=4), 0.0)
     assert state.bucket.tokens == 6  # it made four: three more charged
+
+
+def test_the_bucket_gets_back_the_writes_an_action_did_not_make() -> None:
+    """A gang's pod conditions are charged a write per pod; pods that already had the
+    condition were only read. Kept charged, the reads of a backlog of such repeats spent
+    the whole write budget while nothing was written (7,500 nodes, after the fill)."""
+    state = core.initial(Limits(qps=1, burst=10), now=0.0)
+    told = SetPodCondition(
+        id="t", by="reporter", at=0.0, gang="a/g", namespace="a", priority="status",
+        pods=tuple(PodRef(name=f"p{i}", uid=f"u{i}") for i in range(4)),
+        condition=StatusCondition(type="PodScheduled", status="False", reason="Waiting"),
+    )  # fmt: skip
+    state, _ = core.step(state, Arrived(action=told, ticket=1), 0.0)
+    assert state.bucket.tokens == 6  # estimated: four writes
+    state, _ = core.step(state, Finished(action_id="t", outcome="already", calls=0), 0.0)
+    assert state.bucket.tokens == 10  # none made: all four back
+    again = msgspec.structs.replace(told, id="t2")
+    state, _ = core.step(state, Arrived(action=again, ticket=2), 0.0)
+    state, _ = core.step(state, Finished(action_id="t2", outcome="would-do"), 0.0)
+    assert state.bucket.tokens == 6  # not counted (a dry run): the estimate stays charged
 
 
 def test_the_actuator_may_not_refuse_a_gang_the_webhook_admits_and_gang_places() -> None:

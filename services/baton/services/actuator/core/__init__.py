@@ -85,7 +85,9 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.finished
     action_id: str
     outcome: Outcome | Literal["retry"]
     error: str = ""
-    calls: int = 0  # API writes made, to charge the bucket for more than estimated
+    # API writes made (None: not counted): the bucket is charged what it made beyond the
+    # estimate, and given back what it did not make (a pod condition already so)
+    calls: int | None = None
 
 
 class Tick(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.tick.v1"):
@@ -351,7 +353,7 @@ def _settle(state: State, event: Finished, now: float, outputs: list[Output]) ->
     parked = state.entries.get(state.latest.finished(entry.action))
     if parked is not None:  # the next write of the same object may go now
         _push(state, parked)
-    if event.calls > entry.cost:
+    if event.calls is not None and event.calls != entry.cost:
         state.bucket.charge(event.calls - entry.cost)
     tickets = tuple(entry.tickets)
     limits = state.limits
