@@ -205,7 +205,6 @@ def test_invalid_expected_durations_name_the_key(text: str) -> None:
 )  # fmt: skip
 def test_estimate_settings_out_of_range_name_the_key(setting: str, value: float, key: str) -> None:
     from baton.proto.placement import GangPolicy
-
     from baton.services.gang.main import SPEC, Settings
 
     with pytest.raises(ValueError, match=f"BATON_GANG_{key} is out of range"):
