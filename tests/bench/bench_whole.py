@@ -21,7 +21,7 @@ messages per second per stream, likewise.
     BATON_WHOLE_NODES=7500 BATON_WHOLE_SECONDS=420 BATON_WHOLE_LOAD=1.3 \
         BATON_WHOLE_SPEED=10 python -m tests.bench whole                      # just scale
     BATON_WHOLE_WORKLOAD=llm python -m tests.bench whole
-    BATON_WHOLE_NODES=7500 BATON_WHOLE_WORKLOAD=steady BATON_WHOLE_SECONDS=420 \
+    BATON_WHOLE_NODES=7500 BATON_WHOLE_WORKLOAD=steady BATON_WHOLE_SECONDS=600 \
         python -m tests.bench whole             # full, then nothing changes: the steady state
     BATON_WHOLE_NODES=1024 BATON_WHOLE_WORKLOAD=llm BATON_WHOLE_SPEED=600 \\
         BATON_WHOLE_RECORD=1 python -m tests.bench whole     # issue 20's LLM mix at 1,024

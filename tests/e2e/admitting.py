@@ -42,7 +42,8 @@ async def tasks(*coros: Coroutine[Any, Any, Any]) -> AsyncIterator[list[asyncio.
     finally:
         for task in running:
             task.cancel()
-        _, stuck = await asyncio.wait(running, timeout=STOP_WITHIN_S)
+        done, stuck = await asyncio.wait(running, timeout=STOP_WITHIN_S)
+        await asyncio.gather(*done, return_exceptions=True)  # their errors, retrieved
         if stuck:
             everything = "\n  ".join(stuck_tasks(besides=asyncio.current_task()))
             raise AssertionError(
