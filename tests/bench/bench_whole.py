@@ -67,6 +67,7 @@ import nats
 from prometheus_client.parser import text_string_to_metric_families
 
 from baton.libs.bus.connection import auth_options
+from baton.services.simcluster.world.spec import default_spec
 from baton.services.simcluster.world.workload import SYNTHETIC_SHAPES
 from tests.bench import allocation
 from tests.e2e.test_up_mix import partial, read
@@ -270,7 +271,6 @@ def _record(env: dict[str, str], into: Path) -> str:
 
 STEADY_SHARE = 0.97  # of the GPUs the steady workload asks for (whole gangs leave gaps)
 STEADY_SEED = 7
-GPUS_PER_NODE = 8  # simcluster's default pool (baton up --nodes)
 
 
 def steady_trace(folder: Path, nodes: int) -> str:
@@ -280,7 +280,8 @@ def steady_trace(folder: Path, nodes: int) -> str:
     state of a full cluster (issue 21's "when nothing changes")."""
     rng = random.Random(STEADY_SEED)
     weights = [w for w, _, _ in SYNTHETIC_SHAPES]
-    left = int(STEADY_SHARE * nodes * GPUS_PER_NODE)
+    cluster = sum(p.count * p.gpus for p in default_spec(nodes).pools)  # as baton up makes it
+    left = int(STEADY_SHARE * cluster)
     rows = ["job_id,submit_s,num_gpus,duration_s,vc"]
     while left > 0:
         _, pods, per_pod = rng.choices(SYNTHETIC_SHAPES, weights)[0]
