@@ -58,6 +58,7 @@ PLACES: Final = {
     "chaos": "tests/e2e/test_chaos.py::test_baton_keeps_its_promises_while_its_pieces_die",
     # `just chaos` is the chaos run (the Justfile's recipe, checked), not run again
     "just": "tests/unit/test_readme.py::test_just_chaos_is_the_chaos_run",
+    "layers": "tests/unit/test_layers.py::test_the_command_prints_the_floors_and_the_drawing",
 }
 
 # a doc -> its commands -> the place that runs each (PLACES)
@@ -125,6 +126,10 @@ DOCS["docs/deploy.md"] = {
     "kubectl patch validatingwebhookconfiguration baton --type=json -p "
     '"[{\\"op\\":\\"add\\",\\"path\\":\\"/webhooks/0/clientConfig/caBundle\\",'
     '\\"value\\":\\"$(base64 -w0 tls/tls.crt)\\"}]"': "without-cert-manager",
+}
+DOCS["docs/packaging.md"] = {
+    ".venv/bin/python -m tests.layers": "layers",
+    ".venv/bin/python -m tests.layers --dot": "layers",
 }
 DOCS["docs/replay.md"] = {
     "baton replay --record run.jsonl --nats nats://127.0.0.1:4222 --cluster c1": "by-hand",
