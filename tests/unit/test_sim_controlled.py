@@ -167,3 +167,40 @@ def test_exclusive_placement_on_a_replicated_job_reaches_its_pods_only() -> None
     )
     on_rj = job_for(jobset, jobset["spec"]["replicatedJobs"][0], 0, restarts=0)
     assert on_rj["spec"]["template"]["metadata"]["annotations"][keys.JOBSET_EXCLUSIVE] == keys.RACK
+
+
+async def test_a_controller_reads_what_it_owns_from_its_index_not_the_namespace() -> None:
+    """What a Job owns is kept by owner as the store changes (a pod created before the
+    controller started too); a pod orphaned, deleted or owned by another Job is not its."""
+    from baton.services.simcluster.clock import Clock
+    from baton.services.simcluster.world import controlling
+    from baton.services.simcluster.world.jobs import Jobs
+
+    store = Store()
+    for namespace in ("team-a", "team-b"):
+        store.create("namespaces", {"metadata": {"name": namespace}})
+    jobs = Jobs(store, clock=Clock(), create=lambda res, obj: None)  # type: ignore[arg-type,return-value]
+
+    def pod(name: str, owner: str) -> None:
+        ref = {"apiVersion": "batch/v1", "kind": "Job", "name": owner, "uid": f"uid-{owner}",
+               "controller": True}  # fmt: skip
+        store.create("pods", {"metadata": {"name": name, "namespace": "team-a",
+                                           "ownerReferences": [ref]},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}})  # fmt: skip
+
+    def owned(owner: str) -> list[str]:
+        return [p["metadata"]["name"] for p in jobs.owned("pods", "team-a", f"uid-{owner}")]
+
+    pod("early", "j1")  # before the controller followed the store
+    store.add_listener(lambda event, res, obj: controlling.route([jobs], event, res, obj))
+    jobs.start()
+    try:
+        for name, owner in (("p1", "j1"), ("p2", "j2"), ("p3", "j1"), ("p4", "j1")):
+            pod(name, owner)
+        assert (owned("j1"), owned("j2")) == (["early", "p1", "p3", "p4"], ["p2"])
+        store.delete("pods", "team-a", "p3")
+        # an orphan is not routed to any controller: owned() checks its owner again
+        store.mutate("pods", "team-a", "p4", lambda o: o["metadata"].pop("ownerReferences"))
+        assert owned("j1") == ["early", "p1"] and jobs.owned("pods", "team-b", "uid-j1") == []
+    finally:
+        await jobs.stop()
