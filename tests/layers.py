@@ -26,7 +26,8 @@ def arrows() -> dict[str, set[str]]:
     """Each box (``baton.proto``, each package under ``baton.libs`` and
     ``baton.services``) -> the boxes it imports."""
     graph = grimp.build_graph(*ROOTS)
-    boxes = sorted(["baton.proto"] + [m for root in ROOTS[::2] for m in graph.find_children(root)])
+    packages = graph.find_children("baton.libs") | graph.find_children("baton.services")
+    boxes = sorted({"baton.proto", *packages})
     return {
         box: {
             other

@@ -12,8 +12,10 @@ from baton.proto import keys
 from baton.services.simcluster.api import validation
 from baton.services.simcluster.api.resources import resource
 from baton.services.simcluster.api.store import Store
-from baton.services.simcluster.world import mixes
+from baton.services.simcluster.clock import Clock
+from baton.services.simcluster.world import controlling, mixes
 from baton.services.simcluster.world.controlled import batch_job, controlled_objects, kind_of
+from baton.services.simcluster.world.jobs import Jobs
 from baton.services.simcluster.world.jobsets import job_for
 from baton.services.simcluster.world.simulation import build
 from baton.services.simcluster.world.workload import DURATION_ANNOTATION, Job
@@ -172,10 +174,6 @@ def test_exclusive_placement_on_a_replicated_job_reaches_its_pods_only() -> None
 async def test_a_controller_reads_what_it_owns_from_its_index_not_the_namespace() -> None:
     """What a Job owns is kept by owner as the store changes (a pod created before the
     controller started too); a pod orphaned, deleted or owned by another Job is not its."""
-    from baton.services.simcluster.clock import Clock
-    from baton.services.simcluster.world import controlling
-    from baton.services.simcluster.world.jobs import Jobs
-
     store = Store()
     for namespace in ("team-a", "team-b"):
         store.create("namespaces", {"metadata": {"name": namespace}})

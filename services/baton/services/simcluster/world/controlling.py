@@ -153,6 +153,7 @@ class Controller:
             for obj in self.owned(res, namespace, uid):
                 self.delete(res, obj)
 
+    # what this kind owns: indexed from the store at start, deleted with its owner
     collects: tuple[str, ...] = ()
 
     def delete(self, res: str, obj: Obj) -> None:
