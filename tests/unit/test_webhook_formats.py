@@ -191,3 +191,21 @@ def test_valid_gangs_in_each_format_are_allowed(
     case: str, obj: dict[str, Any], kind: str, api: tuple[str, str]
 ) -> None:
     assert ask(obj, kind=kind, api=api) == ""
+
+
+def test_a_quota_that_follows_the_nodes_is_no_never_before_they_are_counted() -> None:
+    """Seen at the start of a 7,500-node cluster: with no team file the one team's quota is
+    its nodes' GPUs, 0 until admission has counted one, and the webhook refused the first
+    jobs' pods: "team 'default' can never get more than 0". Such a quota grows as nodes
+    join and pass their preflight, so a gang over it waits; a set quota is still a never."""
+    s = core.initial(parse(None))
+    body = {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "r", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "namespace": "ml", "name": "w-0", "operation": "CREATE",
+                    "object": pod(gpus=8)},
+    }  # fmt: skip
+    verdict = webhook.review(s, json.dumps(body).encode(), mutate=False, now=0.0)
+    assert json.loads(verdict.body)["response"]["allowed"] is True
+    assert not s.fixed_ceiling("default") and s.ceiling("default") == 0
+    assert "can never get more than 16" in ask(pod(gpus=24))  # team 'a': quota 16, set

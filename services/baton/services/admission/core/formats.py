@@ -180,7 +180,7 @@ def members_problem(count: int, *, what: str) -> str | None:
 def too_big(state: State, *, team: str, need: int, how: str, fix: str) -> str | None:
     """The one message for a gang larger than its team could ever run, whatever says
     its size (minMember, minCount, minResources, Kueue's total count...)."""
-    if need <= state.ceiling(team):
+    if need <= state.ceiling(team) or not state.fixed_ceiling(team):
         return None
     return (
         f"needs {need} GPUs ({how}) but team {team!r} can never get more than "

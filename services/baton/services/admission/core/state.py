@@ -189,6 +189,14 @@ class State:
         the team's nodes, or wholly on GPUs borrowed from other teams."""
         return max(self.quota(team), self.borrow_limit(team))
 
+    def fixed_ceiling(self, team: str) -> bool:
+        """Whether ``ceiling`` is set by the config: a quota that follows the team's
+        nodes (none set) moves as nodes join, pass their preflight, or go NotReady; on a
+        new cluster it is 0 until the first is counted. A gang over it waits (set aside,
+        woken as it grows); only a set quota is a "never"."""
+        spec = self.specs.get(team)
+        return spec is None or spec.quota is not None
+
     def room(self, team: str) -> int:
         """GPUs free on the team's nodes for its in-quota gangs: its capacity less its
         in-quota gangs and what other teams' borrowing gangs take there (``on_team``)."""
