@@ -19,7 +19,8 @@ from baton.proto.k8s import PLUGINS_API, Resources, Taint, Toleration
 
 # Lower number = applied first when the actuator is rate limited. ``health``: taking a
 # node out of service; ``validation``: preflight work (a brand-new 7,500-node cluster
-# asks for ~22,000 such writes, and no bind may wait behind them); ``status``: what
+# asks for ~15,000 such writes; it has an assured share of the rate ahead of binds, as
+# binds need the capacity it makes: the actuator's ``pacing.ASSURED``); ``status``: what
 # Baton tells Kubernetes users (PodGroup status, pod conditions, Events), after all else.
 Priority = Literal["health", "placement", "admission", "validation", "scaling", "balloon", "status"]
 PRIORITY_ORDER: dict[str, int] = {

@@ -31,6 +31,8 @@ class Settings(Base, frozen=True, kw_only=True):
     kubeconfig: str = ""
     qps: float = 200.0  # API writes per second, sustained (0: unlimited)
     burst: int = 400
+    # Of qps, what preflight work (new capacity) is assured ahead of binds while queued
+    validation_share: float = 0.4
     concurrency: int = 32  # actions applied at once
     bind_concurrency: int = 64  # binds (or evictions) of one gang at once
     max_attempts: int = 5  # deliveries before an action is dead-lettered
@@ -47,6 +49,7 @@ class Settings(Base, frozen=True, kw_only=True):
         checks = {
             "QPS": self.qps >= 0,
             "BURST": self.burst >= 1,
+            "VALIDATION_SHARE": 0 <= self.validation_share < 1,
             "CONCURRENCY": self.concurrency >= 1,
             "BIND_CONCURRENCY": self.bind_concurrency >= 1,
             "MAX_ATTEMPTS": self.max_attempts >= 1,
@@ -59,7 +62,8 @@ class Settings(Base, frozen=True, kw_only=True):
 
     def limits(self) -> core.Limits:
         return core.Limits(
-            qps=self.qps, burst=self.burst, concurrency=self.concurrency,
+            qps=self.qps, burst=self.burst, validation_share=self.validation_share,
+            concurrency=self.concurrency,
             max_attempts=self.max_attempts, seed=self.seed, max_members=self.max_members,
         )  # fmt: skip
 

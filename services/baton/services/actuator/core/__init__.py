@@ -1,22 +1,23 @@
 """The actuator's decisions, pure: what to apply next, when, and what each outcome means.
 
 Events come in with the time (``now``); outputs say what the shell must do. The state
-is one object the step owns (a heap and a few dicts, updated in place so ten thousand
-queued actions cost O(log n) each); nothing here reads a clock, does I/O or draws an
-unseeded random number, so a recorded event sequence replays to the same outputs.
+is one object the step owns (a queue per priority class and a few dicts, updated in
+place so ten thousand queued actions cost O(1) each); nothing here reads a clock, does
+I/O or draws an unseeded random number, so a recorded event sequence replays to the
+same outputs.
 
 The cycle for every event, as numbered steps in ``step``:
 1. admit an arrived action (or recognise it as a duplicate, or push back when full),
 2. settle a finished one (ack, nak with backoff, or term after the last attempt),
 3. dispatch: while a slot is free, take the highest-priority action whose token cost
-   the bucket can pay; otherwise say when to wake.
+   the bucket can pay, unless validation's head has tokens of its assured share
+   (``pacing.ASSURED``); otherwise say when to wake.
 """
 
 from __future__ import annotations
 
-import heapq
 import random
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Literal
 
 import msgspec
@@ -35,13 +36,16 @@ from baton.proto.actions import (
 from baton.proto.k8s import MAX_GANG_MEMBERS
 from baton.services.actuator.core.coalescing import STALE, Latest
 from baton.services.actuator.core.eventing import EventLimits, Events, EventWrite
-from baton.services.actuator.core.pacing import Bucket
+from baton.services.actuator.core.pacing import ASSURED, Bucket, assured
 from baton.services.actuator.core.retrying import backoff
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
     qps: float = 200.0  # sustained API writes per second; 0 or less means unlimited
     burst: int = 400
+    # Of qps, what validation (preflight pods and marks: new capacity) is assured ahead
+    # of binds and admission marks while it has work queued (pacing.ASSURED); 0: none
+    validation_share: float = 0.4
     concurrency: int = 32  # actions applied at once
     queue_limit: int = 20_000  # actions held in memory; more are nak'ed with a delay
     max_attempts: int = 5
@@ -123,6 +127,7 @@ class WakeAt(msgspec.Struct, frozen=True, kw_only=True, tag="actuator.wake.v1"):
 
 
 Output = Apply | Settle | Report | WakeAt
+CLASSES = tuple(sorted(PRIORITY_ORDER, key=PRIORITY_ORDER.__getitem__))  # highest first
 
 # -- state ----------------------------------------------------------------------------
 
@@ -144,20 +149,21 @@ class Entry:
 
 class State:
     __slots__ = (
-        "attempts", "bucket", "entries", "events", "heap", "in_flight", "latest",
-        "limited_seconds", "limited_since", "limits", "rng", "seen", "seq",
+        "attempts", "bucket", "entries", "events", "in_flight", "latest", "limited_seconds",
+        "limited_since", "limits", "queues", "rng", "seen", "share",
     )  # fmt: skip
 
     def __init__(self, limits: Limits, *, now: float) -> None:
         self.limits = limits
         self.bucket = Bucket(qps=limits.qps, burst=limits.burst, now=now)
-        self.heap: list[tuple[int, int, str]] = []  # (priority order, arrival seq, id)
+        self.share = assured(qps=limits.qps, share=limits.validation_share, now=now)
+        # ids by priority class, in arrival order; an id whose entry is gone is skipped
+        self.queues: dict[str, deque[str]] = {p: deque() for p in CLASSES}
         self.entries: dict[str, Entry] = {}  # queued
         self.in_flight: dict[str, Entry] = {}
         self.seen: OrderedDict[str, tuple[float, str]] = OrderedDict()  # id -> (at, outcome)
         self.attempts: dict[str, int] = {}  # ids nak'ed for a retry -> attempts so far
         self.rng = random.Random(limits.seed)
-        self.seq = 0
         self.limited_since: float | None = None
         self.limited_seconds = 0.0  # total time the head of the queue waited for tokens
         self.events = Events(limits.events)  # Event series and budgets
@@ -299,9 +305,7 @@ def _queue(state: State, entry: Entry) -> None:
 
 
 def _push(state: State, entry: Entry) -> None:
-    state.seq += 1
-    priority = PRIORITY_ORDER[entry.action.priority]
-    heapq.heappush(state.heap, (priority, state.seq, entry.action.id))
+    state.queues[entry.action.priority].append(entry.action.id)
 
 
 def _answer(
@@ -380,17 +384,11 @@ def _settle(state: State, event: Finished, now: float, outputs: list[Output]) ->
 
 
 def _dispatch(state: State, now: float, outputs: list[Output]) -> None:
-    while state.heap and len(state.in_flight) < state.limits.concurrency:
-        _, _, action_id = state.heap[0]
-        entry = state.entries.get(action_id)
-        if entry is None:  # superseded while queued
-            heapq.heappop(state.heap)
-            continue
-        if entry.action.expires and now > entry.action.expires:
-            heapq.heappop(state.heap)
-            _expire(state, state.entries.pop(action_id), now, outputs)
-            continue
-        wait = state.bucket.take(priority=entry.action.priority, cost=entry.cost, now=now)
+    while len(state.in_flight) < state.limits.concurrency:
+        picked = _pick(state, now, outputs)
+        if picked is None:
+            return
+        priority, entry, wait = picked
         if wait > 0:
             if state.limited_since is None:
                 state.limited_since = now
@@ -399,12 +397,64 @@ def _dispatch(state: State, now: float, outputs: list[Output]) -> None:
         if state.limited_since is not None:
             state.limited_seconds += now - state.limited_since
             state.limited_since = None
-        heapq.heappop(state.heap)
+        state.queues[priority].popleft()
         if not state.latest.may_start(entry.action):
             continue  # its object's previous write is in flight: it waits aside
-        del state.entries[action_id]
-        state.in_flight[action_id] = entry
+        del state.entries[entry.action.id]
+        state.in_flight[entry.action.id] = entry
         outputs.append(Apply(action=entry.action, attempt=entry.attempt, event=entry.write))
+
+
+def _pick(state: State, now: float, outputs: list[Output]) -> tuple[str, Entry, float] | None:
+    """The next head to apply and the seconds it must wait for tokens (0: taken): the
+    highest class's, unless validation, lower, has tokens of its assured share for its
+    own head. Health is never passed. Waiting, it wakes for whichever can go first."""
+    top: tuple[str, Entry] | None = None
+    below: Entry | None = None  # the assured class's head, behind ``top``
+    for priority in CLASSES:
+        if top is not None and PRIORITY_ORDER[priority] > PRIORITY_ORDER[ASSURED]:
+            break  # nothing lower is taken before the highest head
+        entry = _head(state, priority, now, outputs)
+        if entry is None:
+            continue
+        if top is None:
+            top = (priority, entry)
+        elif priority == ASSURED and top[0] != "health":
+            below = entry
+    if top is None:
+        return None
+    share, bucket = state.share, state.bucket
+    if below is not None and share is not None:
+        ahead = share.wait(priority=ASSURED, cost=below.cost, now=now, reserve=0.0)
+        if ahead == 0.0:
+            wait = bucket.take(priority=ASSURED, cost=below.cost, now=now, reserve=0.0)
+            if wait == 0.0:
+                share.charge(below.cost)
+            return ASSURED, below, wait
+    priority, entry = top
+    wait = bucket.take(priority=priority, cost=entry.cost, now=now)
+    if wait > 0 and below is not None and share is not None:
+        ahead = share.wait(priority=ASSURED, cost=below.cost, now=now, reserve=0.0)
+        wait = min(wait, max(ahead, bucket.wait(priority=ASSURED, cost=below.cost, now=now,
+                                                reserve=0.0)))  # fmt: skip
+    return priority, entry, wait
+
+
+def _head(state: State, priority: str, now: float, outputs: list[Output]) -> Entry | None:
+    """The first entry queued in a class, dropping ids superseded while queued and
+    answering those whose ``expires`` passed."""
+    queue = state.queues[priority]
+    while queue:
+        entry = state.entries.get(queue[0])
+        if entry is None:  # superseded while queued
+            queue.popleft()
+            continue
+        if entry.action.expires and now > entry.action.expires:
+            queue.popleft()
+            _expire(state, state.entries.pop(entry.action.id), now, outputs)
+            continue
+        return entry
+    return None
 
 
 def _expire(state: State, entry: Entry, now: float, outputs: list[Output]) -> None:
