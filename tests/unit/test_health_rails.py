@@ -7,10 +7,11 @@ import msgspec
 import pytest
 
 from baton.proto import keys
-from baton.proto.actions import CreatePod, DeletePod, MarkNode
+from baton.proto.actions import ActionResult, CreatePod, DeletePod, MarkNode
 from baton.proto.health import Control, HealthPolicy, Note, StateChanged, Withheld
-from baton.proto.k8s import Node, NodeEvent, Taint
+from baton.proto.k8s import Node, NodeEvent, PodEvent, Taint
 from baton.services.health import core
+from baton.services.health.core import sweeping
 from baton.services.health.core.rails import Domain, Rails, SlowStart, domains
 from baton.services.health.core.states import TAINTS
 from tests.support.builders import node
@@ -238,6 +239,32 @@ def test_a_new_node_that_joined_under_preflight_is_checked_without_a_write_to_ma
     swept = of(out, DeletePod)  # the pods that passed hold nothing: swept after the binds
     assert len(swept) == 3 and {d.priority for d in swept} == {"balloon"}
     assert {m.priority for m in marks} == {"validation"}
+
+
+def test_passed_preflight_pods_are_swept_a_few_at_a_time_and_after_a_restart() -> None:
+    """Asked all at once (7,500 on a new cluster) and waiting behind the binds for tokens,
+    the sweeps filled the actuator's delivery window that the next checks and admission's
+    marks needed: at most ``sweeping.AT_ONCE`` are asked, the next when one is answered."""
+    joined = Taint(key=keys.PREFLIGHT, effect="NoSchedule")
+    nodes = [msgspec.structs.replace(n, created_at=100.0, taints=(joined,)) for n in rack(40)]
+    state = core.initial(HealthPolicy(testing_share=1.0))
+    feed(state, [NodeEvent(op="upsert", at=120.0, node=n) for n in nodes], 120.0)
+    passed = [preflight_pod(state, n.name, phase="Succeeded", at=130.0) for n in nodes]
+    swept = of(feed(state, passed), DeletePod)
+    assert len(swept) == sweeping.AT_ONCE == 32
+    assert set(states(state).values()) == {"healthy"}  # the marks did not wait for them
+    answered = [ActionResult(action_id=d.id, action_type="action.delete-pod.v1", by="health",
+                             at=131.0, outcome="applied") for d in swept[:3]]  # fmt: skip
+    more = of(feed(state, answered), DeletePod)
+    assert len(more) == 3 and not {d.pod for d in more} & {d.pod for d in swept}
+    gone = [msgspec.structs.replace(e, op="delete") for e in passed]  # the rest, deleted
+    assert of(feed(state, gone), DeletePod) == []
+    assert not state.sweeps
+
+    restarted = core.initial(HealthPolicy())  # what a last run left is swept when seen
+    left = msgspec.structs.replace(passed[0].pod, name="preflight-n0-old")
+    out = feed(restarted, [PodEvent(op="upsert", at=200.0, pod=left)])
+    assert [(d.pod, d.priority) for d in of(out, DeletePod)] == [("preflight-n0-old", "balloon")]
 
 
 def test_a_node_seen_long_after_it_joined_is_not_taken_out_for_its_first_check() -> None:

@@ -123,6 +123,7 @@ SPEC = Spec(
         Input(f"health.{health.CONTROL}", Control),
         Input("result.create-pod.>", ActionResult),
         Input("result.mark-node.>", ActionResult),  # a failed one is asked again
+        Input("result.delete-pod.>", ActionResult),  # a sweep answered: the next goes
     ),
     routes=shell.ROUTES,
     publishes=("health.>",),

@@ -17,7 +17,7 @@ from baton.proto.health import Control, Evidence, HealthPolicy, Heard, Note, Sil
 from baton.proto.k8s import Node, NodeEvent, PodEvent, ResourceSliceEvent
 from baton.proto.runner import Tick
 from baton.proto.telemetry import GpuReport, NodeReport, XidEvent
-from baton.services.health.core import checks, devices, moving, rules
+from baton.services.health.core import checks, devices, moving, rules, sweeping
 from baton.services.health.core.model import State, initial
 from baton.services.health.core.moving import Output, decide
 from baton.services.health.core.nodes import OUT, Check, NodeRecord, read_note
@@ -49,6 +49,7 @@ def step(state: State, event: Input, now: float) -> tuple[State, tuple[Output, .
             out = on_node(s, node, now)
         case PodEvent():
             out = on_pod(s, event, now)
+            out += sweeping.on_pod(s, event.pod, deleted=event.op == "delete", now=now)
         case GpuReport(node=name):
             rec = s.record(name)
             rec.sync("telemetry.gpu", rules.gpu_signals(event, policy), now, policy)
@@ -213,6 +214,8 @@ def on_xid(s: State, event: XidEvent, now: float) -> list[Output]:
 
 
 def on_result(s: State, result: ActionResult, now: float) -> list[Output]:
+    if (swept := sweeping.on_result(s, result, now)) is not None:
+        return list(swept)
     if result.action_id in s.marks:
         moving.marked(s, result.action_id, result.outcome, now)
         return []

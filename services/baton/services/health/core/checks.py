@@ -137,15 +137,14 @@ def ask(
 
 
 def cleanup(rec: NodeRecord, policy: HealthPolicy, now: float) -> list[Output]:
-    """Delete the node's preflight pod, if one was asked for. One that passed holds
-    nothing (it Succeeded): sweeping it is of the balloon class, after the binds and the
-    marks that put nodes in service (7,500 of each on a new cluster)."""
+    """Delete the node's preflight pod, if one was asked for and has not passed (one that
+    passed holds nothing: ``sweeping`` deletes it later, with the others)."""
     check = rec.check
-    if check is None or not check.pod:
+    if check is None or not check.pod or check.passed:
         return []
     return [
         DeletePod(id=ids.make("delete", check.pod, "preflight"), by="health", at=now,
-                  priority="balloon" if check.passed else "validation", reason="preflight done",
+                  priority="validation", reason="preflight done",
                   namespace=policy.preflight_namespace, pod=check.pod, grace_seconds=0)
     ]  # fmt: skip
 

@@ -26,6 +26,10 @@ class State:
     # a test slot freed or a node became testable: preflights are asked at the next tick,
     # once for every outcome since (a pass over the validating nodes each)
     slots_changed: bool = False
+    # preflight pods that passed, to delete a few at a time (``sweeping``): waiting, by
+    # key, in order; asked, by action id
+    sweeps: dict[str, tuple[str, str]] = field(default_factory=dict)
+    sweeping: dict[str, str] = field(default_factory=dict)
 
     def record(self, name: str) -> NodeRecord:
         rec = self.nodes.get(name)
