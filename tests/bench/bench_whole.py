@@ -25,7 +25,7 @@ messages per second per stream, likewise.
         python -m tests.bench whole             # full, then nothing changes: the steady state
     BATON_WHOLE_NODES=1024 BATON_WHOLE_WORKLOAD=llm BATON_WHOLE_SPEED=600 \\
         BATON_WHOLE_RECORD=1 python -m tests.bench whole     # issue 20's LLM mix at 1,024
-    BATON_ACTUATOR_QPS=300 BATON_WHOLE_NODES=7500 BATON_WHOLE_WORKLOAD=llm \\
+    BATON_WHOLE_NODES=7500 BATON_WHOLE_WORKLOAD=llm \\
         BATON_WHOLE_SPEED=150 python -m tests.bench whole   # the LLM mix at 7,500 (80 pods/s)
 
 ``BATON_WHOLE_SPEED`` is ``baton up --speed`` (trace time compression), ``BATON_WHOLE_DEVICES``
