@@ -37,6 +37,15 @@ TEAMS = {
             "egress": {"limit": "10G"},
         },
         {"name": "b", "namespaces": ["team-b"], "pools": ["pb"]},
+        # a set quota: a gang over it is refused ("never"); a's follows its nodes, so
+        # a gang over it waits (docs/admission.md)
+        {
+            "name": "c",
+            "namespaces": ["team-c"],
+            "pools": ["pc"],
+            "quota": {"gpus": 16},
+            "lend": False,
+        },
     ]
 }
 
@@ -54,20 +63,21 @@ class Served:
 
 def state_with_teams() -> core.State:
     state = core.initial(parse(TEAMS))
-    for name, pool in (("a1", "pa"), ("b1", "pb"), ("b2", "pb")):
+    for name, pool in (("a1", "pa"), ("b1", "pb"), ("b2", "pb"), ("c1", "pc")):
         room = {GPU: 8, "cpu": 192_000, "memory": 2048 * 1024**3}  # an HGX node (millicores)
         node = Node(name=name, uid=name, labels={"baton.io/pool": pool}, allocatable=room)
         state, _ = core.step(state, NodeEvent(op="upsert", at=0.0, node=node), 0.0)
-    for name, members in (("job", 1), ("wide", 2)):
-        group = PodGroup(
-            namespace="team-a", name=name, uid=name, min_member=members, created_at=1.0
-        )
+    groups = (("team-a", "job", 1), ("team-a", "wide", 2), ("team-c", "wide", 2))
+    for namespace, name, members in groups:
+        group = PodGroup(namespace=namespace, name=name, uid=f"{namespace}-{name}",
+                         min_member=members, created_at=1.0)  # fmt: skip
         state, _ = core.step(state, PodGroupEvent(op="upsert", at=1.0, pod_group=group), 1.0)
-    wide = Pod(
-        namespace="team-a", name="wide-1", uid="wide-1", requests={GPU: 8},
-        labels={"scheduling.x-k8s.io/pod-group": "wide"}, scheduler_name="baton",
-    )  # fmt: skip
-    state, _ = core.step(state, PodEvent(op="upsert", at=1.0, pod=wide), 1.0)  # 8 GPUs in
+    for namespace in ("team-a", "team-c"):
+        wide = Pod(
+            namespace=namespace, name="wide-1", uid=f"{namespace}-wide-1", requests={GPU: 8},
+            labels={"scheduling.x-k8s.io/pod-group": "wide"}, scheduler_name="baton",
+        )  # fmt: skip
+        state, _ = core.step(state, PodEvent(op="upsert", at=1.0, pod=wide), 1.0)  # 8 GPUs in
     return state
 
 
@@ -234,9 +244,9 @@ async def test_existing_affinity_terms_are_kept_and_narrowed(webhook: Served) ->
         (
             pod("x", gang="wide", gpus=16),
             "Pod",
-            "team-a",
+            "team-c",
             "needs 24 GPUs (2 member pods with this one: 16 + 8; every member counts) but "
-            "team 'a' can never get more than 16",
+            "team 'c' can never get more than 16",
         ),
         (
             {
@@ -253,7 +263,7 @@ async def test_existing_affinity_terms_are_kept_and_narrowed(webhook: Served) ->
                 "spec": {"minMember": 4},
             },
             "PodGroup",
-            "team-a",
+            "team-c",
             "lower minMember (members of different sizes",
         ),
         (
@@ -275,6 +285,18 @@ async def test_validation_rejects_with_a_message_the_user_can_act_on(
     assert response["status"]["code"] == 403
     assert message in response["status"]["message"], response["status"]["message"]
     assert isinstance(webhook.events[-1], PodRejected)
+
+
+async def test_a_gang_over_a_quota_that_follows_the_nodes_is_let_in_to_wait(
+    webhook: Served,
+) -> None:
+    """Team a's quota is its nodes' GPUs (8 now; it may borrow 16): 32 GPUs could run once
+    its pool grows, so the PodGroup is let in and waits, set aside, where team c's set
+    quota of 16 refuses the same (above)."""
+    group = {"metadata": {"name": "pg", "annotations": {"baton.io/gpus-per-pod": "8"}},
+             "spec": {"minMember": 4}}  # fmt: skip
+    response = await post(webhook, "/validate", review(group, kind="PodGroup"))
+    assert response == {"uid": "req-1", "allowed": True}
 
 
 async def test_valid_pod_is_allowed(webhook: Served) -> None:
