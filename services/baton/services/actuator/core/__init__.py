@@ -424,19 +424,20 @@ def _pick(state: State, now: float, outputs: list[Output]) -> tuple[str, Entry, 
     if top is None:
         return None
     share, bucket = state.share, state.bucket
-    if below is not None and share is not None:
-        ahead = share.wait(priority=ASSURED, cost=below.cost, now=now, reserve=0.0)
-        if ahead == 0.0:
-            wait = bucket.take(priority=ASSURED, cost=below.cost, now=now, reserve=0.0)
-            if wait == 0.0:
-                share.charge(below.cost)
-            return ASSURED, below, wait
+    if (
+        below is not None
+        and share is not None
+        and share.take(priority=ASSURED, cost=below.cost, now=now, reserve=0.0) == 0.0
+    ):
+        # charged to the main bucket too, into debt if need be: the classes above
+        # get the rest of the rate, and a large bind refilling for its turn is
+        # not nibbled away one preflight write at a time
+        bucket.spend(below.cost, now)
+        return ASSURED, below, 0.0
     priority, entry = top
     wait = bucket.take(priority=priority, cost=entry.cost, now=now)
     if wait > 0 and below is not None and share is not None:
-        ahead = share.wait(priority=ASSURED, cost=below.cost, now=now, reserve=0.0)
-        wait = min(wait, max(ahead, bucket.wait(priority=ASSURED, cost=below.cost, now=now,
-                                                reserve=0.0)))  # fmt: skip
+        wait = min(wait, share.wait(priority=ASSURED, cost=below.cost, now=now, reserve=0.0))
     return priority, entry, wait
 
 

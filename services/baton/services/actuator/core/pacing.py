@@ -60,10 +60,17 @@ class Bucket:
         if self.qps > 0:
             self.tokens -= extra
 
+    def spend(self, cost: int, now: float) -> None:
+        """Take ``cost`` tokens now, into debt if need be (an assured draw: the others
+        wait it off, and what they refill for is never taken from under them)."""
+        self.wait(priority="health", cost=0, now=now)  # refilled to now
+        self.charge(cost)
+
 
 def assured(*, qps: float, share: float, now: float) -> Bucket | None:
-    """The assured class's own bucket: ``share`` of the rate, one second's worth of burst
-    (an idle spell does not buy it a long run ahead of the binds). None: no share."""
+    """The assured class's own bucket: ``share`` of the rate, a tenth of a second's worth
+    of burst (an idle spell does not buy it a run ahead of the binds: with a second's
+    worth, a bind waited behind the first 200 preflight writes). None: no share."""
     if qps <= 0 or share <= 0:
         return None
-    return Bucket(qps=qps * share, burst=max(1, round(qps * share)), now=now)
+    return Bucket(qps=qps * share, burst=max(1, round(qps * share / 10)), now=now)
