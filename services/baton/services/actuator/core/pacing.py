@@ -39,8 +39,7 @@ class Bucket:
         none. ``reserve`` overrides the class's (an assured draw leaves none)."""
         if self.qps <= 0:
             return 0.0
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.qps)
-        self.at = now
+        self._refill(now)
         floor = self.burst * (RESERVE[priority] if reserve is None else reserve)
         need = floor + min(cost, self.burst - floor)
         return 0.0 if self.tokens >= need else (need - self.tokens) / self.qps
@@ -63,8 +62,13 @@ class Bucket:
     def spend(self, cost: int, now: float) -> None:
         """Take ``cost`` tokens now, into debt if need be (an assured draw: the others
         wait it off, and what they refill for is never taken from under them)."""
-        self.wait(priority="health", cost=0, now=now)  # refilled to now
-        self.charge(cost)
+        if self.qps > 0:
+            self._refill(now)
+            self.tokens -= cost
+
+    def _refill(self, now: float) -> None:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.qps)
+        self.at = now
 
 
 def assured(*, qps: float, share: float, now: float) -> Bucket | None:
