@@ -1,17 +1,24 @@
-"""Trace parsing, jobs to PodGroups and pods, synthetic determinism."""
+"""Trace parsing, jobs to PodGroups and pods, synthetic determinism, submitters."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from baton.services.simcluster.api.resources import Resource
+from baton.services.simcluster.api.store import ApiError, Store
 from baton.services.simcluster.world import trace, workload
+from baton.services.simcluster.world.simulation import build
 from baton.services.simcluster.world.workload import Job
+from tests.pipeline import until
 
 pytestmark = pytest.mark.unit
 
+Obj = dict[str, Any]
 HEADER = "job_id,submit_time,submit_s,num_gpus,duration_s,vc,user,status\n"
 
 
@@ -134,3 +141,49 @@ def test_the_philly_sample_starts_with_the_72_running_jobs_the_readme_promises()
     assert sum(1 for j in sample if j.submit_s == 0) == 72
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert "so it starts with 72 jobs running" in " ".join(readme.split())
+
+
+@pytest.mark.parametrize("submitters", [1, 4])
+async def test_submitters_create_that_many_jobs_at_once_each_in_its_own_order(
+    submitters: int,
+) -> None:
+    """Through a webhook that answers only after a while, as a busy one does: ``n``
+    submitters keep ``n`` jobs in flight; a job's group still comes before its pods,
+    and a job the webhook refuses is skipped without holding the others."""
+    store = Store()
+    sim = build(store, nodes=0)
+    in_flight, most, created = 0, 0, []
+
+    async def slow_webhook(
+        operation: str, res: Resource, obj: Obj, old: Obj | None, *, dry_run: bool = False
+    ) -> Obj:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        name = obj["metadata"]["name"]
+        if name.startswith("job-s3"):
+            raise ApiError(403, "Forbidden", f"{name}: refused")
+        created.append(name)
+        return obj
+
+    sim.admission = [slow_webhook]
+    await sim.start()
+    try:
+        jobs = [Job(job_id=f"s{i}", submit_s=0.0, gpus=16, duration_s=600, team="a")
+                for i in range(12)]  # fmt: skip
+        sim.replay(jobs, speed=1.0, submitters=submitters)
+        await until(lambda: sim.submitted == 11, what="the 11 jobs the webhook lets in")
+    finally:
+        await sim.stop()
+    assert most == submitters
+    for i in (0, 11):  # the group, then its two whole-node pods
+        mine = [n for n in created if n.startswith(f"job-s{i}")]
+        assert mine == [f"job-s{i}", f"job-s{i}-0", f"job-s{i}-1"], mine
+    assert not [n for n in created if n.startswith("job-s3")]
+
+
+def test_submitters_must_be_at_least_one() -> None:
+    with pytest.raises(ValueError, match="submitters: expected >= 1, got 0"):
+        build(Store(), nodes=0).replay([], submitters=0)

@@ -2,7 +2,7 @@
 
     baton sim --nodes N --listen HOST:PORT --kubeconfig PATH [--spec FILE]
               [--trace FILE|philly-sample|synthetic|llm --speed X]
-              [--submit pods|controllers] [--time-scale F]
+              [--submit pods|controllers] [--submitters N] [--time-scale F]
               [--fault-trace FILE]
     baton sim fault KIND TARGET... [--xid X --gpu G --detail ...]   (see fault_cli)
     baton sim heal KIND TARGET...
@@ -53,6 +53,7 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     load: float = 0.9
     submit: str = "pods"  # "pods" (PodGroups and bare pods) | "controllers"
     after_webhook: bool = False  # the trace starts once a webhook is registered
+    submitters: int = 8  # jobs being created at once, as that many users would
     fault_trace: tuple[fault_trace.TraceRow, ...] = ()
 
 
@@ -109,6 +110,10 @@ def parse_args(argv: list[str]) -> Options:
         help="start the trace once an admission webhook is registered (baton up: every job "
         "passes Baton's webhook, and reaches its queue in submission order)",
     )  # fmt: skip
+    p.add_argument(
+        "--submitters", type=int, default=8,
+        help="trace: jobs created at once, as that many users would (8; 1: one after another)",
+    )  # fmt: skip
     p.add_argument("--time-scale", type=float, default=1.0, help="speed of simulated delays")
     p.add_argument("--seed", type=int, default=1, help="seed of the synthetic workload")
     p.add_argument(
@@ -127,6 +132,8 @@ def parse_args(argv: list[str]) -> Options:
         p.error("--nodes: expected >= 0")
     if args.speed <= 0 or args.time_scale <= 0:
         p.error("--speed and --time-scale must be > 0")
+    if args.submitters < 1:
+        p.error(f"--submitters: expected >= 1, got {args.submitters}")
     if args.load <= 0:
         p.error(f"--load: expected > 0, got {args.load}")
     if args.trace not in NAMED_TRACES and not Path(args.trace).is_file():
@@ -146,6 +153,7 @@ def parse_args(argv: list[str]) -> Options:
         submit=args.submit or ("controllers" if args.trace == "llm" else "pods"),
         fault_trace=_fault_trace(p, args),
         after_webhook=args.trace_after_webhook,
+        submitters=args.submitters,
     )
 
 
@@ -203,8 +211,13 @@ async def serve(opts: Options) -> None:
         if opts.kubeconfig is not None:
             write_kubeconfig(opts.kubeconfig, opts.advertise or url)
         if opts.trace:
-            cluster.replay(jobs(opts), speed=opts.speed, submit=opts.submit,
-                           after_webhook=opts.after_webhook)  # fmt: skip
+            cluster.replay(
+                jobs(opts),
+                speed=opts.speed,
+                submit=opts.submit,
+                after_webhook=opts.after_webhook,
+                submitters=opts.submitters,
+            )
         if opts.fault_trace:
             cluster.replay_faults(opts.fault_trace, speed=opts.speed)
         nodes = len(cluster.node_names())

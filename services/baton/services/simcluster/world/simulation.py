@@ -229,23 +229,37 @@ class Simulation:
         speed: float = 1.0,
         submit: str = "pods",
         after_webhook: bool = False,
+        submitters: int = 1,
     ) -> asyncio.Task[None]:
         """Submit ``jobs`` at ``submit_s / speed`` (simulated seconds), in the background:
         as PodGroups and bare pods (``submit="pods"``) or as the Jobs, JobSets and MPIJobs
         the controllers run (``"controllers"``, ``controlled.py``). ``after_webhook``: the
         trace's clock starts once a mutating webhook is registered, as users submit to a
         cluster Baton is installed in (jobs created before would skip its webhook, and
-        reach its queue all at once, ordered by name within each second)."""
+        reach its queue all at once, ordered by name within each second). ``submitters``:
+        how many jobs are being created at once, as that many users would; each job starts
+        in trace order and creates its objects in order, but a job's pods may reach the
+        API after the next job's group (1: strictly one after another)."""
         if submit not in SUBMITS:
             raise ValueError(f"submit: expected one of {', '.join(SUBMITS)}, got {submit!r}")
-        replaying = self._replay(jobs, speed=speed, submit=submit, after_webhook=after_webhook)
+        if submitters < 1:
+            raise ValueError(f"submitters: expected >= 1, got {submitters}")
+        replaying = self._replay(
+            jobs, speed=speed, submit=submit, after_webhook=after_webhook, submitters=submitters
+        )
         task = asyncio.create_task(replaying, name="simcluster-workload")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
     async def _replay(
-        self, jobs: Iterable[Job], *, speed: float, submit: str, after_webhook: bool
+        self,
+        jobs: Iterable[Job],
+        *,
+        speed: float,
+        submit: str,
+        after_webhook: bool,
+        submitters: int,
     ) -> None:
         gpus = max((p.gpus for p in self.spec.pools), default=8) or 8
         if after_webhook and not self._webhooks():
@@ -253,6 +267,8 @@ class Simulation:
             await self._webhook_registered.wait()
         start = self.clock.now()
         namespaces: set[str] = set()
+        free = asyncio.Semaphore(submitters)
+        busy: set[asyncio.Task[None]] = set()  # also in self._tasks: stop() cancels them
         for job in jobs:
             await self.clock.sleep_until(start + job.submit_s / speed)
             if job.namespace not in namespaces:
@@ -265,14 +281,25 @@ class Simulation:
                 objects = [("podgroups", group), *(("pods", pod) for pod in pods)]
             if self.spec.devices == "dra":  # the pods claim their GPUs and NICs (dra.py)
                 objects = self._claiming(job.namespace, objects)
-            try:
-                for res, obj in objects:
-                    await self._create(res, obj)
-            except ApiError as exc:
-                log.warning("job not submitted", job=job.job_id, error=str(exc))
-                continue
-            self.submitted += 1
+            await free.acquire()
+            task = asyncio.create_task(self._submit(job, objects, free))
+            for tasks in (busy, self._tasks):
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        await asyncio.gather(*busy)
         log.info("workload finished", jobs=self.submitted)
+
+    async def _submit(self, job: Job, objects: list[Created], free: asyncio.Semaphore) -> None:
+        """Create one job's ``objects`` in order; a refused one ends the job, logged."""
+        try:
+            for res, obj in objects:
+                await self._create(res, obj)
+        except ApiError as exc:
+            log.warning("job not submitted", job=job.job_id, error=str(exc))
+        else:
+            self.submitted += 1
+        finally:
+            free.release()
 
     def _claiming(self, namespace: str, objects: list[Created]) -> list[Created]:
         """``objects`` asking for GPUs through claims, with the templates they name made
