@@ -170,13 +170,19 @@ def test_status_and_access_name_the_actuators_own_consumers() -> None:
 
 
 def test_every_action_kind_is_read_by_exactly_one_actuator_consumer() -> None:
-    from baton.proto.actions import ACTION_SUBJECTS, PLACING, TELLING
-    from baton.services.actuator.shell import DURABLE_PLACING, DURABLE_TELLING, consumers
+    from baton.proto.actions import ACTION_SUBJECTS, MARKING, PLACING, TELLING
+    from baton.services.actuator.shell import (
+        DURABLE_MARKING,
+        DURABLE_PLACING,
+        DURABLE_TELLING,
+        consumers,
+    )
 
     read = [kind for kinds in consumers().values() for kind in kinds]
     assert sorted(read) == sorted({kind for kind, _ in ACTION_SUBJECTS.values()})
     assert set(consumers()[DURABLE_TELLING]) == TELLING
     assert set(consumers()[DURABLE_PLACING]) == PLACING
+    assert set(consumers()[DURABLE_MARKING]) == MARKING
 
 
 def test_the_full_screen_keeps_the_newest_decisions_in_a_short_terminal() -> None:

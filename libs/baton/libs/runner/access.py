@@ -49,7 +49,7 @@ from baton.proto.actions import ACTION_SUBJECTS
 
 ACTUATOR = "actuator"
 # The actuator's durable consumers on ACTIONS (services.actuator.shell.consumers).
-ACTUATOR_CONSUMERS = ("actuator-placing", "actuator", "actuator-telling")
+ACTUATOR_CONSUMERS = ("actuator-placing", "actuator-marking", "actuator", "actuator-telling")
 ADMIN = "admin"
 INSPECT = "inspect"  # read only: the cluster's subjects and streams, nothing published
 AGENT_FLEET = "agent-fleet"  # the one process that plays every simulated node's agent

@@ -2,15 +2,17 @@
 
 ``Desk`` is both the actuator's feed and the handler of its effects, because they
 share the deliveries in hand:
-- its readers pull actions from three durable consumers, ``actuator-placing`` (binds,
-  gang evictions, pod recreations: ``PLACING``), ``actuator`` (the rest that changes the
-  cluster: marks, taints, preflight pods...) and ``actuator-telling`` (status,
-  conditions, Events: ``TELLING``), and hand them to the core as ``Arrived`` events (the
-  message is kept, unacked, by ticket). Several, because a consumer delivers in stream
-  order with a bounded window of unacked messages: with one, a bind waited behind every
-  status write published before it (minutes, at 1,000 nodes with thousands of waiting
-  gangs), and at 7,500 nodes behind ~20,000 preflight writes; the core's priorities
-  never saw it;
+- its readers pull actions from four durable consumers, ``actuator-placing`` (binds,
+  gang evictions, pod recreations: ``PLACING``), ``actuator-marking`` (admission marks,
+  team labels and taints, annotations: ``MARKING``), ``actuator`` (the rest that changes
+  the cluster: preflight pods, node marks, evictions, scaling...) and
+  ``actuator-telling`` (status, conditions, Events: ``TELLING``), and hand them to the
+  core as ``Arrived`` events (the message is kept, unacked, by ticket). Several,
+  because a consumer delivers in stream order with a bounded window of unacked
+  messages: with one, a bind waited behind every status write published before it
+  (minutes, at 1,000 nodes with thousands of waiting gangs), at 7,500 nodes behind
+  ~20,000 preflight writes, and preflight pods behind thousands of admission marks;
+  the core's priorities never saw it;
 - ``apply`` runs an API call in a task and hands its ``Finished`` back as an input;
 - ``wake`` brings a ``Tick`` at the time the core asked for (rate limiting);
 - ``settle`` acks, naks or terms deliveries; the runner stores the results (the
@@ -51,6 +53,7 @@ from baton.proto import subjects
 from baton.proto.actions import (
     ACTION_SUBJECTS,
     ASKS,
+    MARKING,
     PLACING,
     TELLING,
     AnyAction,
@@ -66,6 +69,7 @@ from baton.services.actuator.core.eventing import EventWrite
 log = structlog.get_logger("baton.actuator")
 DURABLE = "actuator"  # what changes the cluster, but for ...
 DURABLE_PLACING = "actuator-placing"  # ... what starts or restarts gangs (``PLACING``)
+DURABLE_MARKING = "actuator-marking"  # ... what records decisions on objects (``MARKING``)
 DURABLE_TELLING = "actuator-telling"  # what only tells people (``TELLING``)
 LOOKUPS = 256  # done-records looked up at once while deliveries arrive
 
@@ -342,7 +346,8 @@ def consumers() -> dict[str, tuple[str, ...]]:
     kinds = sorted({kind for kind, _ in ACTION_SUBJECTS.values()})
     return {
         DURABLE_PLACING: tuple(k for k in kinds if k in PLACING),
-        DURABLE: tuple(k for k in kinds if k not in TELLING | PLACING),
+        DURABLE_MARKING: tuple(k for k in kinds if k in MARKING),
+        DURABLE: tuple(k for k in kinds if k not in TELLING | PLACING | MARKING),
         DURABLE_TELLING: tuple(k for k in kinds if k in TELLING),
     }
 
