@@ -179,7 +179,7 @@ async def test_a_bind_is_not_held_behind_a_backlog_of_preflight_writes() -> None
 
 def mark(i: int) -> Annotate:
     """Admission's mark on a gang it admitted (a PodGroup that is not there: answered at
-    the cost of one call), like the ~17,000 of a new 7,500-node cluster's first minutes."""
+    the cost of one call), like the thousands of a new 7,500-node cluster's first minutes."""
     admitted: dict[str, str | None] = {"baton.io/admitted": "true"}
     return Annotate(id=f"m{i}", by="admission", at=0.0, priority="admission", kind="PodGroup",
                     namespace="team-a", name=f"job-{i}", annotations=admitted)  # fmt: skip
