@@ -16,6 +16,7 @@ def test_nodes_flag_gives_one_pool() -> None:
     opts = main.parse_args(["--nodes", "12", "--listen", "0.0.0.0:0", "--trace", "synthetic"])
     assert [(p.name, p.count) for p in opts.spec.pools] == [("gpu", 12)]
     assert (opts.host, opts.port, opts.trace) == ("0.0.0.0", 0, "synthetic")
+    assert opts.submitters == 8  # as many users at once; --submitters 1: trace order
 
 
 def test_llm_goes_through_controllers_unless_submit_says_otherwise() -> None:
@@ -43,6 +44,7 @@ def test_spec_file_wins_over_nodes(tmp_path: Path) -> None:
         (["--speed", "0"], "--speed"),
         (["--nodes", "-1"], "--nodes"),
         (["--trace", "llm", "--submit", "operators"], "--submit"),
+        (["--trace", "synthetic", "--submitters", "0"], "--submitters: expected >= 1, got 0"),
     ],
 )
 def test_bad_flags_are_named(

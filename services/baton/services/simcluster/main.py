@@ -108,7 +108,7 @@ def parse_args(argv: list[str]) -> Options:
     p.add_argument(
         "--trace-after-webhook", action="store_true",
         help="start the trace once an admission webhook is registered (baton up: every job "
-        "passes Baton's webhook, and reaches its queue in submission order)",
+        "passes Baton's webhook, and reaches its queue as it was submitted)",
     )  # fmt: skip
     p.add_argument(
         "--submitters", type=int, default=8,
