@@ -267,8 +267,7 @@ class Simulation:
             await self._webhook_registered.wait()
         start = self.clock.now()
         namespaces: set[str] = set()
-        free = asyncio.Semaphore(submitters)
-        busy: set[asyncio.Task[None]] = set()  # also in self._tasks: stop() cancels them
+        free = asyncio.Semaphore(submitters)  # a submitter per permit
         for job in jobs:
             await self.clock.sleep_until(start + job.submit_s / speed)
             if job.namespace not in namespaces:
@@ -283,10 +282,10 @@ class Simulation:
                 objects = self._claiming(job.namespace, objects)
             await free.acquire()
             task = asyncio.create_task(self._submit(job, objects, free))
-            for tasks in (busy, self._tasks):
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-        await asyncio.gather(*busy)
+            self._tasks.add(task)  # stop() cancels it
+            task.add_done_callback(self._tasks.discard)
+        for _ in range(submitters):  # every submitter free again: every job answered
+            await free.acquire()
         log.info("workload finished", jobs=self.submitted)
 
     async def _submit(self, job: Job, objects: list[Created], free: asyncio.Semaphore) -> None:
