@@ -95,6 +95,8 @@ _LAG = re.compile(r'baton_runner_lag_seconds\{service="([^"]*)"\} (\S+)')
 OVER_S = 5.0  # the goal: no service behind its input by more than this, at any time
 _API = re.compile(r'apiserver_request_total\{code="[^"]*",resource="([^"]*)",'
                   r'subresource="([^"]*)",verb="([^"]*)"\} (\S+)')  # fmt: skip
+_JOB_QUEUE = 'workqueue_depth{name="job"}'  # simcluster's Job controller: pods to make
+_WORKLOAD = re.compile(r'^(simcluster_workload_\w+|workqueue_depth\{name="\w+"\}) (\S+)$', re.M)
 
 
 Counts = dict[str, float] | dict[str, int]
@@ -114,6 +116,8 @@ class Sample:
     lag: dict[str, float] = field(default_factory=dict)  # service -> baton_runner_lag_seconds
     # service -> {le: batches}: every batch's lag so far (baton_runner_batch_lag_seconds)
     behind: dict[str, dict[float, float]] = field(default_factory=dict)
+    # simcluster's workload: simcluster_workload_* and workqueue_depth{name=...} -> value
+    workload: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -193,12 +197,14 @@ def _cpu_rss(pid: int) -> tuple[float, float]:
     return cpu, rss
 
 
-def _api(url: str) -> dict[str, float]:
+def _api(url: str) -> tuple[dict[str, float], dict[str, float]]:
+    """simcluster's requests ("VERB resource[/sub]" -> so far) and its workload's
+    figures: jobs submitted, how late the replay is, each controller's queue."""
     body = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
     out: dict[str, float] = defaultdict(float)
     for resource, sub, verb, value in _API.findall(body):
         out[f"{verb} {resource}{'/' + sub if sub else ''}"] += float(value)
-    return out
+    return out, {name: float(v) for name, v in _WORKLOAD.findall(body)}
 
 
 async def _streams(env: dict[str, str]) -> dict[str, int]:
@@ -235,9 +241,10 @@ def _sample(root: int, env: dict[str, str], at: float, progress: Progress) -> Sa
             cpu[name] += c
             rss[name] += r
     api: dict[str, float] = {}
+    workload: dict[str, float] = {}
     streams: dict[str, int] = {}
     with contextlib.suppress(Exception):  # not up yet, or going down: an empty sample
-        api = _api(_sim_url(env))
+        api, workload = _api(_sim_url(env))
     with contextlib.suppress(Exception):
         streams = asyncio.run(_streams(env))
     lag: dict[str, float] = {}
@@ -254,7 +261,7 @@ def _sample(root: int, env: dict[str, str], at: float, progress: Progress) -> Sa
         with contextlib.suppress(Exception):
             found = _partial(env)
     return Sample(at, dict(cpu), dict(rss), api, streams, progress.allocated,
-                  progress.waiting, progress.used, found, lag, dict(behind))  # fmt: skip
+                  progress.waiting, progress.used, found, lag, dict(behind), workload)  # fmt: skip
 
 
 def _record(env: dict[str, str], into: Path) -> str:
@@ -463,11 +470,24 @@ def behind(buckets: dict[float, float]) -> tuple[float, float, str]:
 
 def _timeline(progress: Progress, samples: list[Sample]) -> None:
     total = progress.gpus or 1
-    print("| s | GPUs allocated | admitted (team's quota used) | gangs waiting | partly bound |")
-    print("|---|---|---|---|---|")
+    print(
+        "| s | GPUs allocated | admitted (team's quota used) | gangs waiting | partly bound "
+        "| jobs submitted (replay behind, s) | Job controller's queue |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for s in samples:
+        w = s.workload
+        submitted = (
+            (
+                f"{w.get('simcluster_workload_jobs_submitted_total', 0):.0f} "
+                f"({w.get('simcluster_workload_behind_seconds', 0):.1f})"
+            )
+            if w
+            else "-"
+        )
         print(f"| {s.at:.0f} | {s.allocated} ({s.allocated / total:.1%}) | {s.used} "
-              f"| {s.waiting} | {len(s.partial)} |")  # fmt: skip
+              f"| {s.waiting} | {len(s.partial)} | {submitted} "
+              f"| {w.get(_JOB_QUEUE, 0):.0f} |")  # fmt: skip
     full = [s for s in samples if progress.ninety_at and s.at >= progress.ninety_at]
     if full:  # once the cluster first filled: the steady state
         shares = [s.allocated / total for s in full]

@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from baton.services.simcluster.api.resources import Resource
 from baton.services.simcluster.api.store import ApiError, Store
+from baton.services.simcluster.main import workload_metrics
 from baton.services.simcluster.world import trace, workload
 from baton.services.simcluster.world.simulation import build
 from baton.services.simcluster.world.workload import Job
@@ -182,6 +185,57 @@ async def test_submitters_create_that_many_jobs_at_once_each_in_its_own_order(
         mine = [n for n in created if n.startswith(f"job-s{i}")]
         assert mine == [f"job-s{i}", f"job-s{i}-0", f"job-s{i}-1"], mine
     assert not [n for n in created if n.startswith("job-s3")]
+
+
+def _scrape(registry: CollectorRegistry) -> dict[str, float]:
+    text = generate_latest(registry).decode()
+    return {
+        s.name + "".join(f"{{{v}}}" for v in s.labels.values()): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+async def test_metrics_show_a_replay_behind_its_trace_and_the_controllers_queue() -> None:
+    """Six jobs due at once through a webhook that takes 50 ms an object: one submitter
+    starts the later ones late, and says how late; the Job controller's queue holds the
+    Jobs it has not made pods for yet. Once every job is in, the replay is behind by 0."""
+    store = Store()
+    sim = build(store, nodes=0)
+
+    async def slow_webhook(
+        operation: str, res: Resource, obj: Obj, old: Obj | None, *, dry_run: bool = False
+    ) -> Obj:
+        await asyncio.sleep(0.05)
+        return obj
+
+    sim.admission = [slow_webhook]
+    registry = CollectorRegistry()
+    registry.register(workload_metrics(sim))
+    await sim.start()
+    try:
+        jobs = [Job(job_id=f"b{i}", submit_s=0.0, gpus=1, duration_s=600, team="a")
+                for i in range(6)]  # fmt: skip
+        sim.replay(jobs, speed=1.0, submit="controllers", submitters=1)
+        seen: list[dict[str, float]] = []
+
+        def behind_with_a_queue() -> bool:
+            seen.append(_scrape(registry))
+            return seen[-1]["simcluster_workload_behind_seconds"] >= 0.15
+
+        await until(behind_with_a_queue, what="the replay 0.15 s behind its trace")
+        assert max(m["workqueue_depth{job}"] for m in seen) >= 1, seen[-1]
+        await until(lambda: sim.submitted == 6, what="the six jobs created")
+        await until(
+            lambda: _scrape(registry)["simcluster_workload_behind_seconds"] == 0.0,
+            what="the replay done, behind by 0",
+        )
+        done = _scrape(registry)
+    finally:
+        await sim.stop()
+    assert done["simcluster_workload_jobs_submitted_total"] == 6
+    assert {"workqueue_depth{job}", "workqueue_depth{jobset}", "workqueue_depth{mpijob}",
+            "workqueue_depth{resource_claim}"} <= set(done)  # fmt: skip
 
 
 def test_submitters_must_be_at_least_one() -> None:

@@ -29,11 +29,12 @@ import structlog
 from baton.libs.runtime import configure_logging, run_until_signalled, tune_gc
 from baton.services.simcluster.api.calls import Settings
 from baton.services.simcluster.api.kubeconfig import write_kubeconfig
+from baton.services.simcluster.api.metrics import WorkloadMetrics
 from baton.services.simcluster.api.server import ApiServer
 from baton.services.simcluster.api.store import Store
 from baton.services.simcluster.world import fault_cli, fault_trace, mixes, spec, trace, workload
 from baton.services.simcluster.world.simapi import SimApi
-from baton.services.simcluster.world.simulation import SUBMITS, build
+from baton.services.simcluster.world.simulation import SUBMITS, Simulation, build
 
 log = structlog.get_logger("simcluster")
 NAMED_TRACES = ("", "synthetic", "llm", "philly-sample")
@@ -197,12 +198,22 @@ def jobs(opts: Options) -> Iterable[workload.Job]:
     return trace.from_busy_start(trace.read(path))
 
 
+def workload_metrics(cluster: Simulation) -> WorkloadMetrics:
+    """The replay's and the workload controllers' metrics, read from ``cluster``."""
+    return WorkloadMetrics(
+        behind=lambda: cluster.behind_s,
+        submitted=lambda: cluster.submitted,
+        depths=lambda: {c.name: c.depth for c in cluster.controllers},
+    )
+
+
 async def serve(opts: Options) -> None:
     tune_gc()
     store = Store(history=opts.history)
     server = ApiServer(store, Settings())
     cluster = build(store, spec=opts.spec, speed=opts.time_scale)
     cluster.admission = server.admission
+    server.metrics.registry.register(workload_metrics(cluster))
     server.sim = SimApi(cluster)
     try:
         await cluster.start()

@@ -13,7 +13,7 @@ import platform
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from baton.libs.runtime.ops import version
@@ -57,6 +57,40 @@ class ApiMetrics:
         build.labels(service="simcluster", version=version(), python=platform.python_version()).set(
             1
         )
+
+
+class WorkloadMetrics(Collector):
+    """Whether the simulated users and controllers keep up with the trace, read at each
+    scrape: how late the replay started its last job (wall seconds: a harness behind
+    its trace offers less work than the trace says), jobs submitted, and each workload
+    controller's queue (``workqueue_depth``, as kube-controller-manager names it)."""
+
+    def __init__(
+        self,
+        *,
+        behind: Callable[[], float],
+        submitted: Callable[[], int],
+        depths: Callable[[], dict[str, int]],
+    ) -> None:
+        self._behind, self._submitted, self._depths = behind, submitted, depths
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield GaugeMetricFamily(
+            "simcluster_workload_behind_seconds",
+            "How late the replay started its last job after the trace's time for it.",
+            value=self._behind(),
+        )
+        yield CounterMetricFamily(
+            "simcluster_workload_jobs_submitted",
+            "Jobs the replay has created (each of its objects accepted).",
+            value=self._submitted(),
+        )
+        depth = GaugeMetricFamily(
+            "workqueue_depth", "Objects waiting for a workload controller.", labels=["name"]
+        )
+        for name, n in sorted(self._depths().items()):
+            depth.add_metric([name], n)
+        yield depth
 
 
 class _StoredObjects(Collector):

@@ -42,6 +42,7 @@ class Controller:
 
     resource = ""
     kind = ""
+    name = ""  # its work queue's name (``workqueue_depth{name}``), as upstream names it
 
     def __init__(self, store: Store, *, clock: Clock, create: Create) -> None:
         self.store = store
@@ -94,6 +95,11 @@ class Controller:
     def queue(self, namespace: str, name: str) -> None:
         self._queue[namespace, name] = None
         self._wake.set()
+
+    @property
+    def depth(self) -> int:
+        """Objects waiting to be reconciled."""
+        return len(self._queue)
 
     # reconciling
 

@@ -197,6 +197,7 @@ class Claims(Controller):
     every reconcile cost as much as all the claims."""
 
     resource = "pods"
+    name = "resource_claim"
     kind = "Pod"
     collects = ("resourceclaims",)
 

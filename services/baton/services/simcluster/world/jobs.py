@@ -55,6 +55,7 @@ class Pods:
 
 class Jobs(Controller):
     resource = "jobs"
+    name = "job"
     kind = "Job"
     collects = ("pods",)
 

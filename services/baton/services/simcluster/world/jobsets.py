@@ -53,6 +53,7 @@ _MESSAGES = {
 
 class JobSets(Controller):
     resource = "jobsets"
+    name = "jobset"
     kind = "JobSet"
     collects = ("jobs",)
 

@@ -43,6 +43,7 @@ ROLE = PREFIX + "job-role"
 
 class MPIJobs(Controller):
     resource = "mpijobs"
+    name = "mpijob"
     kind = "MPIJob"
     collects = ("pods", "jobs", "podgroups")
 

@@ -90,6 +90,7 @@ class Simulation:
         self._templates: set[tuple[str, int, bool]] = set()  # claim templates made (dra.py)
         self._running = False
         self.submitted = 0  # jobs the workload has created
+        self.behind_s = 0.0  # how late (wall seconds) the replay started its last job
         # The API server's admission hooks (webhooks), so workload pods are admitted
         # as if a user had created them: ``await hook("CREATE", resource, obj, None)``.
         self.admission: list[Admission] = []
@@ -269,7 +270,8 @@ class Simulation:
         namespaces: set[str] = set()
         free = asyncio.Semaphore(submitters)  # a submitter per permit
         for job in jobs:
-            await self.clock.sleep_until(start + job.submit_s / speed)
+            due = start + job.submit_s / speed
+            await self.clock.sleep_until(due)
             if job.namespace not in namespaces:
                 self._ensure_namespace(job.namespace)
                 namespaces.add(job.namespace)
@@ -281,11 +283,13 @@ class Simulation:
             if self.spec.devices == "dra":  # the pods claim their GPUs and NICs (dra.py)
                 objects = self._claiming(job.namespace, objects)
             await free.acquire()
+            self.behind_s = max(0.0, self.clock.now() - due) / self.clock.speed
             task = asyncio.create_task(self._submit(job, objects, free))
             self._tasks.add(task)  # stop() cancels it
             task.add_done_callback(self._tasks.discard)
         for _ in range(submitters):  # every submitter free again: every job answered
             await free.acquire()
+        self.behind_s = 0.0
         log.info("workload finished", jobs=self.submitted)
 
     async def _submit(self, job: Job, objects: list[Created], free: asyncio.Semaphore) -> None:
