@@ -3,6 +3,7 @@ users submit (``controlled.py``), and the LLM-style mix (``mixes.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -202,3 +203,78 @@ async def test_a_controller_reads_what_it_owns_from_its_index_not_the_namespace(
         assert owned("j1") == ["early", "p1"] and jobs.owned("pods", "team-b", "uid-j1") == []
     finally:
         await jobs.stop()
+
+
+class _Watched(controlling.Controller):
+    """A controller whose reconcile takes a while and notes who runs at once."""
+
+    resource = "jobs"
+    name = "watched"
+    workers = 3
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.now: Counter[str] = Counter()  # name -> reconciles of it running
+        self.most = 0  # reconciles running at once, any objects
+        self.twice: list[str] = []  # an object reconciled by two workers at once
+        self.done: Counter[str] = Counter()
+
+    async def reconcile(self, obj: Obj) -> None:
+        name = obj["metadata"]["name"]
+        self.now[name] += 1
+        if self.now[name] > 1:
+            self.twice.append(name)
+        self.most = max(self.most, sum(self.now.values()))
+        await asyncio.sleep(0.02)
+        self.now[name] -= 1
+        self.done[name] += 1
+
+
+async def test_workers_reconcile_different_objects_at_once_and_one_object_one_at_a_time() -> None:
+    """As a real controller's work queue: ``workers`` objects at once, never one object
+    twice at once; one queued again while it is reconciled is reconciled once more after."""
+    store = Store()
+    store.create("namespaces", {"metadata": {"name": "team-a"}})
+    for i in range(6):
+        store.create("jobs", {"metadata": {"name": f"j{i}", "namespace": "team-a"}})
+    watched = _Watched(store, clock=Clock(), create=lambda res, obj: None)  # type: ignore[arg-type,return-value]
+    watched.start()
+    try:
+        for i in range(6):
+            watched.queue("team-a", f"j{i}")
+        await until(lambda: watched.now["j0"] == 1, what="j0 being reconciled")
+        watched.queue("team-a", "j0")  # changed while a worker reconciles it
+        await until(lambda: sum(watched.done.values()) == 7, what="seven reconciles")
+    finally:
+        await watched.stop()
+    assert watched.most == 3
+    assert watched.twice == []
+    assert watched.done == Counter({"j0": 2, **{f"j{i}": 1 for i in range(1, 6)}})
+
+
+async def test_the_job_controller_makes_pods_for_several_jobs_at_once() -> None:
+    """Five Jobs whose pods each wait 50 ms on a webhook: the Job controller's five
+    workers (``--concurrent-job-syncs``) have all five pods in flight at once."""
+    store = Store()
+    sim = build(store, nodes=0)
+    in_flight, most = 0, 0
+
+    async def slow_webhook(
+        operation: str, res: Any, obj: Obj, old: Obj | None, *, dry_run: bool = False
+    ) -> Obj:
+        nonlocal in_flight, most
+        if res.plural == "pods":
+            in_flight += 1
+            most = max(most, in_flight)
+            await asyncio.sleep(0.05)
+            in_flight -= 1
+        return obj
+
+    sim.admission = [slow_webhook]
+    await sim.start()
+    try:
+        sim.replay([job(f"w{i}", 1) for i in range(5)], submit="controllers", submitters=5)
+        await until(lambda: len(list(store.entries("pods", None))) == 5, what="five pods")
+    finally:
+        await sim.stop()
+    assert most == Jobs.workers == 5

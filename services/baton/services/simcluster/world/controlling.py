@@ -5,14 +5,16 @@ the objects to reconcile: a change to an object, or to anything it owns (found t
 the ``ownerReferences`` entry with ``controller: true``), queues the owner, and is kept
 in an index by owner, as a real controller's informer keeps one: a reconcile reads what
 its object owns without listing the namespace (at 7,500 nodes the LLM mix leaves tens of
-thousands of finished pods in a team's namespace). One task
-per controller reconciles them one at a time, in order, so a reconcile never races
-another of the same controller. Objects are created through the API server's admission
-hooks (``create``), as a real controller's requests are, so Baton's webhook sees a
-controller's pods as it sees a user's. A reconcile that hits an API error is retried
-after ``RETRY_S`` simulated seconds; one whose spec the real API server would have
-refused (objects the simulation stores in-process are not decoded) is logged and left
-alone.
+thousands of finished pods in a team's namespace). ``workers`` tasks per controller take
+objects off the queue in order, as a real controller's workers take keys off its work
+queue: an object is never reconciled by two workers at once (one queued again while it
+is being reconciled waits for that reconcile to end), but different objects are, so one
+whose pods wait on a slow webhook does not hold the others. Objects are created through
+the API server's admission hooks (``create``), as a real controller's requests are, so
+Baton's webhook sees a controller's pods as it sees a user's. A reconcile that hits an
+API error is retried after ``RETRY_S`` simulated seconds; one whose spec the real API
+server would have refused (objects the simulation stores in-process are not decoded) is
+logged and left alone.
 Owned objects of a deleted owner are deleted, as the garbage collector does with
 background propagation.
 """
@@ -43,16 +45,18 @@ class Controller:
     resource = ""
     kind = ""
     name = ""  # its work queue's name (``workqueue_depth{name}``), as upstream names it
+    workers = 1  # objects reconciled at once (upstream: ``--concurrent-*-syncs``)
 
     def __init__(self, store: Store, *, clock: Clock, create: Create) -> None:
         self.store = store
         self.clock = clock
         self.create = create
         self._queue: dict[Key, None] = {}  # an ordered set
+        self._busy: set[Key] = set()  # being reconciled now
         self._children: dict[str, dict[Child, None]] = {}  # owner uid -> what it controls
         self._owner: dict[Child, str] = {}  # an owned object -> its controller's uid
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     # following the store
 
@@ -107,35 +111,55 @@ class Controller:
         for res in self.collects:  # what the store held before this controller followed it
             for obj, _ in self.store.entries(res, None):
                 self._index("ADDED", res, obj)
-        self._task = asyncio.create_task(self._run(), name=f"simcluster-{self.resource}")
+        self._tasks = [
+            asyncio.create_task(self._run(), name=f"simcluster-{self.resource}-{i}")
+            for i in range(self.workers)
+        ]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
+
+    def _next(self) -> Key | None:
+        """The first queued object no worker is reconciling, off the queue."""
+        key = next((k for k in self._queue if k not in self._busy), None)
+        if key is not None:
+            del self._queue[key]
+        return key
 
     async def _run(self) -> None:
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._queue:
-                key = next(iter(self._queue))
-                del self._queue[key]
-                try:
-                    obj = self.store.get(self.resource, key[0], key[1])
-                except ApiError:
-                    continue  # gone: its owned objects were collected
-                try:
-                    await self.reconcile(obj)
-                except ApiError as exc:
-                    log.info("reconcile retried", kind=self.kind, key="/".join(key), error=str(exc))
-                    self.clock.call_later(RETRY_S, self.queue, *key)
-                except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                    # A spec the real API server's validation would have refused: the
-                    # object is left alone, the controller goes on with the others.
-                    log.warning("object not reconciled: invalid spec", kind=self.kind,
-                                key="/".join(key), error=repr(exc))  # fmt: skip
+            key = self._next()
+            if key is None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._busy.add(key)
+            try:
+                await self._reconcile(key)
+            finally:
+                self._busy.discard(key)
+                if key in self._queue:  # queued again meanwhile: a waiting worker may take it
+                    self._wake.set()
+
+    async def _reconcile(self, key: Key) -> None:
+        try:
+            obj = self.store.get(self.resource, key[0], key[1])
+        except ApiError:
+            return  # gone: its owned objects were collected
+        try:
+            await self.reconcile(obj)
+        except ApiError as exc:
+            log.info("reconcile retried", kind=self.kind, key="/".join(key), error=str(exc))
+            self.clock.call_later(RETRY_S, self.queue, *key)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # A spec the real API server's validation would have refused: the
+            # object is left alone, the controller goes on with the others.
+            log.warning("object not reconciled: invalid spec", kind=self.kind,
+                        key="/".join(key), error=repr(exc))  # fmt: skip
 
     async def reconcile(self, obj: Obj) -> None:
         raise NotImplementedError

@@ -56,6 +56,7 @@ class Pods:
 class Jobs(Controller):
     resource = "jobs"
     name = "job"
+    workers = 5  # kube-controller-manager's --concurrent-job-syncs default
     kind = "Job"
     collects = ("pods",)
 
