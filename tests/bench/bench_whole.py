@@ -69,8 +69,9 @@ import nats
 from prometheus_client.parser import text_string_to_metric_families
 
 from baton.libs.bus.connection import auth_options
+from baton.services.simcluster import main as simcluster
 from baton.services.simcluster.world.spec import default_spec
-from baton.services.simcluster.world.workload import SYNTHETIC_SHAPES
+from baton.services.simcluster.world.workload import SYNTHETIC_SHAPES, Job
 from tests.bench import allocation
 from tests.e2e.test_up_mix import partial, read
 from tests.e2e.upping import endpoints_of
@@ -95,6 +96,7 @@ _LAG = re.compile(r'baton_runner_lag_seconds\{service="([^"]*)"\} (\S+)')
 OVER_S = 5.0  # the goal: no service behind its input by more than this, at any time
 _API = re.compile(r'apiserver_request_total\{code="[^"]*",resource="([^"]*)",'
                   r'subresource="([^"]*)",verb="([^"]*)"\} (\S+)')  # fmt: skip
+_SUBMITTED = "simcluster_workload_jobs_submitted_total"
 _JOB_QUEUE = 'workqueue_depth{name="job"}'  # simcluster's Job controller: pods to make
 _WORKLOAD = re.compile(r'^(simcluster_workload_\w+|workqueue_depth\{name="\w+"\}) (\S+)$', re.M)
 
@@ -393,6 +395,12 @@ def report(progress: Progress, samples: list[Sample]) -> None:
     print(f"| every node validated | {_at(progress.validated_at)} |")
     print(f"| 50% of GPUs allocated | {_at(progress.half_at)} |")
     print(f"| 90% of GPUs allocated | {_at(progress.ninety_at)} |")
+    jobs = trace_jobs()
+    asked = [offered(jobs, int(s.workload.get(_SUBMITTED, 0))) for s in samples]
+    if jobs:
+        first = next((s.at for s, n in zip(samples, asked, strict=True)
+                      if n >= 0.9 * (progress.gpus or 1)), 0.0)  # fmt: skip
+        print(f"| the trace offers 90% (every job started on arrival) | {_at(first)} |")
     print(f"| at the end | {progress.allocated}/{progress.gpus} GPUs allocated, "
           f"{max(progress.validating, 0)} nodes validating |")  # fmt: skip
     acquired, lost = _leases(progress.logs)
@@ -404,7 +412,7 @@ def report(progress: Progress, samples: list[Sample]) -> None:
         print(f"| baton replay --compare | {progress.replay or 'not run'} |")
         print(f"| GPUs allocated over time (the recording) | {progress.allocation or '-'} |")
     print()
-    _timeline(progress, samples)
+    _timeline(progress, samples, asked if jobs else [])
     if len(samples) < 2:
         print("(fewer than two samples: nothing to rate)")
         return
@@ -468,24 +476,45 @@ def behind(buckets: dict[float, float]) -> tuple[float, float, str]:
     return over, total, f"{low}-{high}" if total else "-"
 
 
-def _timeline(progress: Progress, samples: list[Sample]) -> None:
+def trace_jobs() -> list[Job]:
+    """The jobs simcluster replays for ``WORKLOAD`` (synthetic, llm), in order; [] for
+    a trace file."""
+    if WORKLOAD not in ("synthetic", "llm"):
+        return []
+    argv = ["--nodes", str(NODES), "--trace", WORKLOAD, *(["--load", LOAD] if LOAD else [])]
+    return list(simcluster.jobs(simcluster.parse_args(argv)))
+
+
+def offered(jobs: list[Job], submitted: int) -> int:
+    """GPUs the trace asks for once its first ``submitted`` jobs are in: those of them
+    not finished by the last one's submit time, had each started the moment it came.
+    What a perfect scheduler could have allocated; the workload, not Baton, caps the
+    share allocated below it."""
+    came = jobs[:submitted]
+    if not came:
+        return 0
+    now = came[-1].submit_s
+    return sum(j.gpus for j in came if j.submit_s + j.duration_s > now)
+
+
+def _timeline(progress: Progress, samples: list[Sample], asked: list[int]) -> None:
+    """Per sample; ``asked``: what the trace offered at each ([]: not known)."""
     total = progress.gpus or 1
     print(
-        "| s | GPUs allocated | admitted (team's quota used) | gangs waiting | partly bound "
-        "| jobs submitted (replay behind, s) | Job controller's queue |"
+        "| s | GPUs allocated | offered by the trace | admitted (team's quota used) "
+        "| gangs waiting | partly bound | jobs submitted (replay behind, s) "
+        "| Job controller's queue |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for s in samples:
+    print("|---|---|---|---|---|---|---|---|")
+    for i, s in enumerate(samples):
         w = s.workload
+        ask = f"{asked[i]} ({asked[i] / total:.0%})" if asked else "-"
         submitted = (
-            (
-                f"{w.get('simcluster_workload_jobs_submitted_total', 0):.0f} "
-                f"({w.get('simcluster_workload_behind_seconds', 0):.1f})"
-            )
+            (f"{w.get(_SUBMITTED, 0):.0f} ({w.get('simcluster_workload_behind_seconds', 0):.1f})")
             if w
             else "-"
         )
-        print(f"| {s.at:.0f} | {s.allocated} ({s.allocated / total:.1%}) | {s.used} "
+        print(f"| {s.at:.0f} | {s.allocated} ({s.allocated / total:.1%}) | {ask} | {s.used} "
               f"| {s.waiting} | {len(s.partial)} | {submitted} "
               f"| {w.get(_JOB_QUEUE, 0):.0f} |")  # fmt: skip
     full = [s for s in samples if progress.ninety_at and s.at >= progress.ninety_at]

@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from baton.libs.runner import metrics
 from baton.services.simcluster.world import trace
-from tests.bench.bench_whole import behind, lag_buckets, steady_trace
+from baton.services.simcluster.world.workload import Job
+from tests.bench.bench_whole import behind, lag_buckets, offered, steady_trace
 
 pytestmark = pytest.mark.unit
 
@@ -54,3 +55,16 @@ def test_the_steady_workload_asks_for_97_percent_of_the_gpus_in_jobs_that_never_
     assert {j.submit_s for j in jobs} == {0.0}
     assert min(j.duration_s for j in jobs) >= 10**8  # years at any --speed the bench uses
     assert {j.team for j in jobs} == {"a", "b", "c"}
+
+
+def test_the_trace_offers_the_gpus_of_the_jobs_in_and_not_yet_ended() -> None:
+    """At the last submitted job's time: jobs that came and would still run count; one
+    that would have ended does not; jobs not submitted yet do not."""
+    jobs = [Job(job_id="a", submit_s=0, gpus=8, duration_s=100, team="t"),
+            Job(job_id="b", submit_s=10, gpus=4, duration_s=5, team="t"),
+            Job(job_id="c", submit_s=50, gpus=2, duration_s=100, team="t"),
+            Job(job_id="d", submit_s=200, gpus=1, duration_s=100, team="t")]  # fmt: skip
+    assert offered(jobs, 0) == 0
+    assert offered(jobs, 2) == 8 + 4  # at 10 s: b has just come
+    assert offered(jobs, 3) == 8 + 2  # at 50 s: b ended at 15 s
+    assert offered(jobs, 4) == 1  # at 200 s: a ended at 100, c at 150
