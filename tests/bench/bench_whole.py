@@ -10,7 +10,9 @@ the simulated agents, the status view: everything on this machine) and samples, 
 - API requests by verb and resource (simcluster's ``apiserver_request_total``);
 - messages per stream (each stream's last sequence: every message Baton put on the bus
   goes through a stream) with the operator's credentials from the endpoints file;
-- lease changes and lost leases (the services' logs).
+- lease changes and lost leases (the services' logs);
+- whether the harness kept up with its trace (simcluster's ``/metrics``): jobs
+  submitted, how late the replay is, the Job controller's queue.
 
 Reports: seconds to every node validated and to 50% / 90% of GPUs allocated; per process
 CPU seconds, CPU share over the last minute (the steady state once the cluster is full)
@@ -39,7 +41,9 @@ it (``baton replay --compare``), printing the verdict, the GPUs allocated over t
 whole run (every change counted for as long as it held) and where the rest went
 (``tests/bench/allocation.py``: the 10 s samples of a share that swings by a thousand
 GPUs in a second vary by a point or more from run to run). It prints GPUs allocated and
-gangs waiting at every sample.
+gangs waiting at every sample, and for the synthetic and LLM mixes what the trace
+offers then (``offered``: the GPUs of the jobs submitted so far and not yet ended, had
+each started the moment it came), the ceiling a perfect scheduler would reach.
 ``BATON_WHOLE_KEEP=DIR`` keeps ``baton up``'s store there (its ``logs/`` show what each
 service did), and the recording as ``DIR/run.jsonl``.
 
@@ -395,12 +399,13 @@ def report(progress: Progress, samples: list[Sample]) -> None:
     print(f"| every node validated | {_at(progress.validated_at)} |")
     print(f"| 50% of GPUs allocated | {_at(progress.half_at)} |")
     print(f"| 90% of GPUs allocated | {_at(progress.ninety_at)} |")
-    jobs = trace_jobs()
-    asked = [offered(jobs, int(s.workload.get(_SUBMITTED, 0))) for s in samples]
+    submitted = [int(s.workload.get(_SUBMITTED, 0)) for s in samples]
+    jobs = trace_jobs(max(submitted, default=0))
+    asked = [offered(jobs, n) for n in submitted]
     if jobs:
-        first = next((s.at for s, n in zip(samples, asked, strict=True)
-                      if n >= 0.9 * (progress.gpus or 1)), 0.0)  # fmt: skip
-        print(f"| the trace offers 90% (every job started on arrival) | {_at(first)} |")
+        offers_at = next((s.at for s, n in zip(samples, asked, strict=True)
+                          if n >= 0.9 * (progress.gpus or 1)), 0.0)  # fmt: skip
+        print(f"| the trace offers 90% (every job started on arrival) | {_at(offers_at)} |")
     print(f"| at the end | {progress.allocated}/{progress.gpus} GPUs allocated, "
           f"{max(progress.validating, 0)} nodes validating |")  # fmt: skip
     acquired, lost = _leases(progress.logs)
@@ -476,13 +481,15 @@ def behind(buckets: dict[float, float]) -> tuple[float, float, str]:
     return over, total, f"{low}-{high}" if total else "-"
 
 
-def trace_jobs() -> list[Job]:
-    """The jobs simcluster replays for ``WORKLOAD`` (synthetic, llm), in order; [] for
-    a trace file."""
-    if WORKLOAD not in ("synthetic", "llm"):
+def trace_jobs(
+    count: int, *, workload: str = WORKLOAD, nodes: int = NODES, load: str = LOAD
+) -> list[Job]:
+    """The first ``count`` jobs simcluster replays for ``workload`` (synthetic, llm), in
+    order ([] for a trace file): the synthetic mix never ends."""
+    if workload not in ("synthetic", "llm"):
         return []
-    argv = ["--nodes", str(NODES), "--trace", WORKLOAD, *(["--load", LOAD] if LOAD else [])]
-    return list(simcluster.jobs(simcluster.parse_args(argv)))
+    argv = ["--nodes", str(nodes), "--trace", workload, *(["--load", load] if load else [])]
+    return list(itertools.islice(simcluster.jobs(simcluster.parse_args(argv)), count))
 
 
 def offered(jobs: list[Job], submitted: int) -> int:

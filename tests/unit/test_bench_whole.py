@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from baton.libs.runner import metrics
 from baton.services.simcluster.world import trace
 from baton.services.simcluster.world.workload import Job
-from tests.bench.bench_whole import behind, lag_buckets, offered, steady_trace
+from tests.bench.bench_whole import behind, lag_buckets, offered, steady_trace, trace_jobs
 
 pytestmark = pytest.mark.unit
 
@@ -68,3 +68,12 @@ def test_the_trace_offers_the_gpus_of_the_jobs_in_and_not_yet_ended() -> None:
     assert offered(jobs, 2) == 8 + 4  # at 10 s: b has just come
     assert offered(jobs, 3) == 8 + 2  # at 50 s: b ended at 15 s
     assert offered(jobs, 4) == 1  # at 200 s: a ended at 100, c at 150
+
+
+@pytest.mark.parametrize("workload", ["synthetic", "llm"])
+def test_the_trace_s_jobs_are_the_first_ones_simcluster_submits(workload: str) -> None:
+    """As many as were submitted, in submit order, even from the endless synthetic mix."""
+    jobs = trace_jobs(50, workload=workload, nodes=64, load="1.3")
+    assert len(jobs) == 50
+    assert [j.submit_s for j in jobs] == sorted(j.submit_s for j in jobs)
+    assert trace_jobs(50, workload="/some/trace.csv", nodes=64, load="") == []
