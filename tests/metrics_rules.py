@@ -3,7 +3,8 @@
 Rules for what a service exposes on ``/metrics``:
 - every family Baton defines is named ``baton_<service or library>_...`` (the
   process and Python collectors of prometheus_client keep their standard names;
-  simcluster keeps the API server's ``apiserver_*`` names on purpose);
+  simcluster keeps the API server's ``apiserver_*`` names, and kube-controller-manager's
+  ``workqueue_*`` for its workload controllers, on purpose);
 - no label value is empty (simcluster's ``apiserver_*`` keep kube-apiserver's empty
   ``subresource``/``scope`` values, which Prometheus reads as absent);
 - a ``type`` label holds an event type as on the bus (``k8s.pod.v1``);
@@ -94,7 +95,7 @@ def problems(exposition: str, *, service: str) -> list[str]:
         allowed = (
             baton
             or name.startswith(STANDARD)
-            or (service == "simcluster" and name.startswith("apiserver_"))
+            or (service == "simcluster" and name.startswith(("apiserver_", "workqueue_")))
         )
         if not allowed:
             found.append(f"{service}: {name}: not baton_*")

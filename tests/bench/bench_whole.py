@@ -100,9 +100,12 @@ _LAG = re.compile(r'baton_runner_lag_seconds\{service="([^"]*)"\} (\S+)')
 OVER_S = 5.0  # the goal: no service behind its input by more than this, at any time
 _API = re.compile(r'apiserver_request_total\{code="[^"]*",resource="([^"]*)",'
                   r'subresource="([^"]*)",verb="([^"]*)"\} (\S+)')  # fmt: skip
-_SUBMITTED = "simcluster_workload_jobs_submitted_total"
+_SUBMITTED = "baton_simcluster_workload_jobs_submitted_total"
+_BEHIND = "baton_simcluster_workload_behind_seconds"  # how late the replay is
 _JOB_QUEUE = 'workqueue_depth{name="job"}'  # simcluster's Job controller: pods to make
-_WORKLOAD = re.compile(r'^(simcluster_workload_\w+|workqueue_depth\{name="\w+"\}) (\S+)$', re.M)
+_WORKLOAD = re.compile(
+    r'^(baton_simcluster_workload_\w+|workqueue_depth\{name="\w+"\}) (\S+)$', re.M
+)
 
 
 Counts = dict[str, float] | dict[str, int]
@@ -122,7 +125,7 @@ class Sample:
     lag: dict[str, float] = field(default_factory=dict)  # service -> baton_runner_lag_seconds
     # service -> {le: batches}: every batch's lag so far (baton_runner_batch_lag_seconds)
     behind: dict[str, dict[float, float]] = field(default_factory=dict)
-    # simcluster's workload: simcluster_workload_* and workqueue_depth{name=...} -> value
+    # simcluster's workload: baton_simcluster_workload_* and workqueue_depth{name=...} -> value
     workload: dict[str, float] = field(default_factory=dict)
 
 
@@ -516,11 +519,7 @@ def _timeline(progress: Progress, samples: list[Sample], asked: list[int]) -> No
     for i, s in enumerate(samples):
         w = s.workload
         ask = f"{asked[i]} ({asked[i] / total:.0%})" if asked else "-"
-        submitted = (
-            (f"{w.get(_SUBMITTED, 0):.0f} ({w.get('simcluster_workload_behind_seconds', 0):.1f})")
-            if w
-            else "-"
-        )
+        submitted = f"{w.get(_SUBMITTED, 0):.0f} ({w.get(_BEHIND, 0):.1f})" if w else "-"
         print(f"| {s.at:.0f} | {s.allocated} ({s.allocated / total:.1%}) | {ask} | {s.used} "
               f"| {s.waiting} | {len(s.partial)} | {submitted} "
               f"| {w.get(_JOB_QUEUE, 0):.0f} |")  # fmt: skip

@@ -221,19 +221,19 @@ async def test_metrics_show_a_replay_behind_its_trace_and_the_controllers_queue(
 
         def behind_with_a_queue() -> bool:
             seen.append(_scrape(registry))
-            return seen[-1]["simcluster_workload_behind_seconds"] >= 0.15
+            return seen[-1]["baton_simcluster_workload_behind_seconds"] >= 0.15
 
         await until(behind_with_a_queue, what="the replay 0.15 s behind its trace")
         assert max(m["workqueue_depth{job}"] for m in seen) >= 1, seen[-1]
         await until(lambda: sim.submitted == 6, what="the six jobs created")
         await until(
-            lambda: _scrape(registry)["simcluster_workload_behind_seconds"] == 0.0,
+            lambda: _scrape(registry)["baton_simcluster_workload_behind_seconds"] == 0.0,
             what="the replay done, behind by 0",
         )
         done = _scrape(registry)
     finally:
         await sim.stop()
-    assert done["simcluster_workload_jobs_submitted_total"] == 6
+    assert done["baton_simcluster_workload_jobs_submitted_total"] == 6
     assert {"workqueue_depth{job}", "workqueue_depth{jobset}", "workqueue_depth{mpijob}",
             "workqueue_depth{resource_claim}"} <= set(done)  # fmt: skip
 

@@ -76,12 +76,12 @@ class WorkloadMetrics(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         yield GaugeMetricFamily(
-            "simcluster_workload_behind_seconds",
+            "baton_simcluster_workload_behind_seconds",
             "How late the replay started its last job after the trace's time for it.",
             value=self._behind(),
         )
         yield CounterMetricFamily(
-            "simcluster_workload_jobs_submitted",
+            "baton_simcluster_workload_jobs_submitted",
             "Jobs the replay has created (each of its objects accepted).",
             value=self._submitted(),
         )
