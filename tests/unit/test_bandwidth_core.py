@@ -432,6 +432,49 @@ def test_a_round_that_republished_many_nodes_waits_them_out_before_the_next() ->
     assert core.wants_tick(state, 0.5)  # time that went back is not held by the pace
 
 
+def test_a_round_publishes_at_most_limits_per_round_nodes_and_the_next_rounds_the_rest() -> None:
+    """``limits_per_round``: 40 new nodes at 15 a round go out 15, 15, 10, in order; the
+    queue alone makes a round due, and an empty one does not."""
+    pods = [running(f"a-{i}", team="a", node=f"n{i:02}") for i in range(40)]
+    state = started(policy(A3, limits_per_round=15, limits_per_s=0.0), *pods)
+    sent = []
+    for at in (1.0, 1.5, 2.0):
+        assert core.wants_tick(state, at)  # after the first round nothing moved: the queue
+        limits, summary = tick(state, at)
+        assert summary.changed_nodes == len(limits)
+        sent.append([n.node for n in limits])
+    assert sent == [[f"n{i:02}" for i in range(a, b)] for a, b in ((0, 15), (15, 30), (30, 40))]
+    assert not core.wants_tick(state, 2.5)
+
+
+def test_queued_nodes_keep_their_place_and_a_rounds_lower_limits_go_before_its_raises() -> None:
+    """A node queued again goes once, in its old place, with its newest limits; of what one
+    round changed, nodes where a limit went down are queued before the rest, so the limits
+    the agents hold lean under the capacity, not over it, while the queue drains."""
+    p = policy(A3, B1, capacity=20 * M, hysteresis=0.0, hysteresis_bps=0,
+               limits_per_round=2, limits_per_s=0.0)  # fmt: skip
+    pods = [running("a-0", team="a", node="n1"), running("a-1", team="a", node="n2"),
+            running("b-0", team="b", node="n3"), running("b-1", team="b", node="n4")]  # fmt: skip
+    state = started(p, *pods)
+    limits, _ = tick(state, 1.0)
+    assert [n.node for n in limits] == ["n1", "n2"]
+    core.step(state, PodEvent(op="upsert", at=1.2, pod=running("b-2", team="b", node="n0")), 1.2)
+    limits, _ = tick(state, 2.0)  # b's level moved: n3 and n4 (queued) go first, as they are now
+    assert [n.node for n in limits] == ["n3", "n4"]
+    assert [(n.limits[0].pod, n.limits[0].egress_bps) for n in limits] == [
+        ("b-0", limit_of(state, "b-0")),
+        ("b-1", limit_of(state, "b-1")),
+    ]
+    before = {name: limit_of(state, name) for name in ("b-0", "b-1", "b-2")}
+    capped = running("b-1", team="b", node="n4", cap="1M")  # b-1 goes down, b-0 and b-2 up
+    core.step(state, PodEvent(op="upsert", at=2.2, pod=capped), 2.2)
+    limits, _ = tick(state, 3.0)
+    assert limit_of(state, "b-1") < before["b-1"] and limit_of(state, "b-0") > before["b-0"]
+    assert [n.node for n in limits] == ["n0", "n4"]  # n0 was queued; then down (n4), up (n3)
+    limits, _ = tick(state, 4.0)
+    assert [n.node for n in limits] == ["n3"]
+
+
 def test_an_unpaced_policy_rounds_whenever_something_moved() -> None:
     pods = [running(f"a-{i}", team="a", node=f"n{i}") for i in range(40)]
     state = started(policy(A3, limits_per_s=0.0), *pods)

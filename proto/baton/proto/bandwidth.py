@@ -197,6 +197,10 @@ class BandwidthPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     # N / limits_per_s before the next, so a churning 7,500-node cluster is not sent every
     # node's limits twice a second (0: no pacing).
     limits_per_s: Annotated[float, msgspec.Meta(ge=0)] = 1000.0
+    # Node limits one round publishes at most: the rest wait for the next rounds, oldest
+    # first (a round's decreases before its increases), so no batch of the service waits
+    # on thousands of acks while its inputs queue (0: every changed node at once).
+    limits_per_round: NonNegative = 500
 
 
 class Capacity(

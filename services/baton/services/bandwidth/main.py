@@ -48,6 +48,7 @@ class Settings(Base, frozen=True, kw_only=True):
     annotate_per_round: int = 100
     annotate_every_s: float = 60.0
     limits_per_s: float = 1000.0  # node limits published a second, on average (0: unpaced)
+    limits_per_round: int = 500  # node limits one round publishes at most (0: all at once)
     config: str = ""  # BATON_BANDWIDTH_CONFIG: a settings file (read before the others)
 
     def __post_init__(self) -> None:

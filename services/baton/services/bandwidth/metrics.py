@@ -9,6 +9,9 @@ LIMITS = Counter("baton_bandwidth_limits_published_total", "NodeLimits published
 ANNOTATIONS = Counter(
     "baton_bandwidth_annotations_total", "Annotate actions keeping egress-bandwidth at the limit"
 )
+QUEUED = Gauge(
+    "baton_bandwidth_limits_queued", "Nodes whose new limits wait for a round (limits_per_round)"
+)
 CAPACITY = Gauge(
     "baton_bandwidth_capacity_bits_per_second", "The cluster's internet egress capacity"
 )

@@ -52,6 +52,7 @@ def observe(state: core.State, outputs: Sequence[Any]) -> None:
 
 def gauges(state: core.State) -> None:
     metrics.CAPACITY.set(state.capacity)
+    metrics.QUEUED.set(len(state.queued))
     for gauge in (metrics.ALLOCATED, metrics.USED, metrics.DEMAND, metrics.PODS):
         gauge.clear()
     for book in state.books.values():  # not books(): gauges must not change the state

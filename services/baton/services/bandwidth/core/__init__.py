@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import ipaddress
+import itertools
 import math
 
 from baton.proto import keys
@@ -55,11 +56,12 @@ def initial(policy: BandwidthPolicy | None = None) -> State:
 
 
 def wants_tick(state: State, now: float) -> bool:
-    """A round is due when an input moved, a measurement went stale or annotations lag,
-    and the last round's node limits have been paced out (``limits_per_s``)."""
+    """A round is due when an input moved, a measurement went stale, node limits wait in
+    the queue or annotations lag, and the last round's node limits have been paced out
+    (``limits_per_s``)."""
     if state.last_round <= now < state.paced_until:  # (time that went back is not paced)
         return False
-    if state.moved or state.due:
+    if state.moved or state.due or state.queued:
         return True
     return bool(state.expiry) and state.expiry[0][0] < now - state.policy.stale_s
 
@@ -231,29 +233,39 @@ def round_(state: State, now: float) -> tuple[Output, ...]:
 
 
 def finish(state: State, now: float, changes: dict[str, int]) -> tuple[Output, ...]:
-    """Commit the round's new limits (assume them), then say so: the nodes whose limits
-    or pods changed, the summary and any annotations due."""
-    changed = commit(state, changes)
+    """Commit the round's new limits (assume them), queue the nodes whose limits or pods
+    changed (those with a lower limit first), then publish the oldest queued, at most
+    ``limits_per_round``, with the summary and any annotations due."""
+    lower, changed = commit(state, changes)
     if state.extra_moved:
         state.extra_moved = False
         extra = endpoints.networks(state)
         if extra != state.extra:
             state.extra = extra
             changed.update(state.on_node)
-    outputs: list[Output] = [_node_limits(state, node, now) for node in sorted(changed)]
-    outputs.append(_summary(state, now=now, changed=len(changed)))
+    queued = state.queued
+    queued.update(dict.fromkeys(sorted(lower)))  # a node already queued keeps its place
+    queued.update(dict.fromkeys(sorted(changed - lower)))
+    most = state.policy.limits_per_round or len(queued)
+    sent = list(itertools.islice(queued, most))
+    for node in sent:
+        del queued[node]
+    outputs: list[Output] = [_node_limits(state, node, now) for node in sent]
+    outputs.append(_summary(state, now=now, changed=len(sent)))
     if state.policy.annotate:
         state.due.update(dict.fromkeys(changes))
         outputs += annotating.due(state, now)
     state.last_round, state.moved = now, False
     if state.policy.limits_per_s > 0:
-        state.paced_until = now + len(changed) / state.policy.limits_per_s
+        state.paced_until = now + len(sent) / state.policy.limits_per_s
     return tuple(outputs)
 
 
-def commit(state: State, changes: dict[str, int]) -> set[str]:
-    """Record each pod's new limit (and a PodLimit for it); the nodes to publish."""
+def commit(state: State, changes: dict[str, int]) -> tuple[set[str], set[str]]:
+    """Record each pod's new limit (and a PodLimit for it). Returns the nodes where a limit
+    went down, and the other nodes to publish."""
     changed = set(state.dirty)
+    lower: set[str] = set()
     state.dirty.clear()
     state.unlisted.clear()
     saturated, used = state.policy.saturated, state.used
@@ -261,6 +273,8 @@ def commit(state: State, changes: dict[str, int]) -> set[str]:
         pod, book = state.pods[uid], state.book_of[uid]
         team = book.team
         old = state.published.get(uid)
+        if old is not None and value < old:
+            lower.add(pod.node)
         state.published[uid] = value
         book.pub[book.index[uid]] = value
         state.limits[uid] = PodLimit(
@@ -273,7 +287,7 @@ def commit(state: State, changes: dict[str, int]) -> set[str]:
         ):
             state.touched.add(uid)  # held at its limit now, or no longer: its want moved
         changed.add(pod.node)
-    return changed
+    return lower, changed
 
 
 def _node_limits(state: State, node: str, now: float) -> NodeLimits:

@@ -36,6 +36,7 @@ class State:
     touched: set[str] = field(default_factory=set)  # pods whose want may have moved
     unlisted: set[str] = field(default_factory=set)  # pods that need a new PodLimit
     dirty: set[str] = field(default_factory=set)  # nodes whose pod set changed
+    queued: dict[str, None] = field(default_factory=dict)  # nodes to publish, oldest first
     generation: dict[str, int] = field(default_factory=dict)  # node -> last generation
     slices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # slice uid -> addresses
     outside: Counter[str] = field(default_factory=Counter)  # endpoint addresses not internal
