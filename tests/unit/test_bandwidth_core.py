@@ -447,6 +447,23 @@ def test_a_round_publishes_at_most_limits_per_round_nodes_and_the_next_rounds_th
     assert not core.wants_tick(state, 2.5)
 
 
+def test_while_more_than_a_round_waits_a_round_sends_it_and_decides_nothing_new() -> None:
+    """A pod joins while 25 nodes wait at 15 a round: the next round sends 15 of them as
+    decided, the one after (10 left) decides again, and its limits go out from there."""
+    p = policy(A3, hysteresis=0.0, hysteresis_bps=0, limits_per_round=15, limits_per_s=0.0)
+    state = started(p, *(running(f"a-{i}", team="a", node=f"n{i:02}") for i in range(40)))
+    tick(state, 1.0)
+    core.step(state, PodEvent(op="upsert", at=1.2, pod=running("a-40", team="a", node="n00")), 1.2)
+    limits, _ = tick(state, 2.0)
+    assert [n.node for n in limits] == [f"n{i:02}" for i in range(15, 30)]
+    assert {n.limits[0].egress_bps for n in limits} == {100 * M // 40}  # a-40 not counted yet
+    limits, _ = tick(state, 3.0)  # a-40's share: every pod went down, so all are queued
+    assert [n.node for n in limits] == [*(f"n{i:02}" for i in range(30, 40)), "n00",
+                                        *(f"n{i:02}" for i in range(1, 5))]  # fmt: skip
+    assert {p.egress_bps for n in limits for p in n.limits} == {100 * M // 41}
+    assert len(limits[10].limits) == 2  # n00 carries a-0 and a-40
+
+
 def test_queued_nodes_keep_their_place_and_a_rounds_lower_limits_go_before_its_raises() -> None:
     """A node queued again goes once, in its old place, with its newest limits; of what one
     round changed, nodes where a limit went down are queued before the rest, so the limits

@@ -228,7 +228,11 @@ def _repolicy(state: State, policy: BandwidthPolicy) -> None:
 
 
 def round_(state: State, now: float) -> tuple[Output, ...]:
-    """One allocation round (incremental)."""
+    """One allocation round (incremental). While more nodes wait than a round sends, it
+    sends the next of them and decides nothing new: a decision now would queue again
+    nodes that still wait, and cost a round's CPU for limits no agent has yet."""
+    if len(state.queued) > state.policy.limits_per_round > 0:
+        return _send(state, now)  # what moved is decided at the round that finds it short
     return finish(state, now, incremental.decide(state, now))
 
 
@@ -243,19 +247,26 @@ def finish(state: State, now: float, changes: dict[str, int]) -> tuple[Output, .
         if extra != state.extra:
             state.extra = extra
             changed.update(state.on_node)
+    state.queued.update(dict.fromkeys(sorted(lower)))  # a node already queued keeps its place
+    state.queued.update(dict.fromkeys(sorted(changed - lower)))
+    if state.policy.annotate:
+        state.due.update(dict.fromkeys(changes))
+    state.moved = False
+    return _send(state, now)
+
+
+def _send(state: State, now: float) -> tuple[Output, ...]:
+    """The oldest queued nodes' limits (at most ``limits_per_round``), the summary and
+    the annotations due; the next round is paced by how many nodes went."""
     queued = state.queued
-    queued.update(dict.fromkeys(sorted(lower)))  # a node already queued keeps its place
-    queued.update(dict.fromkeys(sorted(changed - lower)))
-    most = state.policy.limits_per_round or len(queued)
-    sent = list(itertools.islice(queued, most))
+    sent = list(itertools.islice(queued, state.policy.limits_per_round or len(queued)))
     for node in sent:
         del queued[node]
     outputs: list[Output] = [_node_limits(state, node, now) for node in sent]
     outputs.append(_summary(state, now=now, changed=len(sent)))
     if state.policy.annotate:
-        state.due.update(dict.fromkeys(changes))
         outputs += annotating.due(state, now)
-    state.last_round, state.moved = now, False
+    state.last_round = now
     if state.policy.limits_per_s > 0:
         state.paced_until = now + len(sent) / state.policy.limits_per_s
     return tuple(outputs)
