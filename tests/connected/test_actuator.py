@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from baton.libs.bus import Bus
 from baton.libs.runner import Runner
+from baton.libs.runner.leasing import Held, leases_bucket
 from baton.proto import subjects
 from baton.proto.actions import (
     ActionResult,
@@ -544,6 +545,33 @@ async def test_a_preflight_pod_waits_for_a_bind_in_flight_on_its_node(env: Env) 
     assert made.outcome == "failed" and "0 GPU(s) free" in made.error, made
     assert await env.node_name("busy-0") == node
     assert await env.pod(f"preflight-{node}") is None
+
+
+async def test_a_leaders_action_that_comes_before_its_lease_is_applied_once_the_lease_lands(
+    env: Env,
+) -> None:
+    """health's mark claims an epoch the lease bucket does not hold yet (the lease lands
+    0.3 s later): the actuator's read of the bucket misses it, and rather than refuse a
+    leader's action it waits, briefly, for the lease on its watch. An epoch no lease ever
+    takes is still refused."""
+    node = env.nodes[0]
+    mark, _ = _preflight(node)
+    early = msgspec.structs.replace(mark, epoch=10_000)
+    forged = msgspec.structs.replace(mark, id="forged", epoch=20_000)
+    async with actuator(env):
+        await env.bus.publish(action_subject("c1", early), early, msg_id=early.id)
+        await asyncio.sleep(0.3)
+        kv = await leases_bucket(env.bus)
+        held = Held(holder="test", renewed_at=time.time(), ttl=3600.0, epoch=10_000)
+        await kv.create("health", msgspec.json.encode(held))
+        assert (await env.result(early.id)).outcome == "applied"
+        for n in range(2):
+            again = msgspec.structs.replace(forged, id=f"forged-{n}")
+            await env.bus.publish(action_subject("c1", again), again, msg_id=again.id)
+            refused = await env.result(again.id)
+            assert refused.outcome == "failed" and "epoch 20000" in refused.error, refused
+    taints = (await env.core.read_node(node)).spec.taints or []
+    assert [t.key for t in taints] == ["baton.io/preflight"]
 
 
 async def test_an_action_applied_before_a_restart_is_answered_from_its_done_record(

@@ -27,6 +27,7 @@ from an epoch older than the service's current one (``Fences``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -193,6 +194,7 @@ class Fences:
     def __init__(self) -> None:
         self.epochs: dict[str, int] = {}
         self.loaded = asyncio.Event()  # the bucket's current values are in
+        self._moved = asyncio.Condition()  # notified when an epoch moves
 
     async def follow(self, bus: Bus) -> None:
         kv = await leases_bucket(bus)
@@ -206,8 +208,22 @@ class Fences:
                 held = _read(entry.value)
                 if held is not None and held.epoch:
                     self.epochs[entry.key] = max(self.epochs.get(entry.key, 0), held.epoch)
+                    async with self._moved:
+                        self._moved.notify_all()
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
+
+    async def reach(self, producer: str, epoch: int, *, within: float) -> int:
+        """``producer``'s epoch once the watch has brought one of at least ``epoch``, or
+        the one it has after ``within`` seconds."""
+
+        def reached() -> bool:
+            return self.epochs.get(producer, 0) >= epoch
+
+        async with self._moved:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._moved.wait_for(reached), within)
+        return self.epochs.get(producer, 0)
 
     def stale(self, producer: str, epoch: int) -> str:
         """Why an action of ``producer`` at ``epoch`` must not be applied ('' if it may)."""
