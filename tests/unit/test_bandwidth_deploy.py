@@ -48,7 +48,8 @@ def test_the_service_has_no_api_access_and_accepts_its_settings(
     ("key", "value", "said"),
     [("SATURATED", "2", "saturated: Expected float <= 1"),
      ("FLOOR", "1.5x", "is not a bandwidth quantity"),
-     ("TIERS", '[{"name": "a"}, {"name": "a"}]', "tiers[1].name: 'a' is already a tier")],
+     ("TIERS", '[{"name": "a"}, {"name": "a"}]', "tiers[1].name: 'a' is already a tier"),
+     ("LIMITS_PER_ROUND", "-1", "limits_per_round: Expected int >= 0")],
 )  # fmt: skip
 def test_a_bad_setting_of_the_policy_names_its_key(
     key: str, value: str, said: str, monkeypatch: pytest.MonkeyPatch
