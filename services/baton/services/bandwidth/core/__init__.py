@@ -274,7 +274,7 @@ def _send(state: State, now: float) -> tuple[Output, ...]:
 
 def commit(state: State, changes: dict[str, int]) -> tuple[set[str], set[str]]:
     """Record each pod's new limit (and a PodLimit for it). Returns the nodes where a limit
-    went down, and the other nodes to publish."""
+    went down, and every node to publish (those among them)."""
     changed = set(state.dirty)
     lower: set[str] = set()
     state.dirty.clear()
